@@ -1,0 +1,74 @@
+"""Shared test fixtures: a tiny local model, a prompt dataset and a reward with spread. No hub access."""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+
+from trl_zoo.tasks.tiny import build_char_tokenizer, build_tiny_causal_lm
+
+
+@functools.lru_cache(maxsize=1)
+def tokenizer():
+    return build_char_tokenizer()
+
+
+@functools.lru_cache(maxsize=4)
+def model_dir(seed: int = 0) -> str:
+    """A tiny random Qwen2 model saved locally, so it loads by path like a hub model would by name."""
+    path = tempfile.mkdtemp(prefix=f"trl_zoo_tiny_{seed}_")
+    build_tiny_causal_lm(tokenizer(), hidden_size=32, num_layers=2, num_heads=2, seed=seed).save_pretrained(path)
+    tokenizer().save_pretrained(path)
+    return path
+
+
+def model(seed: int = 0):
+    """A fresh copy of the same tiny random Qwen2 model (identical weights for the same seed), fp32."""
+    return AutoModelForCausalLM.from_pretrained(model_dir(seed), dtype=torch.float32)
+
+
+def prompts_dataset(n: int = 16) -> Dataset:
+    return Dataset.from_dict({"prompt": [f"{a}+{b}=" for a, b in zip(range(10, 10 + n), range(30, 30 + n))]})
+
+
+def digit_reward(completions, **kwargs):
+    """Fraction of digits in the completion: varied, so groups have spread."""
+    return [sum(c.isdigit() for c in completion) / max(len(completion), 1) for completion in completions]
+
+
+def config_kwargs(**overrides):
+    kwargs = dict(
+        output_dir="/tmp/trl_zoo_test_runs",
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        learning_rate=1e-2,
+        max_steps=2,
+        logging_steps=1,
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+        temperature=1.0,
+        disable_tqdm=True,
+    )
+    kwargs.update(overrides)
+    return kwargs
+
+
+def make_trainer(trainer_cls, config_cls, seed: int = 0, peft_config=None, reward_funcs=None, dataset=None, **overrides):
+    torch.manual_seed(seed)
+    args = config_cls(**config_kwargs(**overrides))
+    return trainer_cls(
+        model=model(seed),
+        reward_funcs=reward_funcs or digit_reward,
+        args=args,
+        train_dataset=dataset if dataset is not None else prompts_dataset(),
+        processing_class=tokenizer(),
+        peft_config=peft_config,
+    )

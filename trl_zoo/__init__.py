@@ -1,0 +1,36 @@
+"""trl_zoo: GRPO-family algorithms for TRL as a plugin table, behind a drop-in `GRPOTrainer`."""
+
+from . import aggregation, kl, losses  # noqa: F401  (populate the tables)
+from .config import GRPOConfig
+from .losses.base import PolicyBatch, PolicyTerm
+from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS, TABLES, Registry
+from .trainer import GRPOTrainer
+
+__version__ = "0.1.0"
+
+
+def register_loss(name: str, *, description: str, aggregation: str = "sequence_mean", source: str = "", override=False, **options):
+    """Decorator: add `fn(batch: PolicyBatch, args) -> PolicyTerm` to the loss table under `name`."""
+    return LOSSES.register(name, description=description, source=source, override=override, aggregation=aggregation, **options)
+
+
+def available_losses() -> dict[str, str]:
+    """Every registered loss name with its one-line description."""
+    return {entry.name: entry.description for entry in LOSSES.entries()}
+
+
+__all__ = [
+    "ADVANTAGES",
+    "AGGREGATIONS",
+    "GRPOConfig",
+    "GRPOTrainer",
+    "KL_ESTIMATORS",
+    "LOSSES",
+    "PolicyBatch",
+    "PolicyTerm",
+    "Registry",
+    "SAMPLERS",
+    "TABLES",
+    "available_losses",
+    "register_loss",
+]

@@ -1,0 +1,76 @@
+"""Aggregations: how per-token terms ℓ_{i,t} become one scalar loss, including gradient-accumulation scaling.
+
+Each aggregation returns ``(loss_to_backprop, policy_loss_for_logging)``. They reproduce TRL 1.16's normalisers
+exactly, so that a micro-batch's gradient is the same whether it comes from TRL's trainer or from trl_zoo's.
+
+==================  ============================================================  ======================
+name                formula (one micro-batch, before accumulation scaling)        used by
+==================  ============================================================  ======================
+sequence_mean       (1/B) Σ_i (1/T_i) Σ_t m ℓ                                     GRPO, SAPO, GSPO, GMPO
+token_mean_local    Σ m ℓ / Σ m  (this micro-batch)                               BNPO
+token_mean_global   Σ m ℓ / Σ m  (whole generation batch, all processes)          DAPO, CISPO, VESPO
+constant            Σ m ℓ / (B · T_max),  T_max = max_completion_length           Dr. GRPO
+sequence_sum        (1/B) Σ_i Σ_t m ℓ                                             LUSPO, sequence-sum
+==================  ============================================================  ======================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .registry import AGGREGATIONS
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class AggregationContext:
+    """What a normaliser may need besides the terms and the mask."""
+
+    accumulation_steps: float = 1.0  # micro-batches per optimizer step (1 in eval)
+    steps_per_generation: int = 1
+    num_processes: int = 1
+    num_items_in_batch: Tensor | None = None  # tokens in the whole generation batch, all processes
+    max_completion_length: int = 1
+    training: bool = True
+
+
+def _scaled(loss: Tensor, ctx: AggregationContext) -> tuple[Tensor, Tensor]:
+    return loss / ctx.accumulation_steps, loss.detach()
+
+
+@AGGREGATIONS.register("sequence_mean", description="mean over sequences of the per-sequence token mean (GRPO)")
+def sequence_mean(terms: Tensor, mask: Tensor, ctx: AggregationContext):
+    return _scaled(((terms * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean(), ctx)
+
+
+@AGGREGATIONS.register("token_mean_local", description="token mean over the local micro-batch (BNPO)")
+def token_mean_local(terms: Tensor, mask: Tensor, ctx: AggregationContext):
+    return _scaled((terms * mask).sum() / mask.sum().clamp(min=1.0), ctx)
+
+
+@AGGREGATIONS.register(
+    "token_mean_global", description="token mean over the whole generation batch and all processes (DAPO)"
+)
+def token_mean_global(terms: Tensor, mask: Tensor, ctx: AggregationContext):
+    if ctx.num_items_in_batch is None:
+        normalizer = mask.sum().clamp(min=1.0)
+    else:
+        # num_items_in_batch spans the generation batch on every process; rescale it to one accumulation window
+        normalizer = torch.as_tensor(ctx.num_items_in_batch).clamp(min=1.0) / ctx.num_processes
+        if ctx.training:
+            normalizer = normalizer * ctx.accumulation_steps / ctx.steps_per_generation
+    loss = (terms * mask).sum() / normalizer
+    return loss, loss.detach()
+
+
+@AGGREGATIONS.register("constant", description="sum over tokens / (B · max_completion_length) (Dr. GRPO)")
+def constant(terms: Tensor, mask: Tensor, ctx: AggregationContext):
+    return _scaled((terms * mask).sum() / (terms.size(0) * ctx.max_completion_length), ctx)
+
+
+@AGGREGATIONS.register("sequence_sum", description="mean over sequences of the per-sequence token sum (LUSPO)")
+def sequence_sum(terms: Tensor, mask: Tensor, ctx: AggregationContext):
+    return _scaled((terms * mask).sum(-1).mean(), ctx)

@@ -1,0 +1,181 @@
+"""`GRPOConfig`: TRL's config plus the axes trl_zoo adds, validated when the config is built.
+
+Every TRL field keeps its meaning and default (including `bf16` on by default; set `bf16=False` for exact fp32
+math). `loss_type` accepts any name in the loss table (`trl-zoo list`), not only TRL's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from trl import GRPOConfig as TRLGRPOConfig
+
+from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
+
+
+def _help(text: str, default=None, choices=None):
+    metadata = {"help": text}
+    if choices:
+        metadata["choices"] = choices
+    return field(default=default, metadata=metadata)
+
+
+@dataclass
+class GRPOConfig(TRLGRPOConfig):
+    r"""TRL's `GRPOConfig` with trl_zoo's fields. See the field help for each; DESIGN.md §4 for the formulas."""
+
+    # --- loss table ---
+    loss_aggregation: str | None = _help(
+        "Override the loss's own aggregation: sequence_mean, token_mean_local, token_mean_global, constant, "
+        "sequence_sum. None uses the loss's default (e.g. sequence_mean for grpo, token_mean_global for dapo)."
+    )
+    allow_sequence_loss_token_sum: bool = _help(
+        "Allow a sequence-level loss (gspo, gmpo, ...) with a token-sum aggregation, which weights each sequence "
+        "by its length instead of optimising the per-sequence objective.",
+        False,
+    )
+    dual_clip: float | None = _help(
+        "Dual-clip constant c > 1 for PPO-clip losses: for Â < 0 the term is max(ℓ, c·Â). None disables it."
+    )
+    cispo_epsilon_low: float | None = _help(
+        "CISPO lower IS-weight clip: the weight is clipped to [1 − cispo_epsilon_low, epsilon_high]. None keeps "
+        "TRL's one-sided cap (weights capped above at the absolute value epsilon_high)."
+    )
+    gmpo_epsilon: float = _help("GMPO's log-space clip range ε: δ is clipped to [−ε, ε] (paper: 0.4).", 0.4)
+    ppo_kl_beta: float = _help("Initial penalty β of the ppo_kl loss (KL(π_old‖π_θ) penalty form).", 1.0)
+    ppo_kl_target: float | None = _help(
+        "Target KL of the ppo_kl loss; β doubles above 1.5·target and halves below target/1.5. None keeps β fixed.",
+        0.01,
+    )
+    clip_cov_ratio: float = _help("Clip-Cov: fraction of tokens whose gradient is detached.", 2e-4)
+    clip_cov_lower: float = _help("Clip-Cov: lower bound of the covariance window for selected tokens.", 1.0)
+    clip_cov_upper: float = _help("Clip-Cov: upper bound of the covariance window for selected tokens.", 5.0)
+    kl_cov_ratio: float = _help("KL-Cov: fraction of tokens (top covariance) that get the KL penalty.", 2e-3)
+    kl_cov_coef: float = _help("KL-Cov: coefficient of the per-token k2 penalty on selected tokens.", 1.0)
+    rspo_gamma_min: float = _help("RSPO: floor γ_min of the router-shift weight, in (0, 1].", 0.1)
+
+    # --- advantages and KL ---
+    advantage_estimator: str | None = _help(
+        "Advantage estimator from the advantage table (grpo, dr_grpo, rloo, reinforce, ...). None keeps TRL's own "
+        "advantages (group mean/std per `scale_rewards`)."
+    )
+    advantage_std_unbiased: bool = _help("Group std convention for the grpo estimator: unbiased (N−1) or not.", True)
+    advantage_epsilon: float = _help("ε added to the std in advantage normalisation (TRL: 1e-4).", 1e-4)
+    kl_estimator: str = _help("KL estimator: k1, k2 or k3 (TRL's, default).", "k3")
+    kl_placement: str = _help(
+        "Where the KL leash goes: 'loss' (GRPO: β·KL added per token to the loss) or 'reward' (RLHF: "
+        "R' = R − β Σ_t KL_t before the advantage estimator).",
+        "loss",
+        choices=["loss", "reward"],
+    )
+    kl_target: float | None = _help(
+        "Adaptive KL coefficient: target KL per token; β doubles above 1.5·target and halves below target/1.5. "
+        "None keeps β fixed."
+    )
+    ref_reset_steps: int | None = _help(
+        "ProRL reference resets: every N optimizer steps the reference becomes the current policy. None: never."
+    )
+
+    # --- sampling and reward shaping ---
+    dynamic_sampling: str | None = _help(
+        "Sampler from the sampler table: 'resample' (DAPO: drop zero-spread groups, generate more) or 'reweight' "
+        "(drop them, scale the rest by 1/(1−p)). None trains on every group."
+    )
+    dynamic_sampling_max_rounds: int = _help("resample: maximum generation rounds per generation batch.", 8)
+    dynamic_sampling_on_exhausted: str = _help(
+        "resample: when the cap is hit, 'fill' (pad with the collected zero-spread groups and warn) or 'raise'.",
+        "fill",
+        choices=["fill", "raise"],
+    )
+    overlong_buffer_length: int | None = _help(
+        "DAPO soft overlong punishment L_cache: completions longer than overlong_max_length − L_cache get a penalty "
+        "ramping to −overlong_penalty_factor at overlong_max_length. None disables it."
+    )
+    overlong_max_length: int | None = _help("L_max of the soft overlong punishment (default max_completion_length).")
+    overlong_penalty_factor: float = _help("Scale of the soft overlong punishment (DAPO: 1.0).", 1.0)
+    skip_zero_advantage: bool = _help(
+        "Leave sequences with exactly zero advantage out of the training forward/backward when they cannot "
+        "contribute gradient (β = 0, no entropy bonus). Same result, less compute.",
+        False,
+    )
+    nan_rewards: str = _help(
+        "What to do when a reward function returns NaN or ±inf: 'raise' (default) or 'drop' (zero advantage, warn).",
+        "raise",
+        choices=["raise", "drop"],
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.validate()
+
+    def validate(self):
+        """Raise a one-line ValueError naming the field and the fix for every impossible setting."""
+        if self.loss_type not in LOSSES:
+            raise ValueError(LOSSES.unknown_message(self.loss_type, "loss_type"))
+        for name, table in (
+            ("loss_aggregation", AGGREGATIONS),
+            ("advantage_estimator", ADVANTAGES),
+            ("dynamic_sampling", SAMPLERS),
+        ):
+            value = getattr(self, name)
+            if value is not None and value not in table:
+                raise ValueError(table.unknown_message(value, name))
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(KL_ESTIMATORS.unknown_message(self.kl_estimator, "kl_estimator"))
+        for name, choices in (
+            ("kl_placement", ("loss", "reward")),
+            ("dynamic_sampling_on_exhausted", ("fill", "raise")),
+            ("nan_rewards", ("raise", "drop")),
+            ("importance_sampling_level", ("token", "sequence")),
+        ):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name}: got {getattr(self, name)!r}; use one of {', '.join(choices)}.")
+        if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
+            raise ValueError("epsilon / epsilon_high: clip ranges must be ≥ 0.")
+        if self.loss_type not in ("cispo",) and self.epsilon >= 1:
+            raise ValueError(f"epsilon: {self.epsilon} makes the lower clip bound 1 − ε ≤ 0; use ε in [0, 1).")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ValueError(f"dual_clip: must be > 1, got {self.dual_clip}.")
+        if self.cispo_epsilon_low is not None and not 0 <= self.cispo_epsilon_low < 1:
+            raise ValueError(f"cispo_epsilon_low: must be in [0, 1), got {self.cispo_epsilon_low}.")
+        if self.gmpo_epsilon <= 0:
+            raise ValueError(f"gmpo_epsilon: must be > 0, got {self.gmpo_epsilon}.")
+        if self.sapo_temperature_pos <= 0 or self.sapo_temperature_neg <= 0:
+            raise ValueError("sapo_temperature_pos / sapo_temperature_neg: temperatures τ must be > 0.")
+        if not 0 < self.rspo_gamma_min <= 1:
+            raise ValueError(f"rspo_gamma_min: must be in (0, 1], got {self.rspo_gamma_min}.")
+        if self.beta < 0:
+            raise ValueError(f"beta: the KL coefficient must be ≥ 0, got {self.beta}.")
+        if self.kl_target is not None and self.kl_target <= 0:
+            raise ValueError(f"kl_target: must be > 0, got {self.kl_target}.")
+        if self.ref_reset_steps is not None and self.ref_reset_steps < 1:
+            raise ValueError(f"ref_reset_steps: must be ≥ 1, got {self.ref_reset_steps}.")
+        if self.dynamic_sampling_max_rounds < 1:
+            raise ValueError(f"dynamic_sampling_max_rounds: must be ≥ 1, got {self.dynamic_sampling_max_rounds}.")
+        if self.overlong_buffer_length is not None:
+            max_length = self.overlong_max_length or self.max_completion_length
+            if not 0 < self.overlong_buffer_length <= max_length:
+                raise ValueError(
+                    f"overlong_buffer_length: L_cache={self.overlong_buffer_length} must be in (0, {max_length}] "
+                    f"(the overlong max length)."
+                )
+        entry = LOSSES.get(self.loss_type)
+        aggregation = self.loss_aggregation or entry.options.get("aggregation")
+        if (
+            entry.options.get("sequence_level")
+            and aggregation in ("token_mean_local", "token_mean_global", "constant")
+            and not self.allow_sequence_loss_token_sum
+        ):
+            raise ValueError(
+                f"loss_aggregation: {aggregation!r} weights each sequence of the sequence-level loss "
+                f"{self.loss_type!r} by its length; use 'sequence_mean', or set allow_sequence_loss_token_sum=True."
+            )
+
+
+def to_zoo_config(args) -> GRPOConfig:
+    """Return `args` as a trl_zoo `GRPOConfig` (a plain `trl.GRPOConfig` is converted field by field)."""
+    if isinstance(args, GRPOConfig):
+        return args
+    values = {f.name: getattr(args, f.name) for f in fields(TRLGRPOConfig) if f.init and hasattr(args, f.name)}
+    values["generation_batch_size"] = None  # derived again from steps_per_generation by __post_init__
+    return GRPOConfig(**values)

@@ -1,0 +1,32 @@
+"""CISPO: clip the importance-sampling weight, never the gradient (MiniMax-M1, arXiv:2506.13585).
+
+    J = Σ_{i,t} sg( clip(r_{i,t}, 1 − ε_low^IS, ε_max) ) · Â_{i,t} · log π_θ(y_{i,t}) / Σ_i T_i
+
+Every token keeps the gradient Â·w·∇log π with w > 0, whatever its ratio. By default the weight is only capped
+above at the absolute value `epsilon_high` (TRL's variant; ScaleRL recommends 5.0); set `cispo_epsilon_low` for
+the seed's two-sided clip [1 − ε_low^IS, ε_high].
+"""
+
+import torch
+
+from ..registry import LOSSES
+from .base import PolicyBatch, PolicyTerm, importance_log_weights, ratio_metrics
+from .ppo_clip import epsilon_bounds
+
+
+@LOSSES.register(
+    "cispo",
+    description="clipped IS-weight (stop-grad) × Â × log π; no token loses its gradient",
+    source="MiniMax-M1, arXiv:2506.13585",
+    aggregation="token_mean_global",
+)
+def cispo_loss(batch: PolicyBatch, args) -> PolicyTerm:
+    _, cap = epsilon_bounds(args)
+    ratio = torch.exp(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
+    floor = None if getattr(args, "cispo_epsilon_low", None) is None else 1 - args.cispo_epsilon_low
+    weight = torch.clamp(ratio, min=floor, max=cap).detach()
+    metrics = {"cispo_clip_ratio": ((ratio > cap) & (batch.advantages > 0)).float()}
+    if floor is not None:
+        metrics["cispo_clip_ratio_low"] = ((ratio < floor) & (batch.advantages < 0)).float()
+    metrics.update(ratio_metrics(ratio))
+    return PolicyTerm(-weight * batch.advantages * batch.logps, metrics)

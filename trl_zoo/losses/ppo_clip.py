@@ -1,0 +1,49 @@
+"""PPO-clip policy term: GRPO, BNPO, Dr. GRPO, DAPO and LUSPO share it and differ only in aggregation.
+
+    r = π_θ / π_old  (token, or the sequence's geometric mean with importance_sampling_level="sequence")
+    ℓ = min( r·Â, clip(r, 1 − ε_low, 1 + ε_high)·Â )            loss = −ℓ
+    dual clip (c > 1, Â < 0):  ℓ = max(ℓ, c·Â)
+    two-sided (INTELLECT-2, TRL's `delta`): the unclipped r is capped at δ first.
+
+GRPO (DeepSeekMath, arXiv:2402.03300) aggregates (1/G)Σ_i (1/T_i)Σ_t; BNPO a local token mean; DAPO
+(arXiv:2503.14476) a token mean over the generation batch; Dr. GRPO (arXiv:2503.20783) Σ/(G·T_max); LUSPO
+(arXiv:2602.05261) the per-sequence sum.
+"""
+
+import torch
+
+from ..registry import LOSSES
+from .base import PolicyBatch, PolicyTerm, clip_fraction_metrics, importance_log_weights, ratio_metrics
+
+
+def epsilon_bounds(args) -> tuple[float, float]:
+    """(ε_low, ε_high) with TRL's rule: epsilon_high defaults to epsilon."""
+    high = args.epsilon_high if getattr(args, "epsilon_high", None) is not None else args.epsilon
+    return args.epsilon, high
+
+
+def ppo_clip_loss(batch: PolicyBatch, args) -> PolicyTerm:
+    eps_low, eps_high = epsilon_bounds(args)
+    ratio = torch.exp(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    unclipped = ratio if getattr(args, "delta", None) is None else torch.clamp(ratio, max=args.delta)
+    advantages = batch.advantages
+    objective = torch.min(unclipped * advantages, clipped * advantages)
+    dual_clip = getattr(args, "dual_clip", None)
+    if dual_clip is not None:
+        objective = torch.where(advantages < 0, torch.max(objective, dual_clip * advantages), objective)
+    metrics = clip_fraction_metrics(ratio, advantages, 1 - eps_low, 1 + eps_high)
+    metrics.update(ratio_metrics(ratio))
+    return PolicyTerm(-objective, metrics)
+
+
+_SOURCES = {
+    "grpo": ("sequence_mean", "DeepSeekMath, arXiv:2402.03300", "PPO clip, mean of per-sequence token means"),
+    "bnpo": ("token_mean_local", "BNPO, arXiv:2506.02864", "PPO clip, token mean over the local micro-batch"),
+    "dr_grpo": ("constant", "Dr. GRPO, arXiv:2503.20783", "PPO clip, token sum / (G · max_completion_length)"),
+    "dapo": ("token_mean_global", "DAPO, arXiv:2503.14476", "PPO clip (clip-higher), token mean over the batch"),
+    "luspo": ("sequence_sum", "LUSPO, arXiv:2602.05261", "PPO clip, per-sequence sum (length-unbiased GSPO)"),
+}
+
+for _name, (_aggregation, _source, _description) in _SOURCES.items():
+    LOSSES.add(_name, ppo_clip_loss, description=_description, source=_source, aggregation=_aggregation)

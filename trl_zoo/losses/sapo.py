@@ -1,0 +1,28 @@
+"""SAPO: a soft sigmoid gate instead of the hard clip (arXiv:2511.20347).
+
+    f(r) = (4/τ)·σ(τ(r − 1)),  τ = τ_pos if Â > 0 else τ_neg      loss = −f(r)·Â
+    ∂f/∂r = 4σ(1 − σ) = sech²(τ(r − 1)/2) ∈ (0, 1], equal to 1 at r = 1.
+
+(Seed 001's eq. 120 is garbled; this is the paper's gate.) Aggregated like GRPO.
+"""
+
+import torch
+
+from ..registry import LOSSES
+from .base import PolicyBatch, PolicyTerm, importance_log_weights, ratio_metrics
+
+
+@LOSSES.register(
+    "sapo",
+    description="soft sigmoid gate (4/τ)σ(τ(r−1)) with τ_pos/τ_neg, GRPO aggregation",
+    source="SAPO, arXiv:2511.20347",
+    aggregation="sequence_mean",
+)
+def sapo_loss(batch: PolicyBatch, args) -> PolicyTerm:
+    ratio = torch.exp(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
+    tau = torch.where(batch.advantages > 0, args.sapo_temperature_pos, args.sapo_temperature_neg)
+    gate = torch.sigmoid(tau * (ratio - 1)) * 4 / tau
+    slope = torch.sigmoid(tau * (ratio - 1))
+    metrics = {"sapo/gate_mean": gate.detach(), "sapo/gate_slope_mean": (4 * slope * (1 - slope)).detach()}
+    metrics.update(ratio_metrics(ratio))
+    return PolicyTerm(-gate * batch.advantages, metrics)

@@ -1,0 +1,34 @@
+"""VESPO: a smooth Gamma weight on the sequence importance ratio (arXiv:2602.10693).
+
+    w = Π_t r_t (clamped in log space),  φ(w) = e^λ · w^k · e^{−λw}   (φ(1) = 1; k, λ by the sign of Â)
+    loss = −sg(φ(w)) · Â · log π_θ
+
+φ is computed by TRL's own `GRPOTrainer.get_gamma_weights`, which also folds in the vLLM correction, so the
+trainer does not multiply this loss by the sampling ratio again. Aggregated like DAPO.
+"""
+
+from trl import GRPOTrainer as TRLGRPOTrainer
+
+from ..registry import LOSSES
+from .base import PolicyBatch, PolicyTerm
+
+
+@LOSSES.register(
+    "vespo",
+    description="Gamma weight φ(w) of the sequence IS ratio × Â × log π (stop-grad weight)",
+    source="VESPO, arXiv:2602.10693",
+    aggregation="token_mean_global",
+    applies_sampling_ratio=True,
+)
+def vespo_loss(batch: PolicyBatch, args) -> PolicyTerm:
+    phi = TRLGRPOTrainer.get_gamma_weights(
+        advantages=batch.advantages,
+        log_ratio_per_token=batch.log_ratio,
+        mask=batch.mask,
+        importance_sampling_ratio=batch.sampling_ratio,
+        k_pos=args.vespo_k_pos,
+        lambda_pos=args.vespo_lambda_pos,
+        k_neg=args.vespo_k_neg,
+        lambda_neg=args.vespo_lambda_neg,
+    )
+    return PolicyTerm(-phi * batch.advantages * batch.logps, {"vespo/phi_seq_mean": phi})

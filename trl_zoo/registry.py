@@ -1,0 +1,118 @@
+"""The plugin tables.
+
+A table maps a name to an entry (a function or a class) plus a one-line description and the paper it comes
+from. Entries are added with the table's decorator (``@LOSSES.register("name", ...)``) or, for third-party
+packages, through a package entry point in the table's group (``trl_zoo.losses`` for losses), loaded the first
+time the table is read.
+
+Looking up an unknown name raises a ``ValueError`` that lists the known names and the closest match; registering
+a name twice raises unless ``override=True`` is passed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One row of a plugin table: the object itself plus what `trl-zoo list` shows about it."""
+
+    name: str
+    obj: Any
+    description: str
+    source: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, item):  # options read as attributes: entry.aggregation, entry.level, ...
+        options = object.__getattribute__(self, "options")
+        if item in options:
+            return options[item]
+        raise AttributeError(item)
+
+
+class Registry:
+    """A named table of plugins, extensible by decorator and by package entry points."""
+
+    def __init__(self, kind: str, entry_point_group: str | None = None):
+        self.kind = kind
+        self.entry_point_group = entry_point_group
+        self._entries: dict[str, Entry] = {}
+        self._entry_points_loaded = entry_point_group is None
+
+    def register(
+        self, name: str, *, description: str, source: str = "", override: bool = False, **options
+    ) -> Callable[[Any], Any]:
+        """Decorator: add the decorated function or class to the table under `name`."""
+
+        def decorator(obj):
+            self.add(name, obj, description=description, source=source, override=override, **options)
+            return obj
+
+        return decorator
+
+    def add(self, name: str, obj: Any, *, description: str, source: str = "", override: bool = False, **options):
+        if not name or not isinstance(name, str):
+            raise ValueError(f"A {self.kind} name must be a non-empty string, got {name!r}.")
+        if name in self._entries and not override:
+            raise ValueError(
+                f"A {self.kind} named {name!r} is already registered ({self._entries[name].obj!r}). "
+                f"Pass override=True to replace it."
+            )
+        self._entries[name] = Entry(name, obj, description.strip(), source, dict(options))
+
+    def get(self, name: str) -> Entry:
+        self._load_entry_points()
+        if name not in self._entries:
+            raise ValueError(self.unknown_message(name))
+        return self._entries[name]
+
+    def unknown_message(self, name: str, field_name: str | None = None) -> str:
+        known = self.names()
+        close = difflib.get_close_matches(str(name), known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        where = f"{field_name}: " if field_name else ""
+        return f"{where}unknown {self.kind} {name!r}.{hint} Known: {', '.join(known)}."
+
+    def names(self) -> list[str]:
+        self._load_entry_points()
+        return sorted(self._entries)
+
+    def entries(self) -> list[Entry]:
+        return [self._entries[name] for name in self.names()]
+
+    def __contains__(self, name: str) -> bool:
+        self._load_entry_points()
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def _load_entry_points(self):
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        for entry_point in entry_points(group=self.entry_point_group):
+            loaded = entry_point.load()  # importing the module runs its @register decorators
+            if entry_point.name not in self._entries and callable(loaded):
+                doc = (loaded.__doc__ or entry_point.value).strip().splitlines()[0]
+                self.add(entry_point.name, loaded, description=doc, source=entry_point.value)
+
+
+LOSSES = Registry("loss", "trl_zoo.losses")
+AGGREGATIONS = Registry("aggregation", "trl_zoo.aggregations")
+ADVANTAGES = Registry("advantage estimator", "trl_zoo.advantages")
+KL_ESTIMATORS = Registry("KL estimator", "trl_zoo.kl_estimators")
+SAMPLERS = Registry("sampler", "trl_zoo.samplers")
+
+TABLES = {
+    "losses": LOSSES,
+    "aggregations": AGGREGATIONS,
+    "advantages": ADVANTAGES,
+    "kl_estimators": KL_ESTIMATORS,
+    "samplers": SAMPLERS,
+}

@@ -1,0 +1,205 @@
+"""`GRPOTrainer`: TRL's trainer with the policy term taken from the loss table.
+
+Everything but the loss is TRL's: generation, rewards, PEFT, accelerate, logging, checkpoints. The loss step
+calls TRL's own methods (`_get_per_token_logps_and_entropies`, `get_high_entropy_mask`, `get_off_policy_mask`)
+and then, in TRL's order:
+
+    term   = LOSSES[loss_type](PolicyBatch, args)          per-token (B, T) or per-sequence (B, 1)
+    term  *= off-policy mask · entropy mask · vLLM IS ratio (when enabled)
+    term  += β · KL_estimator(log π_θ, log π_ref)           (kl_placement="loss", β ≠ 0)
+    loss   = AGGREGATIONS[aggregation](term, mask)  − entropy bonus  + MoE aux loss
+
+The generation side is extended by the mixins in `hooks/` (advantage estimators, KL control, dynamic sampling,
+router statistics), each overriding TRL's methods cooperatively through `super()`.
+"""
+
+from __future__ import annotations
+
+import torch
+from trl import GRPOTrainer as TRLGRPOTrainer
+from trl.trainer.utils import get_config_model_id
+
+from .aggregation import AggregationContext
+from .config import GRPOConfig, to_zoo_config
+from .hooks import HOOK_MIXINS
+from .losses.base import PolicyBatch, importance_log_weights
+from .registry import AGGREGATIONS, KL_ESTIMATORS, LOSSES
+
+# Inputs TRL forwards to the model besides ids and mask (multimodal models); passed through untouched.
+_FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+
+
+class GRPOTrainer(*HOOK_MIXINS, TRLGRPOTrainer):
+    """Drop-in `trl.GRPOTrainer`: same constructor, `loss_type` from the plugin table (see `trl-zoo list`)."""
+
+    _tag_names = ["trl", "grpo", "trl-zoo"]
+
+    def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, *positional, **kwargs):
+        if args is None:
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = GRPOConfig(f"{model_name.split('/')[-1]}-GRPO")
+        args = to_zoo_config(args)
+        self.loss_entry = LOSSES.get(args.loss_type)
+        self.aggregate = AGGREGATIONS.get(args.loss_aggregation or self.loss_entry.options["aggregation"]).obj
+        self.kl_estimator = KL_ESTIMATORS.get(args.kl_estimator).obj
+        self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints
+        super().__init__(model, reward_funcs, args, *positional, **kwargs)
+
+    # ------------------------------------------------------------------ loss
+    def _policy_forward(self, model, inputs, compute_entropy: bool = True):
+        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        return self._get_per_token_logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            inputs["completion_ids"].size(1),
+            compute_entropy=compute_entropy,
+            compute_aux_loss=self.aux_loss_enabled,
+            **{key: inputs.get(key) for key in _FORWARD_KEYS},
+        )
+
+    def _policy_batch(self, inputs, logps, entropies) -> PolicyBatch:
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        advantages = inputs["advantages"]
+        if advantages.dim() == 1:
+            advantages = advantages.unsqueeze(1)
+        old_logps = inputs.get("old_per_token_logps")
+        sampling_ratio = None
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            sampling_ratio = inputs["importance_sampling_ratio"]
+        return PolicyBatch(
+            logps=logps,
+            old_logps=logps.detach() if old_logps is None else old_logps,
+            advantages=advantages,
+            mask=mask,
+            ref_logps=inputs.get("ref_per_token_logps"),
+            entropies=entropies,
+            sampling_ratio=sampling_ratio,
+            extras=inputs,
+            state=self.zoo_state,
+        )
+
+    @property
+    def kl_coefficient(self) -> float:
+        """β now: the configured `beta`, or the adaptive controller's value."""
+        return self.zoo_state.get("kl_coef", self.beta)
+
+    def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        logps, entropies, aux_loss = self._policy_forward(model, inputs)
+        batch = self._policy_batch(inputs, logps, entropies)
+        mask = batch.mask
+
+        entropy_mask = None
+        if self.top_entropy_quantile < 1.0:
+            entropy_mask = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
+
+        term = self.loss_entry.obj(batch, self.args)
+        per_token_loss = term.loss
+        if self.off_policy_mask_threshold is not None:
+            sampling_logps = inputs.get("sampling_per_token_logps", batch.old_logps)
+            per_token_loss = per_token_loss * self.get_off_policy_mask(
+                batch.advantages, logps, sampling_logps, mask, self.off_policy_mask_threshold
+            )
+        if entropy_mask is not None:
+            per_token_loss = per_token_loss * entropy_mask
+        if batch.sampling_ratio is not None and not self.loss_entry.options.get("applies_sampling_ratio"):
+            per_token_loss = per_token_loss * batch.sampling_ratio
+
+        per_token_kl = None
+        if self.beta != 0.0 and batch.ref_logps is not None:
+            per_token_kl = self.kl_estimator(logps, batch.ref_logps)
+            if self.args.use_bias_correction_kl:
+                per_token_kl = per_token_kl * torch.exp(importance_log_weights(batch, self.importance_sampling_level))
+            if self.args.kl_placement == "loss":
+                per_token_loss = per_token_loss + self.kl_coefficient * per_token_kl
+
+        context = AggregationContext(
+            accumulation_steps=self.current_gradient_accumulation_steps if mode == "train" else 1.0,
+            steps_per_generation=self.args.steps_per_generation,
+            num_processes=self.accelerator.num_processes,
+            num_items_in_batch=inputs.get("num_items_in_batch"),
+            max_completion_length=self.max_completion_length,
+            training=mode == "train",
+        )
+        loss, policy_loss = self.aggregate(per_token_loss, mask, context)
+
+        if self._entropy_bonus_enabled:
+            effective_mask = mask if entropy_mask is None else mask * entropy_mask
+            loss = loss - self._entropy_bonus(entropies, effective_mask, mode, context.accumulation_steps)
+            self._metrics[mode]["policy_loss"].append(self.accelerator.gather(policy_loss).nanmean().item())
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * aux_loss / context.accumulation_steps
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+
+        if per_token_kl is not None:
+            self._metrics[mode]["kl"].append(self._masked_mean(per_token_kl, mask))
+        self._metrics[mode]["entropy"].append(self._masked_mean(entropies, mask))
+        self._log_term_metrics(term.metrics, mask, mode)
+        return loss
+
+    def _entropy_bonus(self, entropies, effective_mask, mode: str, accumulation_steps: float):
+        """TRL's entropy bonus: coef · mean entropy over the effective mask, with its adaptive controller."""
+        entropy = (entropies * effective_mask).sum() / effective_mask.sum().clamp(min=1.0) / accumulation_steps
+        if self.use_adaptive_entropy:
+            coef = self.entropy_coef if self._last_world_entropy <= self.args.entropy_target else 0.0
+        else:
+            coef = self.entropy_coef
+        if self.use_adaptive_entropy and mode == "train":
+            stats = torch.stack([(entropies * effective_mask).sum(), effective_mask.sum()]).detach()
+            self._entropy_window_stats = stats if self._entropy_window_stats is None else self._entropy_window_stats + stats
+            if self.accelerator.sync_gradients:
+                totals = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
+                world_entropy = (totals[0] / totals[1].clamp(min=1.0)).item()
+                delta = self.args.entropy_coef_delta if world_entropy <= self.args.entropy_target else -self.args.entropy_coef_delta
+                self.entropy_coef = min(max(self.entropy_coef + delta, self.args.entropy_coef_min), self.args.entropy_coef_max)
+                self._last_world_entropy = world_entropy
+                self._entropy_window_stats = None
+        if mode == "train" and self.accelerator.sync_gradients:
+            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
+        return coef * entropy
+
+    # ------------------------------------------------------------------ metrics
+    def _masked_mean(self, values: torch.Tensor, mask: torch.Tensor) -> float:
+        """Token mean over the mask on every process ((B, 1) values count once per sequence)."""
+        values = values.detach().float()
+        if values.shape[1] == 1:
+            local = torch.stack([values.sum(), torch.tensor(float(values.shape[0]), device=values.device)])
+        else:
+            local = torch.stack([(values * mask).sum(), mask.sum().float()])
+        totals = self.accelerator.reduce(local, reduction="sum")
+        return (totals[0] / totals[1].clamp(min=1.0)).item()
+
+    def _log_term_metrics(self, metrics: dict, mask: torch.Tensor, mode: str):
+        for name, value in metrics.items():
+            reduction, value = value if isinstance(value, tuple) else ("mean", value)
+            if reduction == "mean":
+                self._metrics[mode][name].append(self._masked_mean(value, mask))
+                continue
+            value = value.detach().float()
+            if reduction in ("min_seq", "max_seq"):  # per-sequence mean first, then extreme over sequences
+                per_seq = value.squeeze(1) if value.shape[1] == 1 else (value * mask).sum(-1) / mask.sum(-1)
+                gathered = self.accelerator.gather(per_seq)
+                gathered = gathered[~torch.isnan(gathered)]
+                extreme = torch.min if reduction == "min_seq" else torch.max
+            else:
+                fill = float("inf") if reduction == "min" else float("-inf")
+                masked = value.expand_as(mask).masked_fill(mask == 0, fill) if value.shape[1] == 1 else value.masked_fill(mask == 0, fill)
+                gathered = self.accelerator.gather(masked.amin() if reduction == "min" else masked.amax()).flatten()
+                gathered = gathered[torch.isfinite(gathered)]
+                extreme = torch.min if reduction == "min" else torch.max
+            self._metrics[mode][name].append(extreme(gathered).item() if gathered.numel() else float("nan"))
