@@ -1,0 +1,43 @@
+"""GMPO: geometric-mean policy optimisation (arXiv:2507.20673).
+
+Per token, clip the log-ratio δ = log π_θ − log π_old in log space, sign-aware (pessimistic like PPO):
+
+    Â > 0:  δ̃ = min(δ, clamp(δ, −ε, ε))        Â < 0:  δ̃ = max(δ, clamp(δ, −ε, ε))
+    ρ̄_i = exp( Σ_t m δ̃_t / T_i )                J = (1/G) Σ_i ρ̄_i · Â_i       loss_i = −ρ̄_i · Â_i
+
+The geometric mean is less sensitive to outlier tokens than GRPO's arithmetic mean: unclipped,
+|J_GMPO| ≤ |J_GRPO| by AM–GM. Paper default ε = 0.4 (`gmpo_epsilon`).
+"""
+
+import torch
+
+from ..registry import LOSSES
+from .base import PolicyBatch, PolicyTerm, ratio_metrics
+
+
+def clipped_log_ratio(batch: PolicyBatch, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sign-aware log-space clip of δ per token; returns (δ̃, where-clipped as float)."""
+    delta = batch.log_ratio
+    clamped = torch.clamp(delta, -epsilon, epsilon)
+    clipped = torch.where(batch.advantages > 0, torch.min(delta, clamped), torch.max(delta, clamped))
+    return clipped, (clipped != delta).float()
+
+
+def geometric_mean_ratio(log_ratio: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
+    """ρ̄_i = exp(Σ_t m·log_ratio / T_i), shape (B, 1)."""
+    return torch.exp((log_ratio * batch.mask).sum(-1, keepdim=True) / batch.lengths)
+
+
+@LOSSES.register(
+    "gmpo",
+    description="geometric mean of token ratios with sign-aware log-space clip (ε = 0.4)",
+    source="GMPO, arXiv:2507.20673",
+    aggregation="sequence_mean",
+    sequence_level=True,
+)
+def gmpo_loss(batch: PolicyBatch, args) -> PolicyTerm:
+    clipped, is_clipped = clipped_log_ratio(batch, args.gmpo_epsilon)
+    ratio = geometric_mean_ratio(clipped, batch)
+    metrics = {"clip_ratio/region_mean": is_clipped}
+    metrics.update(ratio_metrics(ratio, "gmpo/sequence_ratio"))
+    return PolicyTerm(-ratio * batch.advantages.mean(-1, keepdim=True), metrics)
