@@ -1,0 +1,72 @@
+"""Building blocks for the GPU benchmarks: model shapes built from a config (random weights), a tokenizer made in
+code with the model's vocabulary size, a prompt dataset, and a trainer of either implementation (TRL or trl_zoo)
+on the same settings.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+from datasets import Dataset
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+# Architecture shapes of public checkpoints; weights are random (speed and memory do not depend on them).
+SHAPES = {
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=True),
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+}
+
+
+def numbered_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """Token i is the word "<i>"; 0 pads, 1 ends a sequence. Any id the model emits decodes."""
+    vocab = {f"<{i}>": i for i in range(vocab_size)}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<2>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<0>", eos_token="<1>", unk_token="<2>")
+    wrapped.padding_side = "left"
+    return wrapped
+
+
+def random_model(shape: str, dtype=torch.bfloat16, device=None, seed: int = 0) -> Qwen2ForCausalLM:
+    config = Qwen2Config(**SHAPES[shape], max_position_embeddings=4096, pad_token_id=0, eos_token_id=1, bos_token_id=1)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(seed)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = Qwen2ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = 1
+    return model
+
+
+def prompt_dataset(num_prompts: int, prompt_length: int, vocab_size: int, seed: int = 0) -> Dataset:
+    rng = random.Random(seed)
+    prompts = [" ".join(f"<{rng.randrange(3, vocab_size)}>" for _ in range(prompt_length)) for _ in range(num_prompts)]
+    return Dataset.from_dict({"prompt": prompts})
+
+
+def length_parity_reward(completion_ids, **kwargs):
+    """A reward with spread and no meaning: the parity of the completion's token-id sum."""
+    return [float(sum(ids) % 2) for ids in completion_ids]
+
+
+def trainer_classes(implementation: str):
+    if implementation == "trl":
+        import trl
+
+        return trl.GRPOTrainer, trl.GRPOConfig
+    import trl_zoo
+
+    return trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig
