@@ -9,6 +9,7 @@ import random
 
 import torch
 from datasets import Dataset
+from datasets.table import InMemoryTable
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
@@ -54,7 +55,9 @@ def random_model(shape: str, dtype=torch.bfloat16, device=None, seed: int = 0) -
 def prompt_dataset(num_prompts: int, prompt_length: int, vocab_size: int, seed: int = 0) -> Dataset:
     rng = random.Random(seed)
     prompts = [" ".join(f"<{rng.randrange(3, vocab_size)}>" for _ in range(prompt_length)) for _ in range(num_prompts)]
-    return Dataset.from_dict({"prompt": prompts})
+    # An explicit fingerprint skips datasets' dill hashing of the new table, which fails on some images
+    # (pyarrow's MonthDayNano type cannot be pickled by reference there).
+    return Dataset(InMemoryTable.from_pydict({"prompt": prompts}), fingerprint=f"prompts-{num_prompts}-{seed}")
 
 
 def length_parity_reward(completion_ids, **kwargs):

@@ -26,8 +26,8 @@ def run_one(implementation: str, loss_type: str, common: list[str]) -> dict:
     for line in completed.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
-    tail = (completed.stdout + completed.stderr)[-3000:]
-    return {"implementation": implementation, "loss_type": loss_type, "error": tail}
+    error = [line for line in completed.stderr.splitlines() if "Error" in line or "error" in line]
+    return {"implementation": implementation, "loss_type": loss_type, "error": error[:3] + error[-3:]}
 
 
 def speed_rows(results: dict, zoo_only: list[str]) -> list[str]:
