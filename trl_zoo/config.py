@@ -51,7 +51,7 @@ class GRPOConfig(TRLGRPOConfig):
     clip_cov_lower: float = _help("Clip-Cov: lower bound of the covariance window for selected tokens.", 1.0)
     clip_cov_upper: float = _help("Clip-Cov: upper bound of the covariance window for selected tokens.", 5.0)
     kl_cov_ratio: float = _help("KL-Cov: fraction of tokens (top covariance) that get the KL penalty.", 2e-3)
-    kl_cov_coef: float = _help("KL-Cov: coefficient of the per-token k2 penalty on selected tokens.", 1.0)
+    kl_cov_coef: float = _help("KL-Cov: coefficient of the per-token |log r| penalty on selected tokens.", 1.0)
     rspo_gamma_min: float = _help("RSPO: floor γ_min of the router-shift weight, in (0, 1].", 0.1)
 
     # --- advantages and KL ---
@@ -142,6 +142,14 @@ class GRPOConfig(TRLGRPOConfig):
             raise ValueError(f"gmpo_epsilon: must be > 0, got {self.gmpo_epsilon}.")
         if self.sapo_temperature_pos <= 0 or self.sapo_temperature_neg <= 0:
             raise ValueError("sapo_temperature_pos / sapo_temperature_neg: temperatures τ must be > 0.")
+        if self.ppo_kl_beta < 0 or (self.ppo_kl_target is not None and self.ppo_kl_target <= 0):
+            raise ValueError("ppo_kl_beta / ppo_kl_target: β must be ≥ 0 and the target KL > 0 (None keeps β fixed).")
+        if not 0 < self.clip_cov_ratio <= 1 or not 0 < self.kl_cov_ratio <= 1:
+            raise ValueError("clip_cov_ratio / kl_cov_ratio: token fractions must be in (0, 1].")
+        if self.clip_cov_lower >= self.clip_cov_upper:
+            raise ValueError(f"clip_cov_lower: must be < clip_cov_upper ({self.clip_cov_upper}).")
+        if self.kl_cov_coef < 0:
+            raise ValueError(f"kl_cov_coef: must be ≥ 0, got {self.kl_cov_coef}.")
         if not 0 < self.rspo_gamma_min <= 1:
             raise ValueError(f"rspo_gamma_min: must be in (0, 1], got {self.rspo_gamma_min}.")
         if self.beta < 0:

@@ -9,6 +9,10 @@ and then, in TRL's order:
     term  += β · KL_estimator(log π_θ, log π_ref)           (kl_placement="loss", β ≠ 0)
     loss   = AGGREGATIONS[aggregation](term, mask)  − entropy bonus  + MoE aux loss
 
+A loss entry may declare `on_optimizer_step=fn(state, args) -> metrics`: called once per optimizer step in
+training (on the step's last micro-batch, after its loss) to update the loss's persistent state (adaptive
+coefficients); the returned numbers are logged.
+
 The generation side is extended by the mixins in `hooks/` (advantage estimators, KL control, dynamic sampling,
 router statistics), each overriding TRL's methods cooperatively through `super()`.
 """
@@ -145,6 +149,11 @@ class GRPOTrainer(*HOOK_MIXINS, TRLGRPOTrainer):
         if self.aux_loss_enabled:
             loss = loss + self.router_aux_loss_coef * aux_loss / context.accumulation_steps
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+
+        on_optimizer_step = self.loss_entry.options.get("on_optimizer_step")
+        if on_optimizer_step is not None and mode == "train" and self.accelerator.sync_gradients:
+            for name, value in (on_optimizer_step(self.zoo_state, self.args) or {}).items():
+                self._metrics[mode][name].append(value)
 
         if per_token_kl is not None:
             self._metrics[mode]["kl"].append(self._masked_mean(per_token_kl, mask))

@@ -23,11 +23,15 @@ def epsilon_bounds(args) -> tuple[float, float]:
 
 
 def ppo_clip_loss(batch: PolicyBatch, args) -> PolicyTerm:
-    eps_low, eps_high = epsilon_bounds(args)
     ratio = torch.exp(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
+    return clipped_surrogate(ratio, batch.advantages, args)
+
+
+def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, args) -> PolicyTerm:
+    """−min(r·Â, clip(r)·Â) (with `delta` and `dual_clip`) for any ratio: token (B, T) or sequence (B, 1)."""
+    eps_low, eps_high = epsilon_bounds(args)
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
     unclipped = ratio if getattr(args, "delta", None) is None else torch.clamp(ratio, max=args.delta)
-    advantages = batch.advantages
     objective = torch.min(unclipped * advantages, clipped * advantages)
     dual_clip = getattr(args, "dual_clip", None)
     if dual_clip is not None:

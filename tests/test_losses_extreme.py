@@ -1,0 +1,74 @@
+"""Extreme inputs give every registered loss a finite loss and finite gradients (under every aggregation).
+
+Log-ratios of ±50 (r = e^{±50}), rows with no completion token, a batch with no token at all, one-token
+completions. Losses that need inputs a plain batch does not have are skipped by their `requires_moe` option.
+"""
+
+import pytest
+import torch
+
+import trl_zoo
+from trl_zoo.aggregation import AggregationContext
+from trl_zoo.losses.base import PolicyBatch
+from trl_zoo.registry import AGGREGATIONS, LOSSES
+
+
+def extreme_log_ratio(shape, seed=0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    signs = torch.randint(0, 3, shape, generator=generator) - 1  # −1, 0, +1
+    return 50.0 * signs.float()
+
+
+CASES = {
+    "log_ratio_pm50": dict(mask=[[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 0, 0, 0, 0]], log_ratio=50.0),
+    "all_plus_50": dict(mask=[[1, 1, 1, 1, 1]] * 4, log_ratio="+50"),
+    "all_minus_50": dict(mask=[[1, 1, 1, 1, 1]] * 4, log_ratio="-50"),
+    "masked_rows": dict(mask=[[1, 1, 1, 0, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], log_ratio=0.5),
+    "fully_masked_batch": dict(mask=[[0, 0, 0, 0, 0]] * 4, log_ratio=0.5),
+    "one_token_completions": dict(mask=[[1]] * 4, log_ratio=50.0),
+}
+
+
+def make_case(case: str, token_advantages: bool) -> PolicyBatch:
+    spec = CASES[case]
+    mask = torch.tensor(spec["mask"], dtype=torch.float)
+    generator = torch.Generator().manual_seed(1)
+    logps = (-5 * torch.rand(mask.shape, generator=generator)).requires_grad_()
+    if spec["log_ratio"] == "+50":
+        log_ratio = torch.full(mask.shape, 50.0)
+    elif spec["log_ratio"] == "-50":
+        log_ratio = torch.full(mask.shape, -50.0)
+    elif spec["log_ratio"] == 50.0:
+        log_ratio = extreme_log_ratio(mask.shape)
+    else:
+        log_ratio = spec["log_ratio"] * torch.randn(mask.shape, generator=generator)
+    advantages = torch.tensor([[1.5], [-2.0], [0.0], [0.7]])
+    if token_advantages:
+        advantages = advantages * torch.rand(mask.shape, generator=generator)
+    return PolicyBatch(logps, logps.detach() - log_ratio, advantages, mask, ref_logps=logps.detach() + log_ratio)
+
+
+LOSS_NAMES = [name for name in LOSSES.names() if not LOSSES.get(name).options.get("requires_moe")]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_finite_loss_and_gradients(name, case):
+    args = trl_zoo.GRPOConfig(
+        output_dir="/tmp/trl_zoo_test_runs", loss_type=name, bf16=False, use_cpu=True, report_to="none", max_completion_length=5
+    )
+    for token_advantages in (False, True):
+        batch = make_case(case, token_advantages)
+        torch.manual_seed(0)
+        term = trl_zoo.LOSSES.get(name).obj(batch, args)
+        assert torch.isfinite(term.loss).all(), (name, case)
+        for metric in term.metrics.values():
+            value = metric[1] if isinstance(metric, tuple) else metric
+            assert torch.isfinite(value[batch.mask.expand_as(value) > 0] if value.shape == batch.mask.shape else value).all()
+        for aggregation in AGGREGATIONS.names():
+            loss, _ = AGGREGATIONS.get(aggregation).obj(term.loss, batch.mask, AggregationContext(max_completion_length=5))
+            (gradient,) = torch.autograd.grad(loss, batch.logps, retain_graph=True, allow_unused=True)
+            assert torch.isfinite(loss), (name, case, aggregation)
+            assert gradient is None or torch.isfinite(gradient).all(), (name, case, aggregation)
+            if gradient is not None:
+                assert (gradient[batch.mask == 0] == 0).all()  # padding never gets a gradient

@@ -1,0 +1,45 @@
+"""KL-Cov: a KL penalty on the highest-covariance tokens instead of a clip
+(The Entropy Mechanism of RL for Reasoning LMs, arXiv:2505.22617).
+
+    Cov_t = (log π_θ(y_t) − mean log π_θ) · (Â_t − mean Â)       means over the masked tokens of the micro-batch
+    I_KL  = the max(⌊kl_cov_ratio · N⌋, 1) masked tokens with the largest Cov_t   (N = masked tokens)
+    loss_t = −r_t·Â_t + [t ∈ I_KL] · kl_cov_coef · | log π_θ(y_t) − log π_old(y_t) |          (no clip anywhere)
+
+The penalty is |log r|, as in the paper's reference code (verl's `kl_cov`, "abs_kl"), not the k2 form (log r)²/2;
+it pulls a selected token back towards π_old with a constant-size force. Its gradient is 0 at r = 1 (on-policy),
+where the loss is REINFORCE's. `kl_cov/selected_fraction` logs |I_KL| / N.
+"""
+
+import torch
+
+from ..registry import LOSSES
+from .base import PolicyBatch, PolicyTerm, ratio_metrics
+from .clip_cov import token_covariance
+
+
+def top_covariance_tokens(batch: PolicyBatch, fraction: float) -> torch.Tensor:
+    """Boolean (B, T): the max(⌊fraction · N⌋, 1) masked tokens with the largest covariance."""
+    valid = batch.mask > 0
+    total = int(valid.sum().item())
+    count = min(max(int(fraction * total), 1), total)
+    scores = token_covariance(batch).masked_fill(~valid, float("-inf")).flatten()
+    selected = torch.zeros_like(scores, dtype=torch.bool)
+    selected[scores.topk(count).indices] = True
+    return selected.view_as(valid)
+
+
+@LOSSES.register(
+    "kl_cov",
+    description="−r·Â, plus a |log r| penalty on the top-covariance tokens (no clip)",
+    source="The Entropy Mechanism of RL for Reasoning LMs, arXiv:2505.22617",
+    aggregation="token_mean_global",
+    zero_advantage_is_inert=False,  # Â = 0 rows shift the covariance means and so the selection
+)
+def kl_cov_loss(batch: PolicyBatch, args) -> PolicyTerm:
+    ratio = torch.exp(batch.log_ratio)
+    selected = top_covariance_tokens(batch, args.kl_cov_ratio)
+    penalty = args.kl_cov_coef * batch.log_ratio.abs()
+    loss = -ratio * batch.advantages + torch.where(selected, penalty, 0.0)
+    metrics = {"kl_cov/selected_fraction": selected.float(), "kl_cov/abs_log_ratio": batch.log_ratio.abs().detach()}
+    metrics.update(ratio_metrics(ratio))
+    return PolicyTerm(loss, metrics)
