@@ -1,5 +1,102 @@
-"""Trainer hook: MoE router statistics for RSPO."""
+"""Trainer hook: MoE router statistics for losses that declare ``requires_moe=True`` (RSPO).
+
+Old side, once per generation batch: when TRL keeps old log-probs (``num_iterations > 1`` or generation not aligned
+with optimizer steps; otherwise every micro-batch is on-policy and γ ≡ 1 needs nothing), the sampling policy's
+routers are recorded in one no-grad forward right after TRL's scoring, before any update, and stored per completion
+token as (B, T, L, K) tensors: ``old_router_experts`` (each MoE layer's top-K expert indices, int16) and
+``old_router_logps`` (their router log-probs, float32). TRL shuffles and splits them along dim 0 with the batch.
+
+Loss side, per micro-batch: the trainer's single policy forward (`_get_per_token_logps_and_entropies`) runs with
+forward hooks on the routers that score the same old experts under the current router, detached, and the result is
+handed to the loss as ``router_logps`` in the batch extras. No second forward; the hooks are removed as soon as the
+forward returns, so gradient-checkpointing recomputation records nothing.
+
+The old side is its own forward rather than a capture of TRL's old-log-prob forward: that forward cannot be told
+apart from the reference forward of a PEFT model (same module, adapter disabled) without relying on TRL's call order,
+and inner hooks (dynamic sampling) may assemble the batch from several generation rounds.
+"""
+
+from __future__ import annotations
+
+import torch
+from trl.models.utils import disable_gradient_checkpointing
+
+from ..moe import RouterLogpsRecorder, find_routers
 
 
 class RouterStatsMixin:
-    """Not active yet: passes every call through to TRL."""
+    """Records old and current router log-probs for MoE losses; a pass-through for every other loss."""
+
+    _routers: tuple = ()  # set in __init__ for losses that need them
+    _router_capture_target: dict | None = None  # the micro-batch whose policy forward records the current routers
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        entry = getattr(self, "loss_entry", None)
+        if entry is not None and entry.options.get("requires_moe"):
+            self._routers = find_routers(self.model)
+            if not self._routers:
+                raise ValueError(
+                    f"loss_type: {entry.name!r} needs a Mixture-of-Experts model with router modules (Qwen2-MoE, "
+                    f"Qwen3-MoE, Mixtral, ...) but {type(self.model).__name__} has none; use a dense loss such as "
+                    f"'gmpo'."
+                )
+            if getattr(self.args, "skip_zero_advantage", False):
+                raise ValueError(
+                    f"skip_zero_advantage: not supported with loss_type {entry.name!r}, whose router statistics are "
+                    f"recorded for every sequence of the micro-batch; set skip_zero_advantage=False."
+                )
+
+    # ------------------------------------------------------------------ old routers, once per generation batch
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self._routers and self.model.training and "old_per_token_logps" in output:
+            output["old_router_experts"], output["old_router_logps"] = self._record_old_routers(output)
+        return output
+
+    def _record_old_routers(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        from ..trainer import _FORWARD_KEYS  # the multimodal inputs the policy forward passes through
+
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        completion_length = batch["completion_ids"].size(1)
+        with (
+            torch.no_grad(),
+            disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs),
+            RouterLogpsRecorder(self._routers, input_ids.size(1), completion_length) as recorder,
+        ):
+            self._get_per_token_logps_and_entropies(
+                self.model,
+                input_ids,
+                attention_mask,
+                completion_length,
+                batch_size=self.args.per_device_train_batch_size,
+                **{key: batch.get(key) for key in _FORWARD_KEYS},
+            )
+        return recorder.top_k()
+
+    # ------------------------------------------------------------------ current routers, inside the loss forward
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not self._routers or "old_router_experts" not in inputs:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self._router_capture_target = inputs
+        try:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self._router_capture_target = None
+            inputs.pop("router_logps", None)  # the buffered micro-batch is reused next iteration
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        target = self._router_capture_target
+        if target is None:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        self._router_capture_target = None  # exactly one capture: this loss's policy forward
+        experts = target["old_router_experts"]
+        with RouterLogpsRecorder(self._routers, input_ids.size(1), logits_to_keep, experts) as recorder:
+            result = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        target["router_logps"] = recorder.scored()
+        return result

@@ -1,0 +1,76 @@
+"""RSPO: router-shift policy optimisation for Mixture-of-Experts policies (seed 002 §8).
+
+GMPO's sign-aware log-space token clip and geometric mean (see `gmpo.py`), with each token also weighted by how
+little its routing drifted between the policy that sampled it and the policy being trained:
+
+    d_{i,t} = (1/L) Σ_ℓ (1/K) Σ_k | log p_φ^ℓ(e_k) − log p_φold^ℓ(e_k) |      e_k: old router's top-K at layer ℓ
+    γ_{i,t} = sg( max( exp(−d_{i,t}), γ_min ) )                               γ_min = `rspo_gamma_min`
+    S_i     = exp( (1/T_i) Σ_t m (δ̃_{i,t} + log γ_{i,t}) ) = ρ̄_i · Γ_i,      Γ_i = geometric mean of γ_{i,t}
+    J       = (1/G) Σ_i S_i · Â_i                                             loss_i = −S_i · Â_i
+
+δ̃ is GMPO's clipped log-ratio (range ±`gmpo_epsilon`), so γ is applied after the clip as in the paper.
+
+Sign choice. The seed writes S_i = [Π_t W_{i,t} γ_{i,t}]^{sgn(Â_i)/T_i}. For Â > 0 that is S_i above. For Â < 0 the
+exponent −1/T_i would turn γ into 1/γ ≥ 1 and *amplify* the tokens whose routing drifted, the opposite of what
+γ is for. Here γ enters with exponent +1/T_i for both signs, so Γ_i ∈ [γ_min, 1] always shrinks the sequence's term
+and its gradient: ∇J_i = Γ_i · ∇J_i^GMPO. A drifted token damps its whole sequence by γ_{i,t}^{1/T_i} (the seed's
+multiplicative, geometric-mean form); with γ ≡ 1 RSPO is exactly GMPO.
+
+Inputs (in ``batch.extras``, (B, T, L, K) each, filled by the trainer's router hook):
+``old_router_logps`` log p_φold^ℓ(e_k) recorded with the old policy's log-probs, and ``router_logps`` log p_φ^ℓ(e_k)
+of the same experts captured during this loss's own forward. Without them the batch is on-policy (the trainer
+records router statistics whenever TRL keeps old log-probs), and γ ≡ 1.
+"""
+
+import torch
+
+from ..registry import LOSSES
+from .base import PolicyBatch, PolicyTerm, ratio_metrics
+from .gmpo import clipped_log_ratio, geometric_mean_ratio
+
+
+def router_shift_drift(router_logps: torch.Tensor, old_router_logps: torch.Tensor) -> torch.Tensor:
+    """d_{i,t} = mean over layers and top-K experts of |log p_φ − log p_φold|, shape (B, T)."""
+    return (router_logps - old_router_logps).abs().mean(dim=(-1, -2))
+
+
+def router_shift_weight(batch: PolicyBatch, gamma_min: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """γ_{i,t} = max(exp(−d_{i,t}), γ_min), detached, 1 on masked positions; and where the floor binds (float)."""
+    current, old = batch.extras.get("router_logps"), batch.extras.get("old_router_logps")
+    if current is None and old is None:
+        ones = torch.ones_like(batch.mask, dtype=batch.logps.dtype)
+        return ones, torch.zeros_like(ones)
+    if current is None or old is None:
+        present = "old_router_logps" if current is None else "router_logps"
+        missing = "router_logps" if current is None else "old_router_logps"
+        raise ValueError(
+            f"loss_type 'rspo': batch.extras has {present!r} but not {missing!r}; train with trl_zoo.GRPOTrainer, "
+            f"which records both for Mixture-of-Experts models."
+        )
+    unfloored = torch.exp(-router_shift_drift(current.detach(), old.detach())).to(batch.logps.dtype)
+    valid = batch.mask > 0
+    gamma = torch.where(valid, unfloored.clamp(min=gamma_min), torch.ones_like(unfloored))
+    at_floor = (valid & (unfloored <= gamma_min)).to(batch.logps.dtype)
+    return gamma, at_floor
+
+
+@LOSSES.register(
+    "rspo",
+    description="GMPO with each token weighted by its MoE router shift γ = exp(−mean |Δ log p_router|) ≥ γ_min",
+    source="RSPO (router-shift policy optimisation), seed 002 §8",
+    aggregation="sequence_mean",
+    sequence_level=True,
+    requires_moe=True,
+)
+def rspo_loss(batch: PolicyBatch, args) -> PolicyTerm:
+    clipped, is_clipped = clipped_log_ratio(batch, args.gmpo_epsilon)
+    gamma, at_floor = router_shift_weight(batch, args.rspo_gamma_min)
+    score = geometric_mean_ratio(clipped + torch.log(gamma), batch)
+    metrics = {
+        "clip_ratio/region_mean": is_clipped,
+        "rspo/gamma_mean": gamma,
+        "rspo/gamma_min": ("min", gamma),
+        "rspo/gamma_floor_fraction": at_floor,
+    }
+    metrics.update(ratio_metrics(score, "rspo/sequence_score"))
+    return PolicyTerm(-score * batch.advantages.mean(-1, keepdim=True), metrics)
