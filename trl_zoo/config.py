@@ -75,6 +75,9 @@ class GRPOConfig(TRLGRPOConfig):
     ref_reset_steps: int | None = _help(
         "ProRL reference resets: every N optimizer steps the reference becomes the current policy. None: never."
     )
+    ref_reset_optimizer: bool = _help(
+        "ProRL: also clear the optimizer state (Adam moments) at each reference reset, as the paper does.", False
+    )
 
     # --- sampling and reward shaping ---
     dynamic_sampling: str | None = _help(

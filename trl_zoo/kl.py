@@ -1,8 +1,16 @@
-"""KL estimators of KL(π_θ ‖ π_ref) per token, with d = log π_θ − log π_ref (Schulman's k1/k2/k3).
+"""KL estimators of KL(π_θ ‖ π_ref) per token, with d = log π_θ − log π_ref (Schulman's k1/k2/k3), and the
+adaptive KL coefficient.
 
     k1 = d                 unbiased, can be negative
     k2 = d² / 2            biased, low variance, ≥ 0
     k3 = e^{−d} + d − 1    unbiased, ≥ 0 (GRPO's and TRL's)
+
+Adaptive β (Ziegler et al. 2019 / PPO's penalty form, DESIGN.md §4), after each optimizer step with the
+measured per-token KL:  KL > 1.5·target → β ← 2β;  KL < target/1.5 → β ← β/2;  otherwise β is kept.
+
+Where the KL goes (`kl_placement`): "loss" adds β·KL_t to every token's loss (GRPO); "reward" subtracts
+β Σ_t KL_t from the completion's reward before the advantage estimator (classic RLHF, RLOO), see
+`hooks/kl_control.py`.
 """
 
 import torch
@@ -25,3 +33,12 @@ def k2(logps: Tensor, ref_logps: Tensor) -> Tensor:
 @KL_ESTIMATORS.register("k3", description="e^{−d} + d − 1 (unbiased, ≥ 0; GRPO's)", source="Schulman 2020; GRPO")
 def k3(logps: Tensor, ref_logps: Tensor) -> Tensor:
     return torch.exp(ref_logps - logps) - (ref_logps - logps) - 1
+
+
+def adaptive_kl_coefficient(beta: float, observed_kl: float, target: float) -> float:
+    """β after one step of the doubling/halving controller: 2β above 1.5·target, β/2 below target/1.5."""
+    if observed_kl > 1.5 * target:
+        return beta * 2.0
+    if observed_kl < target / 1.5:
+        return beta / 2.0
+    return beta

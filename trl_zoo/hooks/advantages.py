@@ -1,5 +1,212 @@
-"""Trainer hook: advantage estimators from the advantage table."""
+"""Trainer hook: advantage estimators from the advantage table replace TRL's advantages.
+
+TRL computes the advantages inside `_generate_and_score_completions` from the rewards of the whole generation
+batch (all processes) and keeps this process's slice. With `advantage_estimator` set (or `kl_placement="reward"`,
+which needs the rewards before the baseline; the estimator is then "grpo", TRL's own), this hook
+
+1. captures the rewards TRL used: the result of `self._calculate_rewards` (rewards per function, gathered over
+   processes), taken at the call TRL makes, so reward shaping done by any mixin is included;
+2. lets TRL finish the batch (`super()._generate_and_score_completions`);
+3. builds R_i = Σ_k w_k R_{i,k} (NaN where every function returned None), subtracts β Σ_t KL_t for
+   `kl_placement="reward"` (`KLControlMixin.reward_kl_penalty`), gathers the extras the estimator declares
+   (completion mask, per-token penalty, ‖s‖² for `optimal_baseline`) over processes, runs the estimator on the
+   global batch and keeps this process's rows as TRL does (process index × local batch size). Per-token (N, T)
+   advantages are padded to the longest completion across processes and trimmed back to the local length.
+
+With `advantage_estimator=None` and `kl_placement="loss"` every call goes straight to TRL.
+
+‖s‖² for `optimal_baseline` needs Σ_v π(v)² per completion token. TRL's fused LM head computes it in its tiles
+(`log_sum_sq_probs`) without the full logits: at init a second fused head with that output enabled is built with
+TRL's `add_fused_lm_head` and kept aside (the model keeps TRL's head, so TRL's own passes cost nothing extra); one
+no-grad pass over the generation batch swaps it in and reads Σ_v π(v)² and log π (the latter reused for the reward
+KL when TRL has no old log-probs). That pass supports text models only.
+
+Logged: `advantages/mean`, `advantages/std`, `advantages/abs_max` over the scorable completions (tokens for
+per-token advantages) of the whole batch, and `kl_reward/penalty` (mean β Σ_t KL_t) for the reward placement.
+"""
+
+from __future__ import annotations
+
+import torch
+from accelerate.utils import is_peft_model
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import add_fused_lm_head
+
+from ..advantages import AdvantageInputs, score_sq_norms
+from ..registry import ADVANTAGES
+
+_FUSED_OUTPUTS_WITH_SQUARES = ("log_probs", "entropy", "log_sum_sq_probs")
+_MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "spatial_shapes", "image_sizes")
 
 
 class AdvantageMixin:
-    """Not active yet: passes every call through to TRL."""
+    """Replace TRL's advantages by the configured estimator's, computed over the global generation batch."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        name = self.args.advantage_estimator
+        if name is None and self.args.kl_placement == "reward":
+            name = "grpo"  # TRL's advantages, on the penalised rewards
+        self.advantage_entry = ADVANTAGES.get(name) if name is not None else None
+        if self.advantage_entry is None:
+            return
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "multi_objective_aggregation: advantage estimators work on the weighted sum of the rewards; "
+                "use 'sum_then_normalize' (or advantage_estimator=None with kl_placement='loss')."
+            )
+        if "score_sq_norms" in self.advantage_entry.options.get("needs", ()):
+            self._squares_forward = self._fused_forward_with_squares()
+
+    def _fused_forward_with_squares(self):
+        """TRL's fused LM head with `log_sum_sq_probs` on, as a forward kept aside (the model keeps TRL's)."""
+        target = self._lm_head_owner()
+        trl_forward = target.forward
+        add_fused_lm_head(
+            target,
+            temperature=self.temperature,
+            cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32,
+            outputs=_FUSED_OUTPUTS_WITH_SQUARES,
+        )
+        squares_forward, target.forward = target.forward, trl_forward
+        return squares_forward
+
+    def _lm_head_owner(self):
+        model = self.accelerator.unwrap_model(self.model)
+        return model.get_base_model() if is_peft_model(model) else model
+
+    def _generate_and_score_completions(self, inputs):
+        if self.advantage_entry is None:
+            return super()._generate_and_score_completions(inputs)
+        captured = []
+        calculate_rewards = self._calculate_rewards  # the outermost override, as TRL would call it
+
+        def capture_rewards(*args, **kwargs):
+            captured.append(calculate_rewards(*args, **kwargs))
+            return captured[-1]
+
+        self._calculate_rewards = capture_rewards  # instance attribute: shadows the method for this call only
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            del self._calculate_rewards
+        output["advantages"] = self._estimated_advantages(output, captured[-1])
+        return output
+
+    # ------------------------------------------------------------------ estimation
+    def _estimated_advantages(self, output: dict, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        mode = "train" if self.model.training else "eval"
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        local_rows, local_length = mask.shape
+
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+
+        policy_logps = output.get("old_per_token_logps")
+        norms = None
+        if "score_sq_norms" in self.advantage_entry.options.get("needs", ()):
+            pass_logps, norms = self._score_norm_pass(output, mask)
+            policy_logps = pass_logps if policy_logps is None else policy_logps
+            norms = self.accelerator.gather(norms)
+
+        penalty = None
+        if self.args.kl_placement == "reward" and output.get("ref_per_token_logps") is not None:
+            if policy_logps is None:
+                policy_logps = self._policy_logps(output)
+            penalty = self._gather_padded(self.reward_kl_penalty(output, policy_logps))
+            sequence_penalty = penalty.sum(-1)
+            rewards = rewards - sequence_penalty
+            self._metrics[mode]["kl_reward/penalty"].append(sequence_penalty[~unscorable].mean().item())
+
+        global_mask = self._gather_padded(mask)
+        estimator_inputs = AdvantageInputs(
+            rewards=rewards,
+            num_generations=num_generations,
+            mask=global_mask,
+            token_penalty=penalty,
+            score_sq_norms=norms,
+        )
+        advantages = self.advantage_entry.obj(estimator_inputs, self.args)
+        advantages = torch.nan_to_num(advantages, nan=0.0)
+        if advantages.dim() == 2:
+            advantages = advantages * global_mask
+        self._log_advantages(advantages, global_mask, unscorable, mode)
+
+        start = self.accelerator.process_index * local_rows
+        local = advantages[start : start + local_rows]
+        return local[:, :local_length] if local.dim() == 2 else local
+
+    def _gather_padded(self, values: torch.Tensor) -> torch.Tensor:
+        """Gather (B, T) rows of every process, padding T with zeros to the longest."""
+        return self.accelerator.gather(self.accelerator.pad_across_processes(values, dim=1, pad_index=0))
+
+    def _policy_logps(self, output: dict) -> torch.Tensor:
+        """log π(y_t) of the sampled tokens under the current policy, no grad (TRL's own log-prob pass)."""
+        from ..trainer import _FORWARD_KEYS  # the trainer imports this module
+
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        mode = "train" if self.model.training else "eval"
+        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model,
+                input_ids,
+                attention_mask,
+                output["completion_ids"].size(1),
+                batch_size=batch_size,
+                **{key: output.get(key) for key in _FORWARD_KEYS},
+            )
+        return logps
+
+    def _score_norm_pass(self, output: dict, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log π(y_t) (B, T), ‖s_i‖² (B,)) from one no-grad pass through TRL's fused LM head."""
+        if any(output.get(key) is not None for key in _MULTIMODAL_KEYS):
+            raise NotImplementedError("advantage_estimator='optimal_baseline' supports text-only models.")
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        length = output["completion_ids"].size(1)
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        labels[:, :-length] = -100
+        mode = "train" if self.model.training else "eval"
+        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        logps, log_squares = [], []
+        target = self._lm_head_owner()
+        trl_forward, target.forward = target.forward, self._squares_forward  # for this pass only
+        try:
+            with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+                for start in range(0, input_ids.size(0), batch_size):
+                    rows = slice(start, start + batch_size)
+                    with self.accelerator.autocast():
+                        fused = self.model(
+                            input_ids=input_ids[rows], attention_mask=attention_mask[rows], labels=labels[rows],
+                            fused_lm_head=True,
+                        )
+                    logps.append(fused.log_probs[:, -length:])
+                    log_squares.append(fused.log_sum_sq_probs[:, -length:])
+        finally:
+            target.forward = trl_forward
+        logps = torch.cat(logps).float()
+        return logps, score_sq_norms(logps, torch.cat(log_squares).float(), mask)
+
+    # ------------------------------------------------------------------ logging
+    def _log_advantages(self, advantages: torch.Tensor, mask: torch.Tensor, unscorable: torch.Tensor, mode: str):
+        if advantages.dim() == 2:
+            values = advantages[(mask * (~unscorable).unsqueeze(1)).bool()]
+            per_completion = (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        else:
+            values = advantages[~unscorable]
+            per_completion = advantages
+        if values.numel():
+            self._metrics[mode]["advantages/mean"].append(values.mean().item())
+            self._metrics[mode]["advantages/std"].append(values.std(unbiased=False).item())
+            self._metrics[mode]["advantages/abs_max"].append(values.abs().max().item())
+        # TRL logged its own advantages for the completions table: show ours instead
+        logged = self._logs["advantages"]
+        for _ in range(min(len(per_completion), len(logged))):
+            logged.pop()
+        logged.extend(per_completion.tolist())

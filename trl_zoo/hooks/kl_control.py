@@ -1,5 +1,136 @@
-"""Trainer hook: KL in the reward, adaptive KL coefficient and reference resets."""
+"""Trainer hook: KL in the reward, adaptive KL coefficient and reference resets.
+
+- ``kl_placement="reward"`` (classic RLHF, RLOO): per completion R' = R − β Σ_t KL_t, with KL_t the configured
+  estimator (`kl_estimator`) of log π_old(y_t) − log π_ref(y_t) at generation time. ``reward_kl_penalty`` gives
+  the per-token β·KL_t; the advantage hook subtracts it from the rewards before the estimator, so the penalty passes
+  through the baseline, and the trainer adds no KL term to the loss. TRL computes the reference log-probs because
+  β ≠ 0.
+- ``kl_target`` (adaptive β): after each optimizer step, with KL the mean per-token KL the loss measured over that
+  step's micro-batches: β ← 2β if KL > 1.5·target, β ← β/2 if KL < target/1.5 (`kl.adaptive_kl_coefficient`).
+  β lives in ``zoo_state["kl_coef"]``, read by the loss (placement "loss") and by the reward penalty (placement
+  "reward").
+- ``ref_reset_steps`` (ProRL, arXiv:2505.24864): every N optimizer steps the reference becomes the current policy.
+  With a separate reference model its weights are copied (TRL's `SyncRefModelCallback.sync_target_model` with
+  α = 1). With PEFT and no reference model, the active adapter is copied into a frozen adapter named "ref" (created
+  on the first reset), which TRL's `use_adapter(model, adapter_name="ref")` then uses for the reference log-probs.
+  ``ref_reset_optimizer=True`` also clears the optimizer state, as ProRL does. A generation batch already sampled
+  keeps the reference log-probs it was scored with: the new reference takes effect from the next generation.
+
+Per-step work runs in a `TrainerCallback.on_step_end`, which transformers calls once after every optimizer step
+(and before that step's log), so it sees the step's metrics and its result is logged with the step.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from accelerate.state import AcceleratorState
+from accelerate.utils import is_peft_model
+from transformers import TrainerCallback
+from trl.trainer.callbacks import SyncRefModelCallback
+
+from ..kl import adaptive_kl_coefficient
+
+REF_ADAPTER = "ref"  # the adapter name TRL's reference pass looks for
+
+
+class _OptimizerStepCallback(TrainerCallback):
+    """Calls the trainer's `_kl_control_step` after every optimizer step."""
+
+    def __init__(self, trainer):
+        self._trainer = weakref.ref(trainer)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        trainer = self._trainer()
+        if trainer is not None:
+            trainer._kl_control_step(state.global_step)
 
 
 class KLControlMixin:
-    """Not active yet: passes every call through to TRL."""
+    """KL penalty in the reward, adaptive β and ProRL reference resets (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._validate_kl_options()
+        if self.args.kl_target is not None:
+            self.zoo_state["kl_coef"] = float(self.beta)
+        if self.args.kl_target is not None or self.args.ref_reset_steps is not None:
+            self.add_callback(_OptimizerStepCallback(self))
+
+    def _validate_kl_options(self):
+        args = self.args
+        if args.beta == 0.0:
+            for name, active in (
+                ("kl_placement", args.kl_placement == "reward"),
+                ("kl_target", args.kl_target is not None),
+                ("ref_reset_steps", args.ref_reset_steps is not None),
+            ):
+                if active:
+                    raise ValueError(f"{name}: needs a KL coefficient; set beta > 0 (with beta = 0 there is no KL).")
+        if args.ref_reset_steps is not None:
+            if args.sync_ref_model:
+                raise ValueError(
+                    "ref_reset_steps: TRL's sync_ref_model also moves the reference; use only one of them."
+                )
+            deepspeed_plugin = AcceleratorState().deepspeed_plugin
+            if self.ref_model is None and deepspeed_plugin is not None and deepspeed_plugin.zero_stage == 3:
+                raise NotImplementedError(
+                    "ref_reset_steps: resetting a PEFT reference adapter under DeepSpeed ZeRO-3 is not supported."
+                )
+
+    # ------------------------------------------------------------------ KL in the reward
+    def reward_kl_penalty(self, output: dict, policy_logps: torch.Tensor) -> torch.Tensor | None:
+        """β·KL_t per completion token (zero elsewhere), (B, T), for kl_placement="reward"; None otherwise."""
+        ref_logps = output.get("ref_per_token_logps")
+        if self.args.kl_placement != "reward" or ref_logps is None:
+            return None
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        per_token_kl = self.kl_estimator(policy_logps, ref_logps)
+        return self.kl_coefficient * per_token_kl * mask
+
+    # ------------------------------------------------------------------ after each optimizer step
+    def _kl_control_step(self, global_step: int):
+        metrics = self._metrics["train"]
+        if self.args.kl_target is not None:
+            steps = getattr(self, "current_gradient_accumulation_steps", None) or self.args.gradient_accumulation_steps
+            measured = metrics.get("kl", [])[-steps:]  # this step's micro-batches: logged after the step
+            if measured:
+                observed = sum(measured) / len(measured)
+                self.zoo_state["kl_coef"] = adaptive_kl_coefficient(
+                    self.zoo_state["kl_coef"], observed, self.args.kl_target
+                )
+            metrics["kl_coef"].append(self.zoo_state["kl_coef"])
+        if self.args.ref_reset_steps is not None and global_step % self.args.ref_reset_steps == 0:
+            self.reset_reference()
+            self.zoo_state["ref_resets"] = self.zoo_state.get("ref_resets", 0) + 1
+            metrics["ref_resets"].append(float(self.zoo_state["ref_resets"]))
+
+    def reset_reference(self):
+        """Make the reference the current policy (and clear the optimizer state if `ref_reset_optimizer`)."""
+        model = self.accelerator.unwrap_model(self.model)
+        if self.ref_model is not None:
+            SyncRefModelCallback.sync_target_model(model, self.ref_model, alpha=1.0)
+        elif is_peft_model(model):
+            _copy_active_adapter_to_ref(model)
+        else:
+            raise RuntimeError("reset_reference: no reference model and no PEFT adapter to reset (is beta = 0?).")
+        if self.args.ref_reset_optimizer and self.optimizer is not None:
+            getattr(self.optimizer, "optimizer", self.optimizer).state.clear()
+
+
+def _copy_active_adapter_to_ref(model):
+    """Create (first time) or refresh the frozen adapter "ref" as an exact copy of the active adapter."""
+    active = model.active_adapter
+    if active == REF_ADAPTER:
+        raise RuntimeError("reset_reference: the active adapter is the reference adapter 'ref'.")
+    if REF_ADAPTER not in model.peft_config:
+        model.add_adapter(REF_ADAPTER, model.peft_config[active])  # stays inactive; its weights are set below
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if f".{active}." in name:
+                reference = model.get_parameter(name.replace(f".{active}.", f".{REF_ADAPTER}."))
+                reference.copy_(param)
+                reference.requires_grad_(False)

@@ -1,0 +1,226 @@
+"""Advantage estimators: the baseline (and scale) that turns rewards into advantages.
+
+An estimator is a pure function ``estimator(inputs: AdvantageInputs, args) -> Tensor`` of the rewards of a
+whole generation batch (all processes). Rewards come as N = P·G values, P groups of G = num_generations
+consecutive completions of the same prompt. It returns per-completion advantages (N,) or per-token advantages
+(N, T). ``args`` is the trainer's config (any object with ``advantage_std_unbiased``, ``advantage_epsilon`` and
+``scale_rewards``). A NaN reward marks an unscorable completion: it is left out of every baseline and its
+advantage comes back NaN (the trainer turns it into 0).
+
+With R_i the rewards of one group, mean and std over that group (std unbiased or population per
+``advantage_std_unbiased``), ε = ``advantage_epsilon``, l_i the completion lengths:
+
+========================  ===============================================================  ==========================
+name                      Â_i                                                              source
+========================  ===============================================================  ==========================
+grpo                      (R_i − mean R) / (std R + ε); `scale_rewards` "batch" takes the  GRPO, arXiv:2402.03300
+                          std over the batch, "none" skips it (TRL's behaviour)
+dr_grpo                   R_i − mean R                                                     Dr. GRPO, arXiv:2503.20783
+rloo                      R_i − mean_{j≠i} R_j  =  G/(G−1) · (R_i − mean R)                RLOO, arXiv:2402.14740
+reinforce                 R_i  (no baseline)                                               Williams 1992
+reinforce_batch_baseline  R_i − mean over the whole batch of R                             Williams 1992
+reinforce_pp              Â_{i,t} = whiten_batch( R_i − β Σ_{s≥t} KL_{i,s} )               REINFORCE++, 2501.03262
+reinforce_pp_baseline     Â_{i,t} = whiten_batch( R_i − mean R − β Σ_{s≥t} KL_{i,s} )      REINFORCE++, 2501.03262
+opo                       R_i − Σ_j l_j R_j / Σ_j l_j                                      OPO, arXiv:2505.23585
+optimal_baseline          R_i − Σ_j ‖s_j‖² R_j / Σ_j ‖s_j‖²                                seed 000 §3.1
+========================  ===============================================================  ==========================
+
+whiten_batch(x) = (x − mean x) / (std x + ε) over every completion token of the batch (REINFORCE++'s global
+normalisation), or over the completions when no mask is given. The KL terms are only there with
+``kl_placement="reward"``; there ``R_i`` already is R_i − β Σ_t KL_{i,t} for every estimator (the penalty passes
+through the baseline), and REINFORCE++ distributes it as a return-to-go per token.
+
+‖s_j‖² is the squared norm of the score ∇ log π(y_j) taken in logit space: for the logits z_t of step t,
+∇_{z_t} log π(y_t) = e_{y_t} − π_t, so ‖s_j‖² = Σ_t ‖e_{y_t} − π_t‖² = Σ_t (1 − 2π_t(y_t) + Σ_v π_t(v)²).
+b* = E[R ‖s‖²] / E[‖s‖²] is the variance-minimising baseline (seed 000, §3.1); in logit space it needs no
+gradient pass, only Σ_v π(v)² per token, which TRL's fused LM head computes without the full logits. OPO's
+length-weighted baseline is the same b* under the approximation ‖s_j‖² ∝ l_j.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .registry import ADVANTAGES
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class AdvantageInputs:
+    """Rewards of a generation batch plus the per-completion extras an estimator may declare (``needs=``)."""
+
+    rewards: Tensor  # (N,) R_i, NaN = unscorable; minus β Σ_t KL_t when kl_placement="reward"
+    num_generations: int  # G: groups are G consecutive entries
+    mask: Tensor | None = None  # (N, T) completion tokens
+    token_penalty: Tensor | None = None  # (N, T) β·KL_t per token, masked, when kl_placement="reward"
+    score_sq_norms: Tensor | None = None  # (N,) ‖s_i‖² in logit space (needs="score_sq_norms")
+
+    def __post_init__(self):
+        if self.rewards.dim() != 1:
+            raise ValueError(f"rewards: expected shape (N,), got {tuple(self.rewards.shape)}.")
+        if self.num_generations < 1 or self.rewards.numel() % self.num_generations:
+            raise ValueError(
+                f"num_generations: {self.rewards.numel()} rewards do not split into groups of {self.num_generations}."
+            )
+
+    @property
+    def grouped(self) -> Tensor:
+        """Rewards as (P, G)."""
+        return self.rewards.view(-1, self.num_generations)
+
+    @property
+    def lengths(self) -> Tensor:
+        """l_i = number of completion tokens, (N,)."""
+        if self.mask is None:
+            raise ValueError("This estimator needs the completion mask (completion lengths); pass mask=.")
+        return self.mask.sum(-1).to(self.rewards.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+def nan_std(values: Tensor, dim=None, unbiased: bool = True, keepdim: bool = False) -> Tensor:
+    """Standard deviation ignoring NaNs; unbiased (N−1) or population (N). NaN where fewer than 2 (1) values."""
+    mean = torch.nanmean(values, dim=dim, keepdim=True)
+    count = (~torch.isnan(values)).sum(dim=dim, keepdim=True).to(values.dtype)
+    squares = torch.nansum((values - mean) ** 2, dim=dim, keepdim=True)
+    divisor = count - 1 if unbiased else count
+    std = torch.sqrt(squares / divisor.where(divisor > 0, torch.full_like(divisor, float("nan"))))
+    return std if keepdim or dim is None else std.squeeze(dim)
+
+
+def group_mean(inputs: AdvantageInputs) -> Tensor:
+    """mean over each group (NaN-aware), broadcast back to (N,)."""
+    return torch.nanmean(inputs.grouped, dim=1, keepdim=True).expand_as(inputs.grouped).reshape(-1)
+
+
+def weighted_group_baseline(inputs: AdvantageInputs, weights: Tensor) -> Tensor:
+    """b = Σ_j w_j R_j / Σ_j w_j per group over scorable completions, (N,). Falls back to the mean where Σ w = 0."""
+    rewards = inputs.grouped
+    weights = weights.to(rewards.dtype).view_as(rewards).masked_fill(torch.isnan(rewards), 0.0)
+    total = weights.sum(1, keepdim=True)
+    safe_total = total.where(total > 0, torch.ones_like(total))
+    weighted = (weights * rewards.nan_to_num(0.0)).sum(1, keepdim=True) / safe_total
+    baseline = torch.where(total > 0, weighted, torch.nanmean(rewards, dim=1, keepdim=True))
+    return baseline.expand_as(rewards).reshape(-1)
+
+
+def whiten(values: Tensor, mask: Tensor | None, unbiased: bool, epsilon: float) -> Tensor:
+    """(x − mean) / (std + ε) over the masked entries of the batch (NaN rows excluded)."""
+    if mask is None:
+        return (values - torch.nanmean(values)) / (nan_std(values, unbiased=unbiased) + epsilon)
+    selected = values.masked_fill(mask == 0, float("nan"))
+    return (values - torch.nanmean(selected)) / (nan_std(selected, unbiased=unbiased) + epsilon)
+
+
+def _reinforce_pp_returns(inputs: AdvantageInputs, rewards: Tensor) -> Tensor:
+    """Per-token return R_i − Σ_{s≥t} p_{i,s} = R'_i + Σ_{s<t} p_{i,s} (R' already carries −Σ_s p_s); (N, T)."""
+    if inputs.mask is None:
+        return rewards
+    returns = rewards.unsqueeze(1).expand(inputs.mask.shape).clone()
+    if inputs.token_penalty is not None:
+        penalty = inputs.token_penalty * inputs.mask
+        returns = returns + (penalty.cumsum(-1) - penalty)
+    return returns
+
+
+# ---------------------------------------------------------------------------------------------------- estimators
+@ADVANTAGES.register(
+    "grpo",
+    description="(R − group mean) / (group std + ε); TRL's default (scale_rewards picks group/batch/none)",
+    source="GRPO, arXiv:2402.03300",
+)
+def grpo_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    centred = inputs.rewards - group_mean(inputs)
+    scale = getattr(args, "scale_rewards", "group")
+    if scale == "none":
+        return centred
+    unbiased = args.advantage_std_unbiased
+    if scale == "group":
+        if inputs.num_generations == 1:
+            return centred  # TRL: std 0 for singleton groups (eval with num_generations_eval=1)
+        std = nan_std(inputs.grouped, dim=1, unbiased=unbiased, keepdim=True).expand_as(inputs.grouped).reshape(-1)
+    elif scale == "batch":
+        std = nan_std(inputs.rewards, unbiased=unbiased).expand_as(inputs.rewards)
+    else:
+        raise ValueError(f"scale_rewards: got {scale!r}; use 'group', 'batch' or 'none'.")
+    return centred / (std + args.advantage_epsilon)
+
+
+@ADVANTAGES.register("dr_grpo", description="R − group mean (no std scaling)", source="Dr. GRPO, arXiv:2503.20783")
+def dr_grpo_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    return inputs.rewards - group_mean(inputs)
+
+
+@ADVANTAGES.register(
+    "rloo", description="leave-one-out: R_i − mean_{j≠i} R_j", source="RLOO (Ahmadian et al.), arXiv:2402.14740"
+)
+def rloo_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    rewards = inputs.grouped
+    scorable = (~torch.isnan(rewards)).sum(1, keepdim=True).to(rewards.dtype)
+    others = torch.nansum(rewards, 1, keepdim=True) - rewards
+    # a completion with no scorable sibling has no baseline: NaN, zeroed by the trainer
+    baseline = others / (scorable - 1).where(scorable > 1, torch.full_like(scorable, float("nan")))
+    return (rewards - baseline).reshape(-1)
+
+
+@ADVANTAGES.register("reinforce", description="R (no baseline)", source="Williams 1992")
+def reinforce_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    return inputs.rewards.clone()
+
+
+@ADVANTAGES.register(
+    "reinforce_batch_baseline", description="R − mean of R over the whole batch", source="Williams 1992"
+)
+def reinforce_batch_baseline_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    return inputs.rewards - torch.nanmean(inputs.rewards)
+
+
+@ADVANTAGES.register(
+    "reinforce_pp",
+    description="REINFORCE++: per-token return R − β Σ_{s≥t} KL_s, whitened over the batch's tokens",
+    source="REINFORCE++, arXiv:2501.03262",
+    token_level=True,
+)
+def reinforce_pp_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    returns = _reinforce_pp_returns(inputs, inputs.rewards)
+    return whiten(returns, inputs.mask, args.advantage_std_unbiased, args.advantage_epsilon)
+
+
+@ADVANTAGES.register(
+    "reinforce_pp_baseline",
+    description="REINFORCE++-baseline: R − group mean, then per-token return, whitened over the batch's tokens",
+    source="REINFORCE++, arXiv:2501.03262",
+    token_level=True,
+)
+def reinforce_pp_baseline_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    returns = _reinforce_pp_returns(inputs, inputs.rewards - group_mean(inputs))
+    return whiten(returns, inputs.mask, args.advantage_std_unbiased, args.advantage_epsilon)
+
+
+@ADVANTAGES.register(
+    "opo",
+    description="R − length-weighted group mean Σ l_j R_j / Σ l_j",
+    source="OPO, arXiv:2505.23585",
+)
+def opo_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    return inputs.rewards - weighted_group_baseline(inputs, inputs.lengths)
+
+
+@ADVANTAGES.register(
+    "optimal_baseline",
+    description="R − b*, b* = Σ ‖s_j‖² R_j / Σ ‖s_j‖² (variance-minimising, score norm in logit space)",
+    source="seed 000 §3.1 (Weaver & Tao 2001; Greensmith et al. 2004)",
+    needs=("score_sq_norms",),
+)
+def optimal_baseline_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    if inputs.score_sq_norms is None:
+        raise ValueError("optimal_baseline needs score_sq_norms (‖s‖² per completion); pass score_sq_norms=.")
+    return inputs.rewards - weighted_group_baseline(inputs, inputs.score_sq_norms)
+
+
+def score_sq_norms(logps: Tensor, log_sum_sq_probs: Tensor, mask: Tensor) -> Tensor:
+    """‖s_i‖² = Σ_t m_t (1 − 2π_t(y_t) + Σ_v π_t(v)²) from log π(y_t) and log Σ_v π(v)², (N,)."""
+    per_token = 1.0 - 2.0 * logps.exp() + log_sum_sq_probs.exp()
+    return (per_token.clamp(min=0.0) * mask).sum(-1)
