@@ -1,5 +1,464 @@
-"""Trainer hook: dynamic sampling and overlong reward shaping."""
+"""Trainer hook: dynamic sampling, the soft overlong punishment and skipping zero-advantage sequences.
+
+Dynamic sampling (`dynamic_sampling`, formulas in `trl_zoo/sampling.py`)
+    `_generate_and_score_completions` lets TRL (and the advantage mixins below this one) generate and score the
+    local generation batch, reads the task rewards of the whole batch (all processes) that `_calculate_rewards`
+    returned, and hands the scored round to the sampler from the sampler table. `resample` may ask for more
+    rounds: their prompts come from a stream of its own over the training set (TRL's `RepeatSampler` with one
+    repeat, seeded with `seed + 1`), each process taking its slice of a generation batch as the training dataloader
+    does. The kept groups are then moved to their place in the new batch: every tensor is padded to the widest
+    process (prompts on the left, completions on the right), gathered, and each process takes its
+    `generation_batch_size / num_processes` rows, so every process ends with the same number of rows and the
+    groups stay whole. Columns that are padding in every local row are trimmed, and `num_items_in_batch` is
+    recomputed over the kept tokens of all processes. Old, reference and sampling log-probs travel with their rows;
+    when rounds differ in prompt width a row's left padding changes, which leaves rotary-position models unchanged
+    (attention depends on relative positions) up to float rounding. Advantages are those of the round a group was
+    generated in: exact for per-group estimators; batch-level statistics (`scale_rewards="batch"`) come from that
+    round. Multimodal inputs cannot be regrouped yet (use `reweight`).
+
+Soft overlong punishment (`overlong_buffer_length`, formula in `trl_zoo/rewards.py`)
+    Appended to the reward functions before TRL's constructor runs (weight 1 when `reward_weights` is set).
+
+skip_zero_advantage
+    A sequence whose advantages are all exactly 0 adds nothing to the loss or its gradient when its term is 0 by
+    construction (every term proportional to Â), β = 0 and there is no entropy bonus, high-entropy mask or MoE
+    auxiliary loss. The policy forward then runs on the other rows only, and the skipped rows get log π_θ =
+    log π_old (detached; ratio 1, term 0), so every normaliser (sequence count, token count, num_items_in_batch) is
+    unchanged and the loss and gradient are the same. Their entropies are set to the mean entropy of the computed
+    rows, so the logged entropy is that of the trained sequences. At least one row always runs, so distributed
+    wrappers see a forward on every process. A loss entry may declare `zero_advantage_is_inert=True/False`; an
+    undeclared loss is probed once at start-up with a synthetic off-policy batch (its Â = 0 rows must have a zero
+    term and gradient, and changing their log-probs must not change the other rows' terms).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import warnings
+
+import torch
+from accelerate.utils import gather_object
+from datasets import IterableDataset
+from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
+
+from ..losses.base import PolicyBatch
+from ..registry import SAMPLERS
+from ..rewards import SoftOverlongPunishment
+from ..sampling import Round, group_reward_spread
+
+# How each per-row tensor of TRL's batch is padded when rows of different widths are stacked.
+_PROMPT_KEYS = {"prompt_ids": "pad", "prompt_mask": 0}
+_TOKEN_KEYS = {
+    "completion_ids": "pad",
+    "completion_mask": 0,
+    "tool_mask": 1,
+    "old_per_token_logps": 0.0,
+    "ref_per_token_logps": 0.0,
+    "sampling_per_token_logps": 0.0,
+}
 
 
 class DynamicSamplingMixin:
-    """Not active yet: passes every call through to TRL."""
+    """`dynamic_sampling`, `overlong_buffer_length` and `skip_zero_advantage` (see the module docstring)."""
+
+    sampler = None  # the sampler table's function, or None
+    skip_zero_advantage = False
+    _rewards_per_func = None  # the last scoring's rewards, (rows of all processes, reward functions)
+    _prompt_stream = None  # the sampler's own generation batches, made on first use
+    _skipping_context = None  # the micro-batch of the loss call in flight, while skip_zero_advantage is on
+
+    def __init__(self, model, reward_funcs=None, args=None, *positional, **kwargs):
+        if args is not None and getattr(args, "overlong_buffer_length", None) is not None:
+            reward_funcs, args, positional, kwargs = _with_soft_overlong_punishment(reward_funcs, args, positional, kwargs)
+        super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        self.sampler = SAMPLERS.get(self.args.dynamic_sampling).obj if self.args.dynamic_sampling else None
+        self.skip_zero_advantage = bool(self.args.skip_zero_advantage) and self._check_zero_advantage_skip()
+
+    # ------------------------------------------------------------------ dynamic sampling
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        self._rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        return self._rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        if self.sampler is None or not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        session = _GenerationRounds(self, super()._generate_and_score_completions, inputs)
+        sampled = self.sampler(session, self.args)
+        for name, value in sampled.metrics.items():
+            self._metrics["train"][name].append(value)
+        return sampled.batch
+
+    def task_rewards(self) -> torch.Tensor:
+        """(rows of the generation batch, all processes): weighted sum of the task rewards of the last scoring,
+        NaN where every task reward is missing. The soft overlong punishment is not a task reward."""
+        rewards_per_func = self._rewards_per_func
+        columns = [i for i, fn in enumerate(self.reward_funcs) if not isinstance(fn, SoftOverlongPunishment)]
+        task = rewards_per_func[:, columns]
+        weights = self.reward_weights.to(task.device)[columns]
+        rewards = (task * weights).nansum(dim=1)
+        return rewards.masked_fill(torch.isnan(task).all(dim=1), float("nan"))
+
+    def next_prompt_batch(self) -> list:
+        """This process's slice of the next generation batch of the sampler's own prompt stream."""
+        if self._prompt_stream is None:
+            self._prompt_stream = self._local_generation_batches()
+        return [dict(row) if isinstance(row, dict) else row for row in next(self._prompt_stream)]
+
+    def _local_generation_batches(self):
+        dataset = self.train_dataset
+        size = self.args.generation_batch_size
+        local = size // self.accelerator.num_processes
+        start = self.accelerator.process_index * local
+        prompts_per_batch = size // self.num_generations
+        if isinstance(dataset, IterableDataset):
+            source = dataset.shuffle(seed=self.args.seed + 1) if self.shuffle_dataset else dataset
+            for epoch in itertools.count():
+                if hasattr(source, "set_epoch"):
+                    source.set_epoch(epoch)
+                repeated = repeat_iterable_dataset(source, self.num_generations, prompts_per_batch, repeat_count=1)
+                rows, produced = [], False
+                for row in repeated:
+                    rows.append(row)
+                    if len(rows) == size:
+                        produced = True
+                        yield rows[start : start + local]
+                        rows = []
+                if not produced:
+                    raise ValueError(_too_small_message(prompts_per_batch))
+        if hasattr(self, "_remove_unused_columns") and hasattr(dataset, "column_names"):
+            dataset = self._remove_unused_columns(dataset, description="Training")
+        sampler = RepeatSampler(
+            dataset,
+            mini_repeat_count=self.num_generations,
+            batch_size=prompts_per_batch,
+            repeat_count=1,
+            shuffle=self.shuffle_dataset,
+            seed=self.args.seed + 1,
+        )
+        while True:
+            indices = list(sampler)  # one epoch; the sampler's generator reshuffles on every pass
+            if not indices:
+                raise ValueError(_too_small_message(prompts_per_batch))
+            for offset in range(0, len(indices), size):
+                yield [dataset[i] for i in indices[offset : offset + size][start : start + local]]
+
+    # ------------------------------------------------------------------ skip_zero_advantage
+    def _check_zero_advantage_skip(self) -> bool:
+        reasons = []
+        if self.beta != 0.0:
+            reasons.append(f"beta={self.beta} (the KL term depends on every row)")
+        if self._entropy_bonus_enabled:
+            reasons.append("an entropy bonus (entropy_coef or an entropy target)")
+        if self.top_entropy_quantile < 1.0:
+            reasons.append(f"top_entropy_quantile={self.top_entropy_quantile} (the mask's quantile spans every row)")
+        if self.aux_loss_enabled:
+            reasons.append("the MoE router auxiliary loss (router_aux_loss_coef)")
+        if reasons:
+            raise ValueError(
+                f"skip_zero_advantage: sequences with Â = 0 still contribute through {', '.join(reasons)}; "
+                f"set skip_zero_advantage=False or remove them."
+            )
+        entry = self.loss_entry
+        declared = entry.options.get("zero_advantage_is_inert")
+        if declared is False:
+            raise ValueError(
+                f"skip_zero_advantage: the loss {entry.name!r} declares that sequences with Â = 0 still change the "
+                f"loss; set skip_zero_advantage=False."
+            )
+        if declared is None:
+            problem = zero_advantage_probe(entry.obj, self.args)
+            if problem:
+                raise ValueError(
+                    f"skip_zero_advantage: the loss {entry.name!r} is not inert for Â = 0 ({problem}); set "
+                    f"skip_zero_advantage=False, or declare zero_advantage_is_inert in the loss entry."
+                )
+        return True
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not self.skip_zero_advantage or not self.model.training:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self._skipping_context = inputs
+        try:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            self._skipping_context = None
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+        compute_aux_loss=False, **multimodal,
+    ):
+        inputs = self._skipping_context
+        full = (model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss)
+        if inputs is None or compute_aux_loss or not _is_policy_forward(inputs, input_ids, logits_to_keep):
+            return super()._get_per_token_logps_and_entropies(*full, **multimodal)
+        self._skipping_context = None  # one policy forward per loss call
+        if any(value is not None for value in multimodal.values()):
+            warnings.warn("skip_zero_advantage: multimodal inputs are not sliced by row; running the full forward.")
+            return super()._get_per_token_logps_and_entropies(*full, **multimodal)
+        advantages = inputs["advantages"]
+        active = (advantages != 0).reshape(advantages.size(0), -1).any(dim=1)
+        if bool(active.all()):
+            return super()._get_per_token_logps_and_entropies(*full)
+        if not bool(active.any()):
+            active[0] = True  # a forward on every process keeps DDP / ZeRO in step; the row adds 0 anyway
+        rows = active.nonzero().flatten()
+        logps, entropies, _ = super()._get_per_token_logps_and_entropies(
+            model, input_ids[rows], attention_mask[rows], logits_to_keep, batch_size, compute_entropy, False
+        )
+        old = inputs.get("old_per_token_logps")
+        # on-policy batches have no old log-probs: the trainer then uses sg(log π_θ), so any value gives ratio 1
+        fill = old.detach() if old is not None else torch.zeros_like(logps[:1]).expand(input_ids.size(0), -1)
+        full_logps = fill.to(logps.dtype).index_copy(0, rows, logps)
+        full_entropies = None
+        if compute_entropy:
+            mask = inputs["completion_mask"][rows].to(entropies.dtype)
+            mean_entropy = ((entropies * mask).sum() / mask.sum().clamp(min=1.0)).detach()
+            full_entropies = mean_entropy.expand(input_ids.size(0), entropies.size(1)).index_copy(0, rows, entropies)
+        return full_logps, full_entropies, None
+
+
+def _is_policy_forward(inputs, input_ids, logits_to_keep) -> bool:
+    """True when this forward scores exactly the completions of the micro-batch in the loss call."""
+    completion_ids = inputs.get("completion_ids")
+    if completion_ids is None or "advantages" not in inputs:
+        return False
+    return (
+        completion_ids.size(1) == logits_to_keep
+        and input_ids.size(0) == completion_ids.size(0)
+        and torch.equal(input_ids[:, -logits_to_keep:], completion_ids)
+    )
+
+
+def zero_advantage_probe(loss_fn, args, seed: int = 0) -> str | None:
+    """Check on synthetic off-policy batches that rows with Â = 0 are inert for `loss_fn`; return what failed.
+
+    Inert: whatever their log-probs and entropies (the originals, log π_old as skipping sets them, far-off values)
+    and even with those rows removed from the batch, their term and its gradient are 0 and every other row's term
+    and gradient are bit-for-bit the same. The global RNG is left untouched; losses that draw random numbers draw
+    the same ones in every run. A probe cannot prove inertness: losses that couple rows should declare
+    `zero_advantage_is_inert=False` in their entry.
+    """
+    with torch.random.fork_rng(devices=[]):
+        generator = torch.Generator().manual_seed(seed)
+
+        def noise(*shape, scale=1.0):
+            return scale * torch.randn(*shape, generator=generator)
+
+        rows, width = 8, 12
+        advantages = torch.tensor([[0.0], [2.5], [0.0], [-1.5], [0.0], [3.0], [-2.0], [0.0]])
+        inert = advantages.squeeze(1) == 0
+        old_logps = noise(rows, width, scale=0.6) - 2.0
+        logps = old_logps + noise(rows, width, scale=0.4)
+        ref_logps = old_logps + noise(rows, width, scale=0.3)
+        entropies = noise(rows, width).abs()
+        mask = torch.ones(rows, width)
+        mask[1, 9:] = 0
+        mask[2, 5:] = 0
+        mask[6, 11:] = 0
+
+        def run(inert_logps, keep):
+            current = torch.where(inert.unsqueeze(1), inert_logps, logps)[keep].requires_grad_(True)
+            current_entropies = torch.where(inert.unsqueeze(1), entropies.mean(), entropies)[keep]
+            batch = PolicyBatch(
+                logps=current, old_logps=old_logps[keep], advantages=advantages[keep], mask=mask[keep],
+                ref_logps=ref_logps[keep], entropies=current_entropies,
+            )
+            torch.manual_seed(seed)
+            term = loss_fn(batch, args).loss
+            term_mask = mask[keep] if term.size(1) == width else torch.ones_like(term)
+            (gradient,) = torch.autograd.grad((term * term_mask).sum(), current, allow_unused=True)
+            gradient = torch.zeros_like(current) if gradient is None else gradient
+            return (term * term_mask).detach(), gradient
+
+        everything = torch.ones(rows, dtype=torch.bool)
+        variants = [(logps, everything), (old_logps, everything), (old_logps - 4.0, everything),
+                    (old_logps + 1.5, everything), (logps, ~inert)]
+        try:
+            results = [run(inert_logps, keep) for inert_logps, keep in variants]
+        except Exception as error:  # a loss that needs inputs the probe cannot make up
+            return f"the probe could not run it: {type(error).__name__}: {error}"
+        reference_term, reference_gradient = results[0][0][~inert], results[0][1][~inert]
+        for (term, gradient), (_, keep) in zip(results, variants):
+            inert_kept = inert[keep]
+            if not torch.all(term[inert_kept] == 0):
+                return "its term is not 0 where Â = 0"
+            if not torch.all(gradient[inert_kept] == 0):
+                return "log π of a sequence with Â = 0 gets a gradient"
+            if not (torch.equal(term[~inert_kept], reference_term) and torch.equal(gradient[~inert_kept], reference_gradient)):
+                return "the other sequences' terms or gradients depend on the rows with Â = 0"
+    return None
+
+
+def _with_soft_overlong_punishment(reward_funcs, args, positional, kwargs):
+    """Append the soft overlong punishment to the reward functions (and to reward_weights / processing classes)."""
+    max_length = args.overlong_max_length or args.max_completion_length
+    punishment = SoftOverlongPunishment(max_length, args.overlong_buffer_length, args.overlong_penalty_factor)
+    funcs = [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, list) else [reward_funcs]
+    if any(isinstance(fn, SoftOverlongPunishment) for fn in funcs):
+        return reward_funcs, args, positional, kwargs
+    if args.reward_weights is not None:
+        args = copy.copy(args)  # the caller's config keeps its own list
+        args.reward_weights = [*args.reward_weights, 1.0]
+    positional = list(positional)
+    processing_index = 3  # (train_dataset, eval_dataset, processing_class, reward_processing_classes, ...)
+    classes = positional[processing_index] if len(positional) > processing_index else kwargs.get("reward_processing_classes")
+    if classes is not None:
+        classes = [*classes, None] if isinstance(classes, list) else [classes] * len(funcs) + [None]
+        if len(positional) > processing_index:
+            positional[processing_index] = classes
+        else:
+            kwargs = {**kwargs, "reward_processing_classes": classes}
+    return [*funcs, punishment], args, tuple(positional), kwargs
+
+
+def _too_small_message(prompts_per_batch: int) -> str:
+    return (
+        f"dynamic_sampling: the training set holds fewer than {prompts_per_batch} prompts, one generation batch "
+        f"(generation_batch_size / num_generations); add prompts or lower generation_batch_size."
+    )
+
+
+class _GenerationRounds:
+    """The `SamplingSession` of one training generation batch (see `trl_zoo.sampling.SamplingSession`)."""
+
+    def __init__(self, trainer, generate, first_inputs):
+        self.trainer = trainer
+        self.accelerator = trainer.accelerator
+        self._generate = generate
+        self.group_size = trainer.num_generations
+        self.num_groups = trainer.args.generation_batch_size // self.group_size
+        self.local_size = len(first_inputs)
+        self.rounds: list[Round] = []
+        self._score(first_inputs)
+
+    def generate_round(self) -> Round:
+        return self._score(self.trainer.next_prompt_batch())
+
+    def _score(self, inputs) -> Round:
+        batch = self._generate(inputs)
+        spread = group_reward_spread(self.trainer.task_rewards(), self.group_size).cpu()
+        start = self.accelerator.process_index * self.local_size
+        local_groups = torch.arange(start, start + self.local_size) // self.group_size
+        self.rounds.append(Round(batch, spread, local_groups))
+        return self.rounds[-1]
+
+    # ------------------------------------------------------------------ moving rows
+    def assemble(self, picks: list[tuple[int, int]]) -> dict:
+        if picks == [(0, group) for group in range(self.num_groups)]:
+            return self.rounds[0].batch  # nothing dropped: TRL's batch as it is
+        size = self.local_size
+        order = [(index, group * self.group_size + k) for index, group in picks for k in range(self.group_size)]
+        mine = order[self.accelerator.process_index * size : (self.accelerator.process_index + 1) * size]
+        used = sorted({index for index, _ in order})  # the same on every process: collectives stay matched
+        keys = list(self.rounds[0].batch)
+        for scored in self.rounds:
+            if list(scored.batch) != keys:
+                raise ValueError(f"dynamic_sampling: rounds returned different batch keys: {keys} vs {list(scored.batch)}.")
+        layouts = self._layouts([key for key in keys if key != "num_items_in_batch"])
+        batch = {}
+        for key, (side, pad_value) in layouts.items():
+            pieces = {}
+            for index in used:
+                tensor = self.rounds[index].batch[key]
+                if side != "row":
+                    tensor = self.accelerator.pad_across_processes(
+                        tensor, dim=1, pad_index=pad_value, pad_first=side == "left"
+                    )
+                pieces[index] = self.accelerator.gather(tensor)
+            batch[key] = _stack_rows(pieces, mine, side, pad_value)
+        self._trim_padding(batch, layouts)
+        mask = batch["completion_mask"] if "tool_mask" not in batch else batch["completion_mask"] * batch["tool_mask"]
+        batch["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        return batch
+
+    def _layouts(self, keys) -> dict[str, tuple[str, object]]:
+        """key -> (side, pad value): 'left' (prompt tokens), 'right' (completion tokens) or 'row' (per sequence)."""
+        pad_token = self.trainer._tokenizer.pad_token_id
+        layouts, undecided = {}, []
+        for key in keys:
+            values = [scored.batch[key] for scored in self.rounds]
+            if not all(isinstance(value, torch.Tensor) and value.dim() > 0 and value.size(0) == self.local_size for value in values):
+                raise ValueError(
+                    f"dynamic_sampling='resample' cannot regroup the batch entry {key!r} (not one row per completion; "
+                    f"multimodal inputs are not supported yet); use dynamic_sampling='reweight'."
+                )
+            if key in _PROMPT_KEYS:
+                layouts[key] = ("left", pad_token if _PROMPT_KEYS[key] == "pad" else _PROMPT_KEYS[key])
+            elif key in _TOKEN_KEYS:
+                layouts[key] = ("right", pad_token if _TOKEN_KEYS[key] == "pad" else _TOKEN_KEYS[key])
+            elif key == "importance_sampling_ratio":
+                per_token = self.trainer.vllm_importance_sampling_mode.startswith("token")
+                layouts[key] = ("right", 1.0) if per_token else ("row", None)
+            elif values[0].dim() < 2:
+                layouts[key] = ("row", None)
+            elif key == "advantages":
+                layouts[key] = ("right", 0.0)
+            else:
+                undecided.append(key)
+        if undecided:  # per-token iff as wide as the completions in every round on every process
+            local = [
+                all(scored.batch[key].size(1) == scored.batch["completion_ids"].size(1) for scored in self.rounds)
+                for key in undecided
+            ]
+            votes = gather_object([local])
+            for position, key in enumerate(undecided):
+                if all(vote[position] for vote in votes):
+                    layouts[key] = ("right", 0.0)
+                else:
+                    widths = gather_object([[scored.batch[key].size(1) for scored in self.rounds]])
+                    if len({width for per_process in widths for width in per_process}) > 1:
+                        raise ValueError(
+                            f"dynamic_sampling='resample' cannot regroup the batch entry {key!r}: its width varies and "
+                            f"is not the completion width; use dynamic_sampling='reweight'."
+                        )
+                    layouts[key] = ("row", None)
+        return layouts
+
+    def _trim_padding(self, batch, layouts):
+        """Drop columns that are padding in every local row (as TRL's own padding would have produced)."""
+        multiple = self.trainer.pad_to_multiple_of
+
+        def kept_width(used_columns: torch.Tensor) -> int:
+            positions = used_columns.nonzero().flatten()
+            width = used_columns.numel()
+            needed = 1 if positions.numel() == 0 else int(positions.max()) + 1
+            if multiple:
+                needed = min(width, -(-needed // multiple) * multiple)
+            return needed
+
+        if "prompt_mask" in batch:
+            width = batch["prompt_mask"].size(1)
+            keep = kept_width((batch["prompt_mask"] != 0).any(dim=0).flip(0))
+            for key, (side, _) in layouts.items():
+                if side == "left":
+                    batch[key] = batch[key][:, width - keep :]
+        pad_token = self.trainer._tokenizer.pad_token_id
+        used = (batch["completion_mask"] != 0) | (batch["completion_ids"] != pad_token)
+        keep = kept_width(used.any(dim=0))
+        for key, (side, _) in layouts.items():
+            if side == "right":
+                batch[key] = batch[key][:, :keep]
+
+
+def _stack_rows(pieces: dict[int, torch.Tensor], mine, side: str, pad_value) -> torch.Tensor:
+    """Rows `mine` = [(round, global row)] taken from the gathered `pieces`, padded to a common width."""
+    first = next(iter(pieces.values()))
+    shape = list(first.shape)
+    shape[0] = len(mine)
+    if side != "row":
+        shape[1] = max(piece.size(1) for piece in pieces.values())
+    out = torch.full(shape, pad_value if pad_value is not None else 0, dtype=first.dtype, device=first.device)
+    for index, piece in pieces.items():
+        positions = [position for position, (source, _) in enumerate(mine) if source == index]
+        if not positions:
+            continue
+        rows = piece[torch.tensor([row for source, row in mine if source == index], device=piece.device)]
+        target = torch.tensor(positions, device=piece.device)
+        if side == "left":
+            out[target, shape[1] - rows.size(1) :] = rows
+        elif side == "right":
+            out[target, : rows.size(1)] = rows
+        else:
+            out[target] = rows
+    return out

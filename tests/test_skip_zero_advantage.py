@@ -1,0 +1,134 @@
+"""skip_zero_advantage: sequences with Â = 0 leave the forward/backward, and the loss and gradients stay the same
+(to 1e-6) for every row-local loss, off-policy (num_iterations = 2, ratios ≠ 1) and with gradient accumulation.
+Losses or settings where Â = 0 rows still count are refused with a clear error."""
+
+import pytest
+import torch
+from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
+
+import trl_zoo
+from tests.scripts.resample_two_processes import half_constant_reward
+from tests.tiny import make_trainer
+from trl_zoo.hooks.sampling import zero_advantage_probe
+from trl_zoo.registry import AGGREGATIONS, LOSSES, Entry
+
+ROW_LOCAL_LOSSES = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "gmpo", "vespo"]
+
+
+def _use_loss(trainer, name):
+    trainer.args.loss_type = name
+    trainer.loss_entry = LOSSES.get(name)
+    trainer.aggregate = AGGREGATIONS.get(trainer.loss_entry.options["aggregation"]).obj
+
+
+def _relative_error(a, b):
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-12)).item()
+
+
+@pytest.fixture(scope="module")
+def setup():
+    trainer = make_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, reward_funcs=half_constant_reward, skip_zero_advantage=True,
+        num_iterations=2, gradient_accumulation_steps=2, max_completion_length=6,
+    )
+    assert trainer.skip_zero_advantage
+    torch.manual_seed(0)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    assert "old_per_token_logps" in batch
+    torch.manual_seed(3)
+    micro_batches = split_tensor_dict(shuffle_sequence_dict(batch), 2)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # move the policy away from π_old so that ratios ≠ 1 and the clips bite
+        for parameter in trainer.model.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    forwarded = []
+    trainer.model.register_forward_pre_hook(
+        lambda module, args, kwargs: forwarded.append(kwargs["input_ids"].size(0)), with_kwargs=True
+    )
+    return trainer, micro_batches, forwarded
+
+
+def _loss_and_gradients(trainer, micro_batches, forwarded, skip):
+    trainer.skip_zero_advantage = skip
+    trainer.model.zero_grad()
+    forwarded.clear()
+    losses = []
+    for micro_batch in micro_batches:
+        trainer.current_gradient_accumulation_steps = len(micro_batches)
+        loss = trainer.compute_loss(trainer.model, micro_batch)
+        loss.backward()
+        losses.append(loss.detach())
+    gradients = {name: p.grad.clone() for name, p in trainer.model.named_parameters() if p.grad is not None}
+    return torch.stack(losses), gradients, list(forwarded)
+
+
+@pytest.mark.parametrize("loss_type", ROW_LOCAL_LOSSES)
+def test_skipping_leaves_loss_and_gradients_unchanged(setup, loss_type):
+    trainer, micro_batches, forwarded = setup
+    _use_loss(trainer, loss_type)
+    assert trainer._check_zero_advantage_skip()
+    active_rows = [int((mb["advantages"] != 0).sum()) for mb in micro_batches]
+    assert 0 < active_rows[0] < 8 and active_rows[1] == 0  # a mixed micro-batch, and one with nothing to train
+
+    full_losses, full_gradients, full_rows = _loss_and_gradients(trainer, micro_batches, forwarded, skip=False)
+    skip_losses, skip_gradients, skip_rows = _loss_and_gradients(trainer, micro_batches, forwarded, skip=True)
+
+    assert full_rows == [mb["advantages"].numel() for mb in micro_batches]
+    assert skip_rows == [max(active, 1) for active in active_rows]  # only the rows with Â ≠ 0 ran
+    assert torch.any(full_losses != 0)
+    assert _relative_error(skip_losses, full_losses) <= 1e-6
+    assert full_gradients.keys() == skip_gradients.keys() and full_gradients
+    for name, gradient in full_gradients.items():
+        assert _relative_error(skip_gradients[name], gradient) <= 1e-6, name
+
+
+def test_logged_entropy_is_that_of_the_trained_rows(setup):
+    trainer, micro_batches, forwarded = setup
+    _use_loss(trainer, "grpo")
+    micro_batch = micro_batches[0]
+    with torch.no_grad():
+        _, entropies, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, torch.cat([micro_batch["prompt_ids"], micro_batch["completion_ids"]], 1),
+            torch.cat([micro_batch["prompt_mask"], micro_batch["completion_mask"]], 1),
+            micro_batch["completion_ids"].size(1), compute_entropy=True,
+        )
+    active = micro_batch["advantages"] != 0
+    mask = micro_batch["completion_mask"][active].float()
+    expected = ((entropies[active] * mask).sum() / mask.sum()).item()
+    trainer.skip_zero_advantage = True
+    trainer.compute_loss(trainer.model, micro_batch)
+    assert trainer._metrics["train"]["entropy"][-1] == pytest.approx(expected, rel=1e-5)
+
+
+def test_row_coupled_or_leaking_losses_are_refused(setup):
+    trainer, _, _ = setup
+
+    def leaks_when_advantage_is_zero(batch, args):  # an entropy-like term every row gets
+        return trl_zoo.PolicyTerm(-batch.advantages * batch.logps + 0.01 * batch.logps)
+
+    def couples_rows(batch, args):  # stop-gradient of the batch's lowest log-prob token, wherever it is
+        lowest = batch.logps.detach() == batch.logps.detach().min()
+        logps = torch.where(lowest, batch.logps.detach(), batch.logps)
+        return trl_zoo.PolicyTerm(-batch.advantages * logps)
+
+    assert zero_advantage_probe(leaks_when_advantage_is_zero, trainer.args) == "its term is not 0 where Â = 0"
+    assert "depend on the rows with Â = 0" in zero_advantage_probe(couples_rows, trainer.args)
+    for name in ROW_LOCAL_LOSSES:
+        assert zero_advantage_probe(LOSSES.get(name).obj, trainer.args) is None
+
+    entry = trainer.loss_entry
+    try:
+        trainer.loss_entry = Entry("leaky", leaks_when_advantage_is_zero, "test loss")
+        with pytest.raises(ValueError, match="^skip_zero_advantage: the loss 'leaky' is not inert for Â = 0"):
+            trainer._check_zero_advantage_skip()
+        trainer.loss_entry = Entry("declared", couples_rows, "test loss", options={"zero_advantage_is_inert": False})
+        with pytest.raises(ValueError, match="^skip_zero_advantage: the loss 'declared' declares"):
+            trainer._check_zero_advantage_skip()
+    finally:
+        trainer.loss_entry = entry
+
+
+def test_kl_term_is_refused_at_init():
+    with pytest.raises(ValueError, match=r"^skip_zero_advantage: .*beta=0.04"):
+        make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, skip_zero_advantage=True, beta=0.04)
