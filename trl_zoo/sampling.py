@@ -24,10 +24,11 @@ reweight — filter and reweight (seed 003)
 
     The zero-spread rows stay in the batch with Â = 0, so every process keeps its batch size, whole groups and
     TRL's split into micro-batches; they contribute no gradient (set `skip_zero_advantage=True` to also skip their
-    forward/backward). Every loss in the zoo is positively homogeneous in Â, so for per-sequence normalisers
-    (sequence_mean, sequence_sum, constant) the generation batch's loss equals the loss over the kept groups
-    alone; for token means (dapo, bnpo) 1/(1 − p) stands in for the ratio of all tokens to kept tokens, exact
-    when kept and dropped completions have the same mean length.
+    forward/backward). For losses positively homogeneous in Â (term(c·Â) = c·term(Â) for c > 0: the PPO-clip
+    family, CISPO, SAPO, GMPO, GSPO, VESPO, REINFORCE) and per-sequence normalisers (sequence_mean, sequence_sum,
+    constant) the generation batch's loss then equals the loss over the kept groups alone; for token means
+    (dapo, bnpo) 1/(1 − p) stands in for the ratio of all tokens to kept tokens, exact when kept and dropped
+    completions have the same mean length.
 
 A sampler is `fn(session: SamplingSession, args) -> SampledBatch`; the trainer's mixin provides the session
 (generation, scoring, moving rows between processes). Metrics (all logged under `dynamic_sampling/`):
