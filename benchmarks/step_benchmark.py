@@ -28,7 +28,7 @@ CUDA = torch.cuda.is_available()
 
 def synchronize():
     if CUDA:
-        synchronize()
+        torch.cuda.synchronize()
 
 
 def peak_gib() -> float:
