@@ -19,6 +19,7 @@ from .ppo_clip import epsilon_bounds
     description="clipped IS-weight (stop-grad) × Â × log π; no token loses its gradient",
     source="MiniMax-M1, arXiv:2506.13585",
     aggregation="token_mean_global",
+    zero_advantage_is_inert=True,
 )
 def cispo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     _, cap = epsilon_bounds(args)

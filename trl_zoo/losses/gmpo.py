@@ -34,6 +34,7 @@ def geometric_mean_ratio(log_ratio: torch.Tensor, batch: PolicyBatch) -> torch.T
     source="GMPO, arXiv:2507.20673",
     aggregation="sequence_mean",
     sequence_level=True,
+    zero_advantage_is_inert=True,
 )
 def gmpo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     clipped, is_clipped = clipped_log_ratio(batch, args.gmpo_epsilon)

@@ -50,4 +50,11 @@ _SOURCES = {
 }
 
 for _name, (_aggregation, _source, _description) in _SOURCES.items():
-    LOSSES.add(_name, ppo_clip_loss, description=_description, source=_source, aggregation=_aggregation)
+    LOSSES.add(
+        _name,
+        ppo_clip_loss,
+        description=_description,
+        source=_source,
+        aggregation=_aggregation,
+        zero_advantage_is_inert=True,
+    )

@@ -17,6 +17,7 @@ from .base import PolicyBatch, PolicyTerm, importance_log_weights, ratio_metrics
     description="soft sigmoid gate (4/τ)σ(τ(r−1)) with τ_pos/τ_neg, GRPO aggregation",
     source="SAPO, arXiv:2511.20347",
     aggregation="sequence_mean",
+    zero_advantage_is_inert=True,
 )
 def sapo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     ratio = torch.exp(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))

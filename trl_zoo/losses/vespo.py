@@ -19,6 +19,7 @@ from .base import PolicyBatch, PolicyTerm
     source="VESPO, arXiv:2602.10693",
     aggregation="token_mean_global",
     applies_sampling_ratio=True,
+    zero_advantage_is_inert=True,
 )
 def vespo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     phi = TRLGRPOTrainer.get_gamma_weights(
