@@ -57,6 +57,7 @@ class AdvantageInputs:
     mask: Tensor | None = None  # (N, T) completion tokens
     token_penalty: Tensor | None = None  # (N, T) β·KL_t per token, masked, when kl_placement="reward"
     score_sq_norms: Tensor | None = None  # (N,) ‖s_i‖² in logit space (needs="score_sq_norms")
+    values: Tensor | None = None  # (N, T) critic V(s_t) at generation time (needs="values"; trl_zoo.critic)
 
     def __post_init__(self):
         if self.rewards.dim() != 1:

@@ -78,6 +78,48 @@ class GRPOConfig(TRLGRPOConfig):
     ref_reset_optimizer: bool = _help(
         "ProRL: also clear the optimizer state (Adam moments) at each reference reset, as the paper does.", False
     )
+    gae_gamma: float = _help("GAE discount γ over completion tokens (advantage_estimator='gae'), in [0, 1].", 1.0)
+    gae_lambda: float = _help(
+        "GAE λ of the policy advantages, in [0, 1]: 0 is the one-step TD residual, 1 the Monte-Carlo return minus the "
+        "value. Replaced per completion by the length-adaptive λ when vapo_length_alpha is set.",
+        0.95,
+    )
+    gae_lambda_critic: float | None = _help(
+        "GAE λ of the value targets, in [0, 1]; None uses the policy's λ (classic PPO). VAPO decouples them with "
+        "1.0 (Monte-Carlo targets)."
+    )
+    gae_whiten: bool = _help("Whiten the GAE token advantages over the batch's completion tokens (mean 0, std 1).", True)
+    critic_model: str | None = _help(
+        "The critic of advantage_estimator='gae': 'adapter' (its own LoRA adapter on the shared frozen base plus a "
+        "scalar head; PEFT policies) or 'head' (an MLP head on the policy's detached last hidden states). None: "
+        "'adapter' for a PEFT policy, 'head' otherwise.",
+        None,
+        choices=["adapter", "head"],
+    )
+    value_coef: float = _help("Coefficient of the clipped value loss added to the policy loss (vf_coef).", 0.1)
+    value_clip: float | None = _help(
+        "ε_v of the clipped value loss: V is clipped to V_old ± ε_v. None: the plain squared error.", 0.2
+    )
+    value_learning_rate: float | None = _help(
+        "Learning rate of the critic's parameters (their own optimizer group, same schedule). None: learning_rate."
+    )
+    vapo_value_warmup_steps: int = _help(
+        "VAPO value pre-training: the first N optimizer steps train only the critic, on Monte-Carlo returns "
+        "(λ = 1); the policy loss is skipped. 0: none.",
+        0,
+    )
+    vapo_length_alpha: float | None = _help(
+        "VAPO length-adaptive GAE: λ_policy = 1 − 1/(α·ℓ) for a completion of ℓ tokens, clamped to [0, 1]. None "
+        "keeps gae_lambda. VAPO: 0.05."
+    )
+    vapo_positive_nll_coef: float = _help(
+        "VAPO positive-example LM loss μ: adds μ · token-mean NLL of the completions whose task reward exceeds "
+        "vapo_positive_reward_threshold. 0 disables it. VAPO: 0.1.",
+        0.0,
+    )
+    vapo_positive_reward_threshold: float = _help(
+        "Task reward above which a completion counts as correct for the positive-example LM loss.", 0.5
+    )
 
     # --- sampling and reward shaping ---
     dynamic_sampling: str | None = _help(
@@ -180,6 +222,39 @@ class GRPOConfig(TRLGRPOConfig):
             raise ValueError(
                 f"loss_aggregation: {aggregation!r} weights each sequence of the sequence-level loss "
                 f"{self.loss_type!r} by its length; use 'sequence_mean', or set allow_sequence_loss_token_sum=True."
+            )
+        self._validate_critic()
+
+    def _validate_critic(self):
+        """The critic's fields (advantage_estimator='gae', trl_zoo/critic.py)."""
+        for name in ("gae_gamma", "gae_lambda", "gae_lambda_critic"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 1:
+                raise ValueError(f"{name}: must be in [0, 1], got {value}.")
+        if self.critic_model not in (None, "adapter", "head"):
+            raise ValueError(f"critic_model: got {self.critic_model!r}; use 'adapter', 'head' or None.")
+        if self.value_coef < 0:
+            raise ValueError(f"value_coef: must be ≥ 0, got {self.value_coef}.")
+        for name in ("value_clip", "value_learning_rate", "vapo_length_alpha"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name}: must be > 0 (or None), got {value}.")
+        if self.vapo_value_warmup_steps < 0 or self.vapo_positive_nll_coef < 0:
+            raise ValueError("vapo_value_warmup_steps / vapo_positive_nll_coef: must be ≥ 0.")
+        needs = ADVANTAGES.get(self.advantage_estimator).options.get("needs", ()) if self.advantage_estimator else ()
+        if "values" not in needs:
+            for name, active in (
+                ("critic_model", self.critic_model is not None),
+                ("vapo_value_warmup_steps", self.vapo_value_warmup_steps > 0),
+                ("vapo_length_alpha", self.vapo_length_alpha is not None),
+                ("vapo_positive_nll_coef", self.vapo_positive_nll_coef > 0),
+            ):
+                if active:
+                    raise ValueError(f"{name}: needs a critic; set advantage_estimator='gae'.")
+        elif self.vapo_positive_nll_coef > 0 and self.skip_zero_advantage:
+            raise ValueError(
+                "skip_zero_advantage: the positive-example LM loss needs log π of every row; set "
+                "skip_zero_advantage=False or vapo_positive_nll_coef=0."
             )
 
 

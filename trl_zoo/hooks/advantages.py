@@ -123,13 +123,18 @@ class AdvantageMixin:
             self._metrics[mode]["kl_reward/penalty"].append(sequence_penalty[~unscorable].mean().item())
 
         global_mask = self._gather_padded(mask)
+        values = None
+        if "values" in self.advantage_entry.options.get("needs", ()):
+            values = self._gather_padded(output["old_values"])  # set by the critic hook (hooks/critic.py)
         estimator_inputs = AdvantageInputs(
             rewards=rewards,
             num_generations=num_generations,
             mask=global_mask,
             token_penalty=penalty,
             score_sq_norms=norms,
+            values=values,
         )
+        self.last_advantage_inputs = estimator_inputs  # global; the critic derives its value targets from it
         advantages = self.advantage_entry.obj(estimator_inputs, self.args)
         advantages = torch.nan_to_num(advantages, nan=0.0)
         if advantages.dim() == 2:

@@ -1,0 +1,210 @@
+"""A learned critic V(s_t): the value head, GAE advantages and value targets, the clipped value loss (PPO, VAPO).
+
+State s_t is the prompt plus the completion tokens before y_t; V(s_t) is read from the last hidden state that also
+predicts y_t. A completion i of ℓ_i tokens gets its reward R_i on its last token (terminal reward); with
+``kl_placement="reward"`` every token also carries −β·KL_t (classic RLHF), so Σ_t r_t = R_i − β Σ_t KL_t. Past the
+last token the episode has ended: V = 0 and Â = 0.
+
+    δ_t  = r_t + γ·V(s_{t+1}) − V(s_t)                                  one-step TD residual
+    Â_t  = Σ_{l≥0} (γλ)^l δ_{t+l}   =   δ_t + γλ·Â_{t+1}                GAE(γ, λ), Schulman et al. 2016
+    λ = 1:  Â_t = G_t − V(s_t),  G_t = Σ_{l≥0} γ^l r_{t+l}              Monte-Carlo return minus the value
+    λ = 0:  Â_t = δ_t
+    R̂_t  = GAE_{λ_critic}(r, V)_t + V(s_t)                              value targets (returns)
+    ℓ^V_t = ½·max( (V_t − R̂_t)²,  (clip(V_t, V_old,t − ε_v, V_old,t + ε_v) − R̂_t)² )   clipped value loss
+    L^V  = Σ_{i,t} m_{i,t} ℓ^V_{i,t} / Σ_{i,t} m_{i,t}                  masked token mean, times value_coef
+
+V_old is the critic at generation time (no grad); it builds δ and R̂ and anchors the clip. Tokens outside the mask
+inside a completion (tool outputs) are not actions: the recursion passes over them, bootstrapping from the next
+action's value. Terminal reward and γ = 1 give R̂_t = G_t = R_i at every token for λ_critic = 1.
+
+VAPO (Yue et al. 2025, arXiv:2504.05118; seed 000 §7.3) adds, each an option:
+
+- decoupled λ: λ_critic = 1 for the targets (unbiased), λ_policy for the advantages (``gae_lambda_critic``);
+- length-adaptive λ_policy,i = 1 − 1/(α·ℓ_i), clamped to [0, 1] (``vapo_length_alpha``; short completions, with
+  α·ℓ ≤ 1, get λ = 0);
+- value pre-training: the first N optimizer steps train the critic alone on Monte-Carlo returns (λ = 1);
+- a positive-example LM loss μ·L_NLL, L_NLL = −Σ_{i∈T} Σ_t m log π_θ(y_{i,t}) / Σ_{i∈T} Σ_t m over the completions
+  T whose task reward exceeds a threshold.
+
+``gae`` is registered in the advantage table; it reads the generation-time values from ``AdvantageInputs.values``
+(declared with ``needs=("values",)``) and optionally whitens the token advantages over the batch (mean 0, std 1 over
+completion tokens, NaN rows left out), as PPO implementations do. The trainer side (value pass, loss, optimizer
+group) is `trl_zoo/hooks/critic.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .advantages import AdvantageInputs, whiten
+from .registry import ADVANTAGES
+
+Tensor = torch.Tensor
+
+
+class ValueHead(nn.Module):
+    """V(h) = w·h + b, or w·gelu(W h + c) + b with one hidden layer; w = 0 and b = 0 at start, so V ≡ 0."""
+
+    def __init__(self, hidden_size: int, hidden_layers: int = 0):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for _ in range(hidden_layers):
+            layers += [nn.Linear(hidden_size, hidden_size), nn.GELU()]
+        output = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(output.weight)
+        nn.init.zeros_(output.bias)
+        self.layers = nn.Sequential(*layers, output)
+
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        """(B, T, H) → (B, T)."""
+        return self.layers(hidden_states).squeeze(-1)
+
+
+# ---------------------------------------------------------------------------------------------------- GAE
+def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float | Tensor) -> Tensor:
+    """Â_t = δ_t + γλ·Â_{t+1}, δ_t = r_t + γV_{t+1} − V_t over the masked tokens of each row, (N, T).
+
+    ``lam`` is a number or one λ per row, (N,) or (N, 1). V and Â are 0 past a row's last masked token; masked-out
+    positions get Â = 0 and are skipped by the recursion. A NaN reward makes its row NaN.
+    """
+    live = mask.bool()
+    lam = torch.as_tensor(lam, dtype=values.dtype, device=values.device).reshape(-1)
+    lam = lam.expand(values.size(0)) if lam.numel() == 1 else lam
+    next_value = torch.zeros_like(values[:, 0])
+    next_advantage = torch.zeros_like(values[:, 0])
+    advantages = torch.zeros_like(values)
+    for t in reversed(range(values.size(1))):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        advantage = delta + gamma * lam * next_advantage
+        advantages[:, t] = torch.where(live[:, t], advantage, torch.zeros_like(advantage))
+        next_value = torch.where(live[:, t], values[:, t], next_value)
+        next_advantage = torch.where(live[:, t], advantage, next_advantage)
+    return advantages
+
+
+def token_rewards(inputs: AdvantageInputs) -> Tensor:
+    """r_{i,t}: −β·KL_t per token (kl_placement="reward") plus R_i + β Σ_t KL_t on the last masked token, (N, T).
+
+    ``inputs.rewards`` already is R_i − β Σ_t KL_t, so Σ_t r_{i,t} = inputs.rewards_i.
+    """
+    mask = inputs.mask.to(inputs.rewards.dtype)
+    penalty = torch.zeros_like(mask) if inputs.token_penalty is None else inputs.token_penalty.to(mask.dtype) * mask
+    positions = torch.arange(mask.size(1), device=mask.device).expand_as(mask)
+    last = (positions * mask).argmax(dim=1)
+    rewards = -penalty
+    rows = torch.arange(mask.size(0), device=mask.device)
+    rewards[rows, last] += inputs.rewards + penalty.sum(dim=1)
+    return rewards
+
+
+def length_adaptive_lambda(lengths: Tensor, alpha: float) -> Tensor:
+    """VAPO's λ_policy = 1 − 1/(α·ℓ), clamped to [0, 1] (ℓ ≤ 1/α gives 0), one per completion."""
+    return (1.0 - 1.0 / (alpha * lengths.to(torch.float64))).clamp(0.0, 1.0)
+
+
+def policy_lambda(inputs: AdvantageInputs, args) -> float | Tensor:
+    """λ of the advantages: length-adaptive per completion with ``vapo_length_alpha``, else ``gae_lambda``."""
+    if getattr(args, "vapo_length_alpha", None) is not None:
+        return length_adaptive_lambda(inputs.lengths, args.vapo_length_alpha).to(inputs.rewards.dtype)
+    return args.gae_lambda
+
+
+def critic_lambda(inputs: AdvantageInputs, args) -> float | Tensor:
+    """λ of the value targets: ``gae_lambda_critic``, or the policy's λ when it is None (coupled, classic PPO)."""
+    if getattr(args, "gae_lambda_critic", None) is not None:
+        return args.gae_lambda_critic
+    return policy_lambda(inputs, args)
+
+
+def _checked(inputs: AdvantageInputs) -> AdvantageInputs:
+    if inputs.values is None or inputs.mask is None:
+        raise ValueError("gae needs the critic's values and the completion mask; pass values= and mask= (N, T).")
+    return inputs
+
+
+def policy_gae(inputs: AdvantageInputs, args) -> Tensor:
+    """GAE(γ, λ_policy) token advantages before any whitening, (N, T)."""
+    inputs = _checked(inputs)
+    values = inputs.values.to(inputs.rewards.dtype)
+    return gae(token_rewards(inputs), values, inputs.mask, args.gae_gamma, policy_lambda(inputs, args))
+
+
+def value_targets(inputs: AdvantageInputs, args, lam: float | Tensor | None = None) -> Tensor:
+    """R̂_t = GAE(γ, λ)_t + V_old(s_t) with λ = ``lam`` or the critic's λ; 0 outside the mask, NaN rows stay NaN."""
+    inputs = _checked(inputs)
+    values = inputs.values.to(inputs.rewards.dtype)
+    lam = critic_lambda(inputs, args) if lam is None else lam
+    returns = gae(token_rewards(inputs), values, inputs.mask, args.gae_gamma, lam) + values
+    return torch.where(inputs.mask.bool(), returns, torch.zeros_like(returns))
+
+
+@ADVANTAGES.register(
+    "gae",
+    description="GAE(γ, λ) token advantages from a learned critic V(s_t) (LoRA adapter or value head); "
+    "VAPO's decoupled and length-adaptive λ as options",
+    source="GAE, Schulman et al. 2016 (arXiv:1506.02438); PPO; VAPO, arXiv:2504.05118",
+    token_level=True,
+    needs=("values",),
+)
+def gae_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    advantages = policy_gae(inputs, args)
+    if getattr(args, "gae_whiten", True):
+        advantages = whiten(advantages, inputs.mask, args.advantage_std_unbiased, args.advantage_epsilon)
+    return advantages
+
+
+# ---------------------------------------------------------------------------------------------------- losses
+@dataclass
+class ValueLoss:
+    """The clipped value loss of a micro-batch and what is logged about it."""
+
+    loss: Tensor  # scalar, ½ · masked token mean of the per-token max
+    clip_fraction: Tensor  # share of tokens where the clipped branch is the larger (its gradient is 0)
+    mean_value: Tensor  # masked mean of V
+
+
+def clipped_value_loss(
+    values: Tensor, old_values: Tensor, targets: Tensor, mask: Tensor, clip: float | None
+) -> ValueLoss:
+    """½·max((V − R̂)², (clip(V, V_old ± ε_v) − R̂)²), masked token mean; ``clip=None`` is ½(V − R̂)².
+
+    Tokens whose target is not finite (unscorable completions) are left out of the mean.
+    """
+    mask = mask.bool() & torch.isfinite(targets)
+    targets = torch.nan_to_num(targets, nan=0.0, posinf=0.0, neginf=0.0).to(values.dtype)
+    unclipped = (values - targets) ** 2
+    if clip is None:
+        per_token, clipped_wins = unclipped, torch.zeros_like(mask)
+    else:
+        old_values = old_values.to(values.dtype)
+        clipped_values = old_values + (values - old_values).clamp(-clip, clip)
+        clipped = (clipped_values - targets) ** 2
+        per_token, clipped_wins = torch.maximum(unclipped, clipped), clipped > unclipped
+    weights = mask.to(values.dtype)
+    count = weights.sum().clamp(min=1.0)
+    return ValueLoss(
+        loss=0.5 * (per_token * weights).sum() / count,
+        clip_fraction=((clipped_wins & mask).to(values.dtype).sum() / count).detach(),
+        mean_value=((values * weights).sum() / count).detach(),
+    )
+
+
+def explained_variance(values: Tensor, targets: Tensor, mask: Tensor) -> float:
+    """1 − Var(R̂ − V) / Var(R̂) over the masked tokens with finite targets; NaN when Var(R̂) = 0."""
+    selected = mask.bool() & torch.isfinite(targets)
+    returns, predictions = targets[selected].double(), values[selected].double()
+    if returns.numel() < 2:
+        return float("nan")
+    variance = returns.var(unbiased=False)
+    if variance == 0:
+        return float("nan")
+    return float(1.0 - (returns - predictions).var(unbiased=False) / variance)
+
+
+def positive_example_nll(logps: Tensor, mask: Tensor, positive: Tensor) -> Tensor:
+    """−Σ_{i∈T} Σ_t m log π(y_{i,t}) / Σ_{i∈T} Σ_t m, T the rows with ``positive``; 0 (in the graph) when T is empty."""
+    weights = mask.to(logps.dtype) * positive.to(logps.dtype).reshape(-1, 1)
+    return -(logps * weights).sum() / weights.sum().clamp(min=1.0)
