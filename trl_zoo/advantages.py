@@ -91,9 +91,28 @@ def nan_std(values: Tensor, dim=None, unbiased: bool = True, keepdim: bool = Fal
     return std if keepdim or dim is None else std.squeeze(dim)
 
 
+def constant_groups(grouped: Tensor) -> tuple[Tensor, Tensor]:
+    """((P, 1) bool: the group's scorable rewards are all equal, (P, 1) their largest value), NaNs ignored."""
+    scored = ~torch.isnan(grouped)
+    highest = torch.where(scored, grouped, float("-inf")).amax(dim=1, keepdim=True)
+    lowest = torch.where(scored, grouped, float("inf")).amin(dim=1, keepdim=True)
+    return highest == lowest, highest
+
+
+def exact_for_constant_groups(baseline: Tensor, grouped: Tensor) -> Tensor:
+    """The (P, 1) or (P, G) baseline, replaced by the rewards themselves in groups whose rewards are all equal.
+
+    The float mean of G equal values can miss them by an ulp (for |R| ~ 1e6 in float32, 0.06); divided by a std of
+    the same size, that would give every completion of a zero-signal group an advantage of order 1, all of one sign.
+    """
+    constant, _ = constant_groups(grouped)
+    return torch.where(constant, grouped, baseline)
+
+
 def group_mean(inputs: AdvantageInputs) -> Tensor:
-    """mean over each group (NaN-aware), broadcast back to (N,)."""
-    return torch.nanmean(inputs.grouped, dim=1, keepdim=True).expand_as(inputs.grouped).reshape(-1)
+    """mean over each group (NaN-aware), broadcast back to (N,); exactly the rewards in a group of equal rewards."""
+    mean = torch.nanmean(inputs.grouped, dim=1, keepdim=True)
+    return exact_for_constant_groups(mean.expand_as(inputs.grouped), inputs.grouped).reshape(-1)
 
 
 def weighted_group_baseline(inputs: AdvantageInputs, weights: Tensor) -> Tensor:
@@ -104,15 +123,15 @@ def weighted_group_baseline(inputs: AdvantageInputs, weights: Tensor) -> Tensor:
     safe_total = total.where(total > 0, torch.ones_like(total))
     weighted = (weights * rewards.nan_to_num(0.0)).sum(1, keepdim=True) / safe_total
     baseline = torch.where(total > 0, weighted, torch.nanmean(rewards, dim=1, keepdim=True))
-    return baseline.expand_as(rewards).reshape(-1)
+    return exact_for_constant_groups(baseline.expand_as(rewards), rewards).reshape(-1)
 
 
 def whiten(values: Tensor, mask: Tensor | None, unbiased: bool, epsilon: float) -> Tensor:
-    """(x − mean) / (std + ε) over the masked entries of the batch (NaN rows excluded)."""
-    if mask is None:
-        return (values - torch.nanmean(values)) / (nan_std(values, unbiased=unbiased) + epsilon)
-    selected = values.masked_fill(mask == 0, float("nan"))
-    return (values - torch.nanmean(selected)) / (nan_std(selected, unbiased=unbiased) + epsilon)
+    """(x − mean) / (std + ε) over the masked entries of the batch (NaN rows excluded); 0 if they are all equal."""
+    selected = values if mask is None else values.masked_fill(mask == 0, float("nan"))
+    constant, common = constant_groups(selected.reshape(1, -1))
+    mean = torch.where(constant.squeeze(), common.squeeze(), torch.nanmean(selected))  # see exact_for_constant_groups
+    return (values - mean) / (nan_std(selected, unbiased=unbiased) + epsilon)
 
 
 def _reinforce_pp_returns(inputs: AdvantageInputs, rewards: Tensor) -> Tensor:
@@ -163,6 +182,7 @@ def rloo_advantages(inputs: AdvantageInputs, args) -> Tensor:
     others = torch.nansum(rewards, 1, keepdim=True) - rewards
     # a completion with no scorable sibling has no baseline: NaN, zeroed by the trainer
     baseline = others / (scorable - 1).where(scorable > 1, torch.full_like(scorable, float("nan")))
+    baseline = torch.where(scorable > 1, exact_for_constant_groups(baseline, rewards), baseline)
     return (rewards - baseline).reshape(-1)
 
 

@@ -150,6 +150,11 @@ class GRPOConfig(TRLGRPOConfig):
     )
 
     def __post_init__(self):
+        if isinstance(self.num_generations, int) and self.num_generations < 2:  # before TRL divides by it
+            raise ValueError(
+                f"num_generations: got {self.num_generations}; GRPO-family advantages and dynamic sampling compare "
+                f"the completions of one prompt, so use num_generations ≥ 2."
+            )
         super().__post_init__()
         self.validate()
 
@@ -176,9 +181,29 @@ class GRPOConfig(TRLGRPOConfig):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name}: got {getattr(self, name)!r}; use one of {', '.join(choices)}.")
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
-            raise ValueError("epsilon / epsilon_high: clip ranges must be ≥ 0.")
+            raise ValueError(
+                f"epsilon / epsilon_high: clip ranges must be ≥ 0, got epsilon={self.epsilon}, "
+                f"epsilon_high={self.epsilon_high}."
+            )
         if self.loss_type not in ("cispo",) and self.epsilon >= 1:
             raise ValueError(f"epsilon: {self.epsilon} makes the lower clip bound 1 − ε ≤ 0; use ε in [0, 1).")
+        upper_clip = self.epsilon_high if self.epsilon_high is not None else self.epsilon
+        if self.delta is not None and self.loss_type != "cispo" and self.delta < 1 + upper_clip:
+            raise ValueError(
+                f"delta: the two-sided cap δ={self.delta} is below the upper clip bound 1 + epsilon_high = "
+                f"{1 + upper_clip}, which inverts the clip; use δ ≥ 1 + epsilon_high, or None."
+            )
+        if self.loss_type == "cispo":
+            if upper_clip <= 0:
+                raise ValueError(
+                    f"epsilon_high: CISPO caps the IS weight at the absolute value epsilon_high (or epsilon), got "
+                    f"{upper_clip}, which zeroes every weight; use a cap > 0 (ScaleRL: 5.0)."
+                )
+            if self.cispo_epsilon_low is not None and upper_clip < 1 - self.cispo_epsilon_low:
+                raise ValueError(
+                    f"cispo_epsilon_low: the IS-weight range [1 − {self.cispo_epsilon_low}, {upper_clip}] is inverted "
+                    f"(epsilon_high is CISPO's absolute cap); raise epsilon_high to ≥ {1 - self.cispo_epsilon_low}."
+                )
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ValueError(f"dual_clip: must be > 1, got {self.dual_clip}.")
         if self.cispo_epsilon_low is not None and not 0 <= self.cispo_epsilon_low < 1:
@@ -199,12 +224,24 @@ class GRPOConfig(TRLGRPOConfig):
             raise ValueError(f"rspo_gamma_min: must be in (0, 1], got {self.rspo_gamma_min}.")
         if self.beta < 0:
             raise ValueError(f"beta: the KL coefficient must be ≥ 0, got {self.beta}.")
+        if self.advantage_epsilon < 0:
+            raise ValueError(
+                f"advantage_epsilon: must be ≥ 0, got {self.advantage_epsilon} (std + ε could be 0 and the "
+                f"advantages infinite)."
+            )
         if self.kl_target is not None and self.kl_target <= 0:
             raise ValueError(f"kl_target: must be > 0, got {self.kl_target}.")
         if self.ref_reset_steps is not None and self.ref_reset_steps < 1:
             raise ValueError(f"ref_reset_steps: must be ≥ 1, got {self.ref_reset_steps}.")
         if self.dynamic_sampling_max_rounds < 1:
             raise ValueError(f"dynamic_sampling_max_rounds: must be ≥ 1, got {self.dynamic_sampling_max_rounds}.")
+        if self.overlong_max_length is not None and self.overlong_max_length < 1:
+            raise ValueError(f"overlong_max_length: must be ≥ 1 token, got {self.overlong_max_length}.")
+        if self.overlong_penalty_factor < 0:
+            raise ValueError(
+                f"overlong_penalty_factor: must be ≥ 0, got {self.overlong_penalty_factor} (a negative factor "
+                f"rewards overlong completions)."
+            )
         if self.overlong_buffer_length is not None:
             max_length = self.overlong_max_length or self.max_completion_length
             if not 0 < self.overlong_buffer_length <= max_length:
@@ -261,6 +298,7 @@ class GRPOConfig(TRLGRPOConfig):
 def to_zoo_config(args) -> GRPOConfig:
     """Return `args` as a trl_zoo `GRPOConfig` (a plain `trl.GRPOConfig` is converted field by field)."""
     if isinstance(args, GRPOConfig):
+        args.validate()  # fields may have been changed since the config was built
         return args
     values = {f.name: getattr(args, f.name) for f in fields(TRLGRPOConfig) if f.init and hasattr(args, f.name)}
     values["generation_batch_size"] = None  # derived again from steps_per_generation by __post_init__

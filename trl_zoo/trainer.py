@@ -14,7 +14,9 @@ training (on the step's last micro-batch, after its loss) to update the loss's p
 coefficients); the returned numbers are logged.
 
 The generation side is extended by the mixins in `hooks/` (advantage estimators, KL control, dynamic sampling,
-router statistics), each overriding TRL's methods cooperatively through `super()`.
+router statistics), each overriding TRL's methods cooperatively through `super()`; around them, checkpoints carry
+trl_zoo's state (`hooks/resume.py`) and the reward functions' raw outputs are checked for NaN and ±inf right at
+TRL's reward call (`hooks/reward_checks.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from trl.trainer.utils import get_config_model_id
 from .aggregation import AggregationContext
 from .config import GRPOConfig, to_zoo_config
 from .hooks import HOOK_MIXINS
+from .hooks.resume import ResumableStateMixin
+from .hooks.reward_checks import RewardCheckMixin
 from .losses.base import PolicyBatch, importance_log_weights
 from .registry import AGGREGATIONS, KL_ESTIMATORS, LOSSES
 
@@ -44,7 +48,7 @@ _FORWARD_KEYS = (
 )
 
 
-class GRPOTrainer(*HOOK_MIXINS, TRLGRPOTrainer):
+class GRPOTrainer(ResumableStateMixin, *HOOK_MIXINS, RewardCheckMixin, TRLGRPOTrainer):
     """Drop-in `trl.GRPOTrainer`: same constructor, `loss_type` from the plugin table (see `trl-zoo list`)."""
 
     _tag_names = ["trl", "grpo", "trl-zoo"]

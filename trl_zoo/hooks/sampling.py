@@ -47,6 +47,8 @@ from ..registry import SAMPLERS
 from ..rewards import SoftOverlongPunishment
 from ..sampling import Round, group_reward_spread
 
+PROMPT_BATCHES_DRAWN = "dynamic_sampling/prompt_batches_drawn"  # zoo_state key: position in the prompt stream
+
 # How each per-row tensor of TRL's batch is padded when rows of different widths are stacked.
 _PROMPT_KEYS = {"prompt_ids": "pad", "prompt_mask": 0}
 _TOKEN_KEYS = {
@@ -101,11 +103,13 @@ class DynamicSamplingMixin:
 
     def next_prompt_batch(self) -> list:
         """This process's slice of the next generation batch of the sampler's own prompt stream."""
-        if self._prompt_stream is None:
-            self._prompt_stream = self._local_generation_batches()
+        drawn = self.zoo_state.get(PROMPT_BATCHES_DRAWN, 0)
+        if self._prompt_stream is None:  # a resumed run skips what the checkpointed run drew (zoo_state is saved)
+            self._prompt_stream = self._local_generation_batches(skip=drawn)
+        self.zoo_state[PROMPT_BATCHES_DRAWN] = drawn + 1
         return [dict(row) if isinstance(row, dict) else row for row in next(self._prompt_stream)]
 
-    def _local_generation_batches(self):
+    def _local_generation_batches(self, skip: int = 0):
         dataset = self.train_dataset
         size = self.args.generation_batch_size
         local = size // self.accelerator.num_processes
@@ -122,7 +126,10 @@ class DynamicSamplingMixin:
                     rows.append(row)
                     if len(rows) == size:
                         produced = True
-                        yield rows[start : start + local]
+                        if skip:
+                            skip -= 1
+                        else:
+                            yield rows[start : start + local]
                         rows = []
                 if not produced:
                     raise ValueError(_too_small_message(prompts_per_batch))
@@ -141,6 +148,9 @@ class DynamicSamplingMixin:
             if not indices:
                 raise ValueError(_too_small_message(prompts_per_batch))
             for offset in range(0, len(indices), size):
+                if skip:
+                    skip -= 1
+                    continue
                 yield [dataset[i] for i in indices[offset : offset + size][start : start + local]]
 
     # ------------------------------------------------------------------ skip_zero_advantage

@@ -5,6 +5,9 @@ Per token, clip the log-ratio δ = log π_θ − log π_old in log space, sign-a
     Â > 0:  δ̃ = min(δ, clamp(δ, −ε, ε))        Â < 0:  δ̃ = max(δ, clamp(δ, −ε, ε))
     ρ̄_i = exp( Σ_t m δ̃_t / T_i )                J = (1/G) Σ_i ρ̄_i · Â_i       loss_i = −ρ̄_i · Â_i
 
+Â_i is the sequence's advantage; token advantages (B, T) are reduced to their masked mean (as in GSPO), which also
+picks the pessimistic side of every token's clip.
+
 The geometric mean is less sensitive to outlier tokens than GRPO's arithmetic mean: unclipped,
 |J_GMPO| ≤ |J_GRPO| by AM–GM. Paper default ε = 0.4 (`gmpo_epsilon`).
 """
@@ -13,13 +16,14 @@ import torch
 
 from ..registry import LOSSES
 from .base import PolicyBatch, PolicyTerm, ratio_metrics
+from .gspo import sequence_advantages
 
 
 def clipped_log_ratio(batch: PolicyBatch, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Sign-aware log-space clip of δ per token; returns (δ̃, where-clipped as float)."""
     delta = batch.log_ratio
     clamped = torch.clamp(delta, -epsilon, epsilon)
-    clipped = torch.where(batch.advantages > 0, torch.min(delta, clamped), torch.max(delta, clamped))
+    clipped = torch.where(sequence_advantages(batch) > 0, torch.min(delta, clamped), torch.max(delta, clamped))
     return clipped, (clipped != delta).float()
 
 
@@ -41,4 +45,4 @@ def gmpo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     ratio = geometric_mean_ratio(clipped, batch)
     metrics = {"clip_ratio/region_mean": is_clipped}
     metrics.update(ratio_metrics(ratio, "gmpo/sequence_ratio"))
-    return PolicyTerm(-ratio * batch.advantages.mean(-1, keepdim=True), metrics)
+    return PolicyTerm(-ratio * sequence_advantages(batch), metrics)

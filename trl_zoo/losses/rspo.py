@@ -27,6 +27,7 @@ import torch
 from ..registry import LOSSES
 from .base import PolicyBatch, PolicyTerm, ratio_metrics
 from .gmpo import clipped_log_ratio, geometric_mean_ratio
+from .gspo import sequence_advantages
 
 
 def router_shift_drift(router_logps: torch.Tensor, old_router_logps: torch.Tensor) -> torch.Tensor:
@@ -73,4 +74,4 @@ def rspo_loss(batch: PolicyBatch, args) -> PolicyTerm:
         "rspo/gamma_floor_fraction": at_floor,
     }
     metrics.update(ratio_metrics(score, "rspo/sequence_score"))
-    return PolicyTerm(-score * batch.advantages.mean(-1, keepdim=True), metrics)
+    return PolicyTerm(-score * sequence_advantages(batch), metrics)

@@ -1,0 +1,143 @@
+"""Config validation: every impossible setting fails when the config is built, with a one-line ValueError that starts
+with the field's name and says the fix; unknown plugin names get the closest known name. (Trainer-time checks —
+RSPO on a dense model, skip_zero_advantage with a KL term, KL options with beta = 0 — are tested next to their
+features: test_rspo.py, test_skip_zero_advantage.py, test_kl.py.)"""
+
+import pytest
+import trl
+
+import trl_zoo
+from tests import tiny
+from trl_zoo.registry import TABLES
+
+
+def build(**overrides):
+    return trl_zoo.GRPOConfig(**tiny.config_kwargs(**overrides))
+
+
+def rejection(**overrides) -> str:
+    with pytest.raises(ValueError) as error:
+        build(**overrides)
+    message = str(error.value)
+    assert "\n" not in message, message
+    return message
+
+
+# ---------------------------------------------------------------------------------------------------- plugin tables
+UNKNOWN_NAMES = {  # table -> (config field, misspelled name, closest match)
+    "losses": ("loss_type", "gpso", "gspo"),
+    "aggregations": ("loss_aggregation", "sequence_means", "sequence_mean"),
+    "advantages": ("advantage_estimator", "rlo", "rloo"),
+    "kl_estimators": ("kl_estimator", "k33", "k3"),
+    "samplers": ("dynamic_sampling", "resampel", "resample"),
+}
+
+
+def test_every_plugin_table_has_a_validated_field():
+    assert set(UNKNOWN_NAMES) == set(TABLES)
+
+
+@pytest.mark.parametrize("table", list(UNKNOWN_NAMES))
+def test_unknown_plugin_name_lists_the_closest_and_the_known_names(table):
+    field, name, closest = UNKNOWN_NAMES[table]
+    message = rejection(**{field: name})
+    assert message.startswith(f"{field}: unknown {TABLES[table].kind} {name!r}. Did you mean {closest!r}? Known: ")
+    assert message.endswith(", ".join(TABLES[table].names()) + ".")
+
+
+def test_a_name_with_no_close_match_still_lists_the_known_names():
+    assert rejection(loss_type="zzzz") == f"loss_type: unknown loss 'zzzz'. Known: {', '.join(TABLES['losses'].names())}."
+
+
+# ---------------------------------------------------------------------------------------------------- impossible values
+IMPOSSIBLE = [
+    # (field the message must start with, overrides, a phrase of the fix)
+    ("num_generations", dict(num_generations=1), "num_generations ≥ 2"),
+    ("num_generations", dict(num_generations=0, per_device_train_batch_size=8), "num_generations ≥ 2"),
+    ("epsilon / epsilon_high", dict(epsilon=-0.1), "must be ≥ 0"),
+    ("epsilon / epsilon_high", dict(epsilon_high=-0.2), "must be ≥ 0"),
+    ("epsilon", dict(epsilon=1.0), "use ε in [0, 1)"),
+    ("delta", dict(delta=1.1, epsilon=0.2), "use δ ≥ 1 + epsilon_high"),
+    ("delta", dict(delta=1.25, epsilon=0.2, epsilon_high=0.28), "use δ ≥ 1 + epsilon_high"),
+    ("epsilon_high", dict(loss_type="cispo", epsilon_high=0.0), "use a cap > 0"),
+    ("cispo_epsilon_low", dict(loss_type="cispo", cispo_epsilon_low=0.2), "raise epsilon_high to ≥ 0.8"),
+    ("cispo_epsilon_low", dict(loss_type="cispo", cispo_epsilon_low=1.5, epsilon_high=5.0), "[0, 1)"),
+    ("dual_clip", dict(dual_clip=1.0), "> 1"),
+    ("gmpo_epsilon", dict(loss_type="gmpo", gmpo_epsilon=0.0), "> 0"),
+    ("sapo_temperature_pos / sapo_temperature_neg", dict(loss_type="sapo", sapo_temperature_pos=0.0), "> 0"),
+    ("sapo_temperature_pos / sapo_temperature_neg", dict(loss_type="sapo", sapo_temperature_neg=-1.0), "> 0"),
+    ("ppo_kl_beta / ppo_kl_target", dict(loss_type="ppo_kl", ppo_kl_beta=-1.0), "β must be ≥ 0"),
+    ("ppo_kl_beta / ppo_kl_target", dict(loss_type="ppo_kl", ppo_kl_target=0.0), "target KL > 0"),
+    ("clip_cov_ratio / kl_cov_ratio", dict(clip_cov_ratio=0.0), "(0, 1]"),
+    ("clip_cov_ratio / kl_cov_ratio", dict(kl_cov_ratio=1.5), "(0, 1]"),
+    ("clip_cov_lower", dict(clip_cov_lower=5.0, clip_cov_upper=1.0), "< clip_cov_upper"),
+    ("kl_cov_coef", dict(kl_cov_coef=-1.0), "≥ 0"),
+    ("rspo_gamma_min", dict(rspo_gamma_min=0.0), "(0, 1]"),
+    ("rspo_gamma_min", dict(rspo_gamma_min=1.5), "(0, 1]"),
+    ("beta", dict(beta=-0.1), "≥ 0"),
+    ("advantage_epsilon", dict(advantage_epsilon=-1e-4), "≥ 0"),
+    ("kl_target", dict(beta=0.1, kl_target=0.0), "> 0"),
+    ("ref_reset_steps", dict(beta=0.1, ref_reset_steps=0), "≥ 1"),
+    ("dynamic_sampling_max_rounds", dict(dynamic_sampling="resample", dynamic_sampling_max_rounds=0), "≥ 1"),
+    ("overlong_buffer_length", dict(overlong_buffer_length=9), "(0, 8]"),  # max_completion_length = 8
+    ("overlong_buffer_length", dict(overlong_buffer_length=0), "(0, 8]"),
+    ("overlong_buffer_length", dict(overlong_buffer_length=5, overlong_max_length=4), "(0, 4]"),
+    ("overlong_max_length", dict(overlong_max_length=0), "≥ 1"),
+    ("overlong_penalty_factor", dict(overlong_penalty_factor=-1.0), "≥ 0"),
+    ("kl_placement", dict(kl_placement="both"), "use one of loss, reward"),
+    ("dynamic_sampling_on_exhausted", dict(dynamic_sampling_on_exhausted="skip"), "use one of fill, raise"),
+    ("nan_rewards", dict(nan_rewards="ignore"), "use one of raise, drop"),
+    # a sequence-level loss under a token-sum normaliser weights each sequence by its length
+    ("loss_aggregation", dict(loss_type="gspo", loss_aggregation="token_mean_global"), "allow_sequence_loss_token_sum"),
+    ("loss_aggregation", dict(loss_type="gmpo", loss_aggregation="constant"), "use 'sequence_mean'"),
+]
+
+
+@pytest.mark.parametrize("field, overrides, fix", IMPOSSIBLE, ids=[f"{case[0]}-{i}" for i, case in enumerate(IMPOSSIBLE)])
+def test_impossible_value_names_the_field_and_the_fix(field, overrides, fix):
+    message = rejection(**overrides)
+    assert message.startswith(f"{field}:"), message
+    assert fix in message, message
+
+
+BOUNDARIES = [  # the closest allowed settings: each must build
+    dict(num_generations=2),
+    dict(epsilon=0.0, epsilon_high=0.0),
+    dict(delta=1.2, epsilon=0.2),
+    dict(loss_type="cispo", cispo_epsilon_low=0.2, epsilon_high=0.8),
+    dict(loss_type="cispo", epsilon=3.0),  # CISPO's cap is absolute: ε ≥ 1 is allowed there
+    dict(rspo_gamma_min=1.0),
+    dict(advantage_epsilon=0.0),
+    dict(overlong_buffer_length=8),
+    dict(overlong_penalty_factor=0.0),
+    dict(loss_type="gspo", loss_aggregation="token_mean_global", allow_sequence_loss_token_sum=True),
+    dict(loss_type="gspo", loss_aggregation="sequence_sum"),
+]
+
+
+@pytest.mark.parametrize("overrides", BOUNDARIES, ids=[str(i) for i in range(len(BOUNDARIES))])
+def test_boundary_values_are_accepted(overrides):
+    config = build(**overrides)
+    for name, value in overrides.items():
+        assert getattr(config, name) == value
+
+
+# ---------------------------------------------------------------------------------------------------- other entry points
+def test_misspelled_field_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="lose_type"):
+        trl_zoo.GRPOConfig(**tiny.config_kwargs(lose_type="gspo"))
+
+
+def test_a_config_changed_after_it_was_built_is_checked_again_by_the_trainer():
+    args = build()
+    args.epsilon = -0.5
+    with pytest.raises(ValueError, match=r"^epsilon / epsilon_high: clip ranges must be ≥ 0, got epsilon=-0.5"):
+        trl_zoo.GRPOTrainer(model=tiny.model(0), reward_funcs=tiny.digit_reward, args=args,
+                            train_dataset=tiny.prompts_dataset(), processing_class=tiny.tokenizer())
+
+
+def test_a_plain_trl_config_gets_the_same_checks():
+    args = trl.GRPOConfig(**tiny.config_kwargs(loss_type="grpo", delta=1.05))
+    with pytest.raises(ValueError, match=r"^delta: the two-sided cap δ=1.05"):
+        trl_zoo.GRPOTrainer(model=tiny.model(0), reward_funcs=tiny.digit_reward, args=args,
+                            train_dataset=tiny.prompts_dataset(), processing_class=tiny.tokenizer())

@@ -1,0 +1,90 @@
+"""Trainer hook: checkpoints carry trl_zoo's state, so a resumed run continues exactly where the saved one stopped.
+
+transformers saves the model (every PEFT adapter, the frozen reference adapter "ref" included, and loads them all
+back), the optimizer, the scheduler and the RNG states; TRL adds its entropy controller. What neither saves, and
+this hook does, in the checkpoint folder:
+
+- ``trl_zoo_state.pt``: ``zoo_state``, the algorithm state every hook keeps there (adaptive KL coefficient
+  ``kl_coef``, ppo_kl's β, the reference-reset count, the dynamic-sampling prompt-stream position), and TRL's
+  micro-step counter ``_step``, which decides when the next generation batch is sampled;
+- ``trl_zoo_buffer_{process}.pt``, one per process, only when the checkpoint falls inside a generation cycle
+  (``steps_per_generation × num_iterations`` > 1 micro-steps): TRL's buffered generation batch, which the next
+  steps reuse. Without it, TRL samples a fresh batch on resume and the run diverges from the uninterrupted one;
+- ``trl_zoo_reference.pt``, only when a separate reference model has moved (ProRL resets or TRL's
+  ``sync_ref_model``): its weights, since transformers saves only the policy.
+
+They are written before transformers' own files, so a checkpoint pushed to the Hub includes them, and read back in
+``_load_optimizer_and_scheduler``, the hook transformers calls on every resume (TRL restores its entropy controller
+there too). A checkpoint without ``trl_zoo_state.pt`` (written by TRL itself) resumes with a warning: the state
+starts from its initial values.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+STATE_FILE = "trl_zoo_state.pt"
+BUFFER_FILE = "trl_zoo_buffer_{process}.pt"
+REFERENCE_FILE = "trl_zoo_reference.pt"
+
+
+class ResumableStateMixin:
+    """Saves and restores trl_zoo's state with every checkpoint (see the module docstring)."""
+
+    def _save_checkpoint(self, model, trial):
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        os.makedirs(folder, exist_ok=True)
+        if self.args.should_save:
+            torch.save({"zoo_state": dict(self.zoo_state), "trl_step": self._step}, os.path.join(folder, STATE_FILE))
+            if self._reference_has_moved():
+                reference = self.accelerator.unwrap_model(self.ref_model)
+                torch.save(reference.state_dict(), os.path.join(folder, REFERENCE_FILE))
+        if self._inside_generation_cycle():
+            buffer_path = os.path.join(folder, BUFFER_FILE.format(process=self.accelerator.process_index))
+            torch.save(self._buffered_inputs, buffer_path)
+        super()._save_checkpoint(model, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        state_path = os.path.join(checkpoint, STATE_FILE)
+        if not os.path.isfile(state_path):
+            warnings.warn(
+                f"resume_from_checkpoint: {checkpoint} has no {STATE_FILE} (not written by trl_zoo); adaptive "
+                f"coefficients, reference resets and the dynamic-sampling stream start from their initial values.",
+                stacklevel=2,
+            )
+            return
+        saved = torch.load(state_path, map_location=self.accelerator.device, weights_only=True)
+        self.zoo_state.update(saved["zoo_state"])
+        self._step = saved["trl_step"]
+        buffer_path = os.path.join(checkpoint, BUFFER_FILE.format(process=self.accelerator.process_index))
+        if self._step % self._generate_every != 0:
+            if not os.path.isfile(buffer_path):
+                raise ValueError(
+                    f"resume_from_checkpoint: {checkpoint} was saved inside a generation cycle but has no "
+                    f"{os.path.basename(buffer_path)} for this process; resume with the same number of processes."
+                )
+            self._buffered_inputs = torch.load(buffer_path, map_location=self.accelerator.device, weights_only=True)
+        reference_path = os.path.join(checkpoint, REFERENCE_FILE)
+        if self.ref_model is not None and os.path.isfile(reference_path):
+            weights = torch.load(reference_path, map_location=self.accelerator.device, weights_only=True)
+            self.accelerator.unwrap_model(self.ref_model).load_state_dict(weights)
+
+    @property
+    def _generate_every(self) -> int:
+        """Micro-steps per generation batch (TRL samples a new one when `_step` is a multiple of it)."""
+        return self.args.steps_per_generation * self.num_iterations
+
+    def _inside_generation_cycle(self) -> bool:
+        """True when the next micro-step reuses TRL's buffered generation batch instead of sampling a new one."""
+        return self._step % self._generate_every != 0 and self._buffered_inputs is not None
+
+    def _reference_has_moved(self) -> bool:
+        moved = self.zoo_state.get("ref_resets", 0) > 0 or self.args.sync_ref_model
+        return moved and self.ref_model is not None

@@ -1,0 +1,110 @@
+"""Trainer hook: a reward function that returns NaN or ±inf is an error (or, on request, its completions drop out).
+
+TRL's reward contract has one way to say "I cannot score this completion": return ``None``. TRL turns it into NaN,
+and a completion for which every function returned None is unscorable (left out of the baselines, advantage 0).
+A function that returns ``float('nan')``, ``±inf`` or a number beyond float32 (which TRL's float32 tensor turns into
+±inf) is a different thing, almost always a bug: a NaN is indistinguishable from None once TRL has converted it, and
+an inf poisons its group's mean and std. TRL cannot tell them apart after the conversion, so this hook checks the
+raw outputs: while TRL's `_calculate_rewards` runs, every plain (sync or async) reward function is called through
+a wrapper that records which of its values are not finite float32 numbers, and passes the values on unchanged.
+Reward models (``nn.Module``) cannot return None, so a non-finite value in their column is checked afterwards.
+
+With ``nan_rewards="raise"`` (default) the first such batch raises a one-line ``ValueError`` naming the functions.
+With ``nan_rewards="drop"`` every reward of such a completion becomes NaN, so it is unscorable exactly like an
+all-None completion: left out of every baseline, advantage 0; a warning names the functions and the count is logged
+as ``rewards/nonfinite_dropped``. The findings are gathered over processes, so every process decides alike.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+from torch import nn
+from trl.trainer.utils import is_async_callable
+
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+class RewardCheckMixin:
+    """Checks the raw outputs of the reward functions for NaN and ±inf (see the module docstring)."""
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        reward_funcs = self.reward_funcs
+        findings = torch.zeros(len(prompts), len(reward_funcs), dtype=torch.uint8, device=self.accelerator.device)
+        examples: dict[int, str] = {}
+        self.reward_funcs = [
+            fn if isinstance(fn, nn.Module) else _recording(fn, column, findings, examples)
+            for column, fn in enumerate(reward_funcs)
+        ]
+        try:
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:
+            self.reward_funcs = reward_funcs
+        found = self.accelerator.gather(findings).bool()  # rows in the order of TRL's gathered rewards
+        for column, fn in enumerate(reward_funcs):
+            if isinstance(fn, nn.Module):
+                found[:, column] |= ~torch.isfinite(rewards_per_func[:, column])
+        mode = "train" if self.model.training else "eval"
+        if self.args.nan_rewards == "drop":
+            self._metrics[mode]["rewards/nonfinite_dropped"].append(float(found.any(dim=1).sum()))
+        if not found.any():
+            return rewards_per_func
+        counts = found.sum(dim=0).tolist()
+        culprits = ", ".join(
+            f"{self.reward_func_names[column]!r} ({count} of {found.size(0)}"
+            + (f", e.g. {examples[column]}" if column in examples else "")
+            + ")"
+            for column, count in enumerate(counts)
+            if count
+        )
+        if self.args.nan_rewards == "raise":
+            raise ValueError(
+                f"nan_rewards: reward functions returned NaN or ±inf: {culprits}; return None for a completion a "
+                f"function cannot score, or set nan_rewards='drop' to give such completions zero advantage."
+            )
+        warnings.warn(
+            f"nan_rewards='drop': reward functions returned NaN or ±inf: {culprits}; those completions are treated "
+            f"as unscorable (zero advantage).",
+            stacklevel=2,
+        )
+        rewards_per_func = rewards_per_func.clone()
+        rewards_per_func[found.any(dim=1)] = torch.nan
+        return rewards_per_func
+
+
+def _is_finite_reward(value) -> bool:
+    """None (unscorable) and finite float32 numbers pass; NaN, ±inf and float32 overflow do not. Values that are
+    not numbers pass too: TRL reports those itself."""
+    if value is None:
+        return True
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return True
+    return math.isfinite(number) and abs(number) <= _FLOAT32_MAX
+
+
+def _record(values, column: int, findings: torch.Tensor, examples: dict[int, str]):
+    if isinstance(values, (list, tuple)) and len(values) == findings.size(0):  # otherwise TRL raises its own error
+        for row, value in enumerate(values):
+            if not _is_finite_reward(value):
+                findings[row, column] = 1
+                examples.setdefault(column, f"completion {row} got {value!r}")
+    return values
+
+
+def _recording(fn, column: int, findings: torch.Tensor, examples: dict[int, str]):
+    """`fn` with its outputs recorded into `findings[:, column]`; async stays async (TRL awaits those)."""
+    if is_async_callable(fn):
+
+        async def recording_async(*args, **kwargs):
+            return _record(await fn(*args, **kwargs), column, findings, examples)
+
+        return recording_async
+
+    def recording(*args, **kwargs):
+        return _record(fn(*args, **kwargs), column, findings, examples)
+
+    return recording
