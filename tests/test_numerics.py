@@ -6,8 +6,8 @@ Input ranges (all float32, the trainer's dtype):
 - masks of any bit pattern: empty rows, one-token rows, holes (tool masks), even a batch with no token;
 - advantages |Â| ≤ 1e6, per sequence or per token;
 - rewards |R| ≤ 1e6, with all-equal groups and unscorable (NaN, i.e. None) completions. Above ~1e6 float32 no longer
-  resolves reward differences below 0.06, so identities stop being checkable; finiteness itself holds to ~1e18, where
-  the squares in the std overflow and the advantages become 0.
+  resolves reward differences below 0.06, so identities stop being checkable; from ~1e19 the squares in the std
+  overflow and std-normalised advantages (grpo, REINFORCE++) silently become 0, while staying finite.
 
 Examples are derandomised (the same every run) and nothing is written to a hypothesis database.
 """
