@@ -1,0 +1,196 @@
+"""`trl-zoo` end to end: train on the built-in task and on local data, list, compare, and bad configuration."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from peft import PeftModel
+from PIL import Image
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from trl_zoo import TABLES
+from trl_zoo.cli import main
+from trl_zoo.tasks import ADDITION
+from trl_zoo.tasks.evaluation import greedy_accuracy
+
+from . import tiny
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_BOOTSTRAP = ["--bootstrap_max_steps", "8", "--bootstrap_hidden_size", "32", "--bootstrap_num_layers", "2"]
+TINY_RL = [
+    "--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4",
+    "--eval_every_steps", "1", "--logging_steps", "1",
+]
+
+
+@pytest.fixture(autouse=True)
+def shared_cache(tmp_path_factory, monkeypatch):
+    """One bootstrap cache for the whole session (subprocesses inherit it through the environment)."""
+    monkeypatch.setenv("TRL_ZOO_CACHE", str(tmp_path_factory.getbasetemp() / "trl_zoo_cache"))
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def heldout_accuracy(model, tokenizer, reward) -> float:
+    heldout = ADDITION.heldout_dataset()
+    return greedy_accuracy(
+        model, tokenizer, heldout["prompt"], ADDITION.max_completion_length, reward=reward,
+        reward_kwargs={"answer": heldout["answer"]},
+    )
+
+
+# ------------------------------------------------------------------------------------------------------ list
+def test_list_shows_every_plugin_with_description_and_source(capsys):
+    assert main(["list"]) == 0
+    sections = {}
+    for block in capsys.readouterr().out.strip().split("\n\n"):
+        header, *rows = block.splitlines()
+        sections[header] = rows
+    assert list(sections) == [f"{name} ({len(table.names())})" for name, table in TABLES.items()]
+    for (header, rows), table in zip(sections.items(), TABLES.values()):
+        assert [row.split()[0] for row in rows] == table.names()
+        for row, entry in zip(rows, table.entries()):
+            assert entry.description in row and entry.source in row
+
+
+# ------------------------------------------------------------------------------------------------------ train
+def test_train_builtin_task_end_to_end(tmp_path, capsys):
+    # A barely bootstrapped policy never gets a sum right, so exact match would give no signal; the fraction of
+    # digits does, and "accuracy" is then the share of all-digit greedy completions.
+    out = tmp_path / "run"
+    argv = ["train", *TINY_BOOTSTRAP, *TINY_RL, "--loss_type", "grpo", "--reward_funcs", "tests.tiny.digit_reward",
+            "--output_dir", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["loss_type"] == "grpo" and summary["task"] == "addition"
+
+    records = read_records(out)
+    evals = [(r["step"], r["heldout_accuracy"]) for r in records if r["kind"] == "eval"]
+    assert [step for step, _ in evals] == [0, 1, 2]  # before RL, then every step
+    assert sorted(r["step"] for r in records if r["kind"] == "train") == [1, 2]
+    assert all("reward" in r and "entropy" in r for r in records if r["kind"] == "train")
+
+    # The reported numbers are the held-out accuracy of the base model and of base + saved adapter.
+    tokenizer = AutoTokenizer.from_pretrained(summary["model"])
+    base = AutoModelForCausalLM.from_pretrained(summary["model"])
+    assert summary["accuracy_before"] == evals[0][1] == heldout_accuracy(base, tokenizer, tiny.digit_reward)
+    adapted = PeftModel.from_pretrained(base, out)
+    lora_b = [p for name, p in adapted.named_parameters() if "lora_B" in name]
+    assert lora_b and any(p.abs().sum() > 0 for p in lora_b)  # RL moved the adapter off its zero init
+    assert summary["accuracy_after"] == evals[-1][1] == heldout_accuracy(adapted, tokenizer, tiny.digit_reward)
+
+    assert (out / "report" / "results.md").exists()
+    assert f"{summary['accuracy_before']:.1%}" in printed and str(out) in printed
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+def test_train_local_model_and_local_dataset_file(tmp_path, suffix):
+    rows = [{"question": f"{a}+{a + 3}=", "answer": str(2 * a + 3)} for a in range(10, 50)]
+    data = tmp_path / f"sums.{suffix}"
+    if suffix == "jsonl":
+        data.write_text("\n".join(json.dumps(row) for row in rows))
+    else:
+        with data.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=["question", "answer"])
+            writer.writeheader()
+            writer.writerows(rows)
+    out = tmp_path / "run"
+    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--prompt_column",
+            "question", "--num_heldout", "8", "--max_completion_length", "6", *TINY_RL, "--output_dir", str(out), "--write_report", "false"]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model"] == tiny.model_dir() and summary["task"] == str(data) and summary["steps"] == 2
+    assert (out / "adapter_config.json").exists()
+    assert not (out / "report").exists()
+
+
+# ------------------------------------------------------------------------------------------------------ compare
+def test_compare_two_losses_writes_table_csv_and_png(tmp_path, capsys):
+    report_dir = tmp_path / "cmp"
+    assert main(["compare", "--losses", "grpo,dapo", "--report_dir", str(report_dir), *TINY_BOOTSTRAP, *TINY_RL]) == 0
+    summaries = {name: json.loads((report_dir / name / "summary.json").read_text()) for name in ("grpo", "dapo")}
+    assert summaries["grpo"]["model"] == summaries["dapo"]["model"]  # same base policy, task and seed
+    assert summaries["grpo"]["seed"] == summaries["dapo"]["seed"] and summaries["grpo"]["task"] == "addition"
+    assert summaries["grpo"]["accuracy_before"] == summaries["dapo"]["accuracy_before"]
+
+    table = (report_dir / "results.md").read_text()
+    for name, summary in summaries.items():
+        row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
+        assert f"{summary['accuracy_after']:.1%}" in row
+    assert " won** " in table
+
+    with (report_dir / "metrics.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["run"] for row in rows} == {"grpo", "dapo"}
+    kinds = ("train", "eval", "end")
+    assert {(row["run"], row["kind"]) for row in rows} == {(r, k) for r in ("grpo", "dapo") for k in kinds}
+    jsonl = [json.loads(line) for line in (report_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(jsonl) == len(rows)
+
+    for png in ("curves.png", "heldout_accuracy.png"):
+        with Image.open(report_dir / png) as image:
+            image.verify()
+            assert image.format == "PNG" and image.size[0] > 100
+
+
+def test_compare_rejects_an_unknown_loss_before_running_anything(tmp_path, capsys):
+    report_dir = tmp_path / "cmp"
+    assert main(["compare", "--losses", "grpo,grpo_plus_plus", "--report_dir", str(report_dir)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "losses: unknown loss 'grpo_plus_plus'" in error and "Known:" in error
+    assert not report_dir.exists()
+
+
+# ------------------------------------------------------------------------------------------------------ bad config
+def _yaml(tmp_path, mapping) -> list[str]:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(mapping))
+    return ["--config", str(path)]
+
+
+BAD_CONFIGS = {
+    "unknown loss flag": (lambda p: ["--loss_type", "grpoo"], ["loss_type", "'grpo'"]),
+    "unknown loss in yaml": (lambda p: _yaml(p, {"loss_type": "no_such_loss"}), ["loss_type", "no_such_loss"]),
+    "misspelt yaml key": (lambda p: _yaml(p, {"lerning_rate": 0.001}), ["lerning_rate", "'learning_rate'"]),
+    "wrong type in yaml": (lambda p: _yaml(p, {"learning_rate": "fast"}), ["learning_rate", "fast"]),
+    "float for int in yaml": (lambda p: _yaml(p, {"max_steps": 2.5}), ["max_steps"]),
+    "mapping in yaml": (lambda p: _yaml(p, {"lora_r": {"value": 4}}), ["lora_r"]),
+    "wrong type flag": (lambda p: ["--max_steps", "many"], ["max_steps", "many"]),
+    "misspelt flag": (lambda p: ["--lerning_rate", "1e-3"], ["lerning_rate", "--learning_rate"]),
+    "impossible value": (lambda p: ["--epsilon", "1.5"], ["epsilon"]),
+    "unknown task": (lambda p: ["--task", "subtraction"], ["task", "subtraction"]),
+    "dataset without model": (lambda p: ["--dataset_name", "x.jsonl"], ["model_name_or_path"]),
+    "missing data file": (lambda p: ["--dataset_name", "x.jsonl", "--model_name_or_path", "m"], ["dataset_name"]),
+    "qlora without gpu": (lambda p: ["--load_in_4bit", "--model_name_or_path", tiny.model_dir()], ["load_in_4bit"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIGS))
+def test_bad_config_exits_nonzero_with_one_line_naming_the_field(case, tmp_path, capsys):
+    make_argv, expected = BAD_CONFIGS[case]
+    assert main(["train", *make_argv(tmp_path), "--output_dir", str(tmp_path / "run")]) == 2
+    captured = capsys.readouterr()
+    error = captured.err.strip()
+    assert error.count("\n") == 0, error
+    assert error.startswith("trl-zoo train: error: ")
+    for fragment in expected:
+        assert fragment in error, error
+    assert "Traceback" not in captured.out + captured.err
+
+
+def test_bad_config_from_the_console_has_no_traceback():
+    completed = subprocess.run(
+        [sys.executable, "-m", "trl_zoo.cli", "train", "--loss_type", "grpoo"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip().count("\n") == 0, completed.stderr
+    assert "loss_type: unknown loss 'grpoo'. Did you mean 'grpo'?" in completed.stderr
+    assert "Traceback" not in completed.stderr and completed.stdout == ""

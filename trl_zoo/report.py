@@ -1,0 +1,227 @@
+"""What a training run records, and the report that compares runs.
+
+A run directory holds `metrics.jsonl` (one JSON record per line: `{"kind": "train", "step", ...TRL's logged
+metrics}` every `logging_steps`, `{"kind": "eval", "step", "heldout_accuracy"}` every evaluation, step 0 being
+the policy before RL, and `{"kind": "end", ...}` with the trainer's closing runtime numbers) and `summary.json` (accuracy before/after, best, wall time, adapter location).
+
+`write_report(directory, runs)` writes, for one or many runs:
+
+    results.md            table: final and best held-out accuracy, reward, entropy, completion length,
+                          clip fraction, train wall time; then a sentence naming the winner
+    metrics.csv / .jsonl  every record of every run, with a `run` column
+    curves.png            held-out accuracy, reward, entropy, completion length, clip fraction vs step
+    heldout_accuracy.png  the headline curve alone
+
+"Final" reward/entropy/length/clip fraction are the last logged values (TRL averages each over its logging
+window). The winner has the highest final held-out accuracy; ties go to the higher best accuracy, then the faster
+run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+
+# Table column -> TRL metric names to try, in order (losses log their clip diagnostics under different names).
+TRAIN_METRICS = {
+    "reward": ("reward",),
+    "entropy": ("entropy",),
+    "completion length": ("completions/mean_length",),
+    "clip fraction": ("clip_ratio/region_mean", "cispo_clip_ratio"),
+}
+
+
+class RunLog:
+    """Appends JSON records to a run's metrics file."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("")
+
+    def write(self, record: dict):
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+
+class TrainLogRecorder(TrainerCallback):
+    """Copies every training log TRL emits (reward, entropy, clip ratios, ...) into the run log; the trainer's
+    closing log (runtime, mean loss) is recorded as kind "end"."""
+
+    def __init__(self, run_log: RunLog):
+        self.run_log = run_log
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and state.is_world_process_zero:
+            numbers = {key: value for key, value in logs.items() if isinstance(value, (int, float))}
+            kind = "end" if "train_runtime" in logs else "train"
+            self.run_log.write({"kind": kind, "step": state.global_step, **numbers})
+        return control
+
+
+@dataclass
+class Run:
+    """One finished run: its name, its summary and every record it logged."""
+
+    name: str
+    summary: dict
+    records: list[dict]
+
+    def series(self, metric: str, kind: str = "train") -> list[tuple[int, float]]:
+        return [
+            (record["step"], record[metric])
+            for record in self.records
+            if record.get("kind") == kind and isinstance(record.get(metric), (int, float))
+        ]
+
+    def accuracy(self) -> list[tuple[int, float]]:
+        return self.series("heldout_accuracy", kind="eval")
+
+    def final(self, column: str) -> float | None:
+        for metric in TRAIN_METRICS[column]:
+            points = self.series(metric)
+            if points:
+                return points[-1][1]
+        return None
+
+    @property
+    def final_accuracy(self) -> float:
+        return self.summary["accuracy_after"]
+
+    @property
+    def best(self) -> tuple[float, int]:
+        step, accuracy = max(self.accuracy(), key=lambda point: (point[1], -point[0]))
+        return accuracy, step
+
+
+def load_run(directory: str | Path, name: str | None = None) -> Run:
+    directory = Path(directory)
+    summary = json.loads((directory / SUMMARY_FILE).read_text())
+    records = [json.loads(line) for line in (directory / METRICS_FILE).read_text().splitlines() if line.strip()]
+    return Run(name or summary.get("name") or directory.name, summary, records)
+
+
+def _format(value: float | None, percent: bool = False, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.1%}" if percent else f"{value:.{digits}g}"
+
+
+def winner_sentence(runs: list[Run]) -> str:
+    if len(runs) == 1:
+        run = runs[0]
+        return (
+            f"{run.name} took held-out accuracy from {run.summary['accuracy_before']:.1%} to "
+            f"{run.final_accuracy:.1%} in {run.summary['train_seconds']:.0f} s."
+        )
+    ranked = sorted(runs, key=lambda run: (-run.final_accuracy, -run.best[0], run.summary["train_seconds"]))
+    winner, runner_up = ranked[0], ranked[1]
+    tied = winner.final_accuracy == runner_up.final_accuracy
+    reason = "tied on final accuracy, ahead on best accuracy or time" if tied else "highest final held-out accuracy"
+    return (
+        f"**{winner.name} won** ({reason}): {winner.final_accuracy:.1%} final, {winner.best[0]:.1%} best, against "
+        f"{runner_up.name}'s {runner_up.final_accuracy:.1%} (all from {winner.summary['accuracy_before']:.1%})."
+    )
+
+
+def markdown_table(runs: list[Run]) -> str:
+    header = ["run", "loss_type", "held-out acc before", "final held-out acc", "best held-out acc (step)"]
+    header += list(TRAIN_METRICS) + ["train wall time (s)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for run in runs:
+        best, best_step = run.best
+        cells = [
+            run.name,
+            run.summary.get("loss_type", ""),
+            _format(run.summary["accuracy_before"], percent=True),
+            _format(run.final_accuracy, percent=True),
+            f"{best:.1%} ({best_step})",
+        ]
+        cells += [_format(run.final(column)) for column in TRAIN_METRICS]
+        cells.append(f"{run.summary['train_seconds']:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _write_records(directory: Path, runs: list[Run]):
+    rows = [{"run": run.name, **record} for run in runs for record in run.records]
+    with (directory / "metrics.jsonl").open("w") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+    columns = ["run", "kind", "step"] + sorted({key for row in rows for key in row} - {"run", "kind", "step"})
+    with (directory / "metrics.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _plot(directory: Path, runs: list[Run]):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("held-out accuracy", None)] + list(TRAIN_METRICS.items())
+    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4))
+    for axis, (title, metric_names) in zip(axes, panels):
+        for run in runs:
+            points = run.accuracy() if metric_names is None else next(
+                (run.series(name) for name in metric_names if run.series(name)), []
+            )
+            if points:
+                axis.plot(*zip(*points), marker="." if len(points) < 30 else None, label=run.name)
+        axis.set_title(title)
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(directory / "curves.png", dpi=100)
+    plt.close(figure)
+
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for run in runs:
+        axis.plot(*zip(*run.accuracy()), marker=".", label=run.name)
+    axis.set_xlabel("step")
+    axis.set_ylabel("greedy held-out accuracy")
+    axis.set_ylim(0, 1)
+    axis.grid(alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(directory / "heldout_accuracy.png", dpi=100)
+    plt.close(figure)
+
+
+def write_report(directory: str | Path, runs: list[Run], title: str | None = None) -> Path:
+    """Write the Markdown table, CSV/JSONL metrics and PNG curves for `runs`; returns the Markdown file."""
+    if not runs:
+        raise ValueError("runs: nothing to report; give at least one finished run.")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    first = runs[0].summary
+    model = Path(str(first.get("model", ""))).name
+    title = title or f"trl-zoo: {first.get('task', '')} with {model}, seed {first.get('seed', '')}"
+    reward = (first.get("reward_funcs") or ["exact_match"])[0]
+    _write_records(directory, runs)
+    _plot(directory, runs)
+    text = "\n\n".join(
+        [
+            f"# {title}",
+            markdown_table(runs),
+            winner_sentence(runs),
+            f"Held-out accuracy: the share of held-out prompts whose greedy completion earns reward 1 from "
+            f"`{reward}`, measured before RL (step 0) and every few steps. Final reward, entropy, completion length "
+            "and clip fraction are the last logged values (TRL averages each over its logging window). Curves: "
+            "curves.png, heldout_accuracy.png. Every record: metrics.csv, metrics.jsonl.",
+        ]
+    )
+    path = directory / "results.md"
+    path.write_text(text + "\n")
+    return path

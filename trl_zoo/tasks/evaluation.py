@@ -1,0 +1,108 @@
+"""Greedy held-out accuracy, and a TrainerCallback that measures it periodically during training.
+
+    accuracy = (1/N) Σ_n [ reward(greedy_completion(prompt_n), answer_n) = 1 ]
+
+Greedy decoding (no sampling) makes the number a deterministic function of the weights, so it never consumes the
+training run's random state: evaluating more or less often does not change what is learned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from transformers import TrainerCallback
+
+from .rewards import exact_match_reward
+
+
+def render_prompt(tokenizer, prompt) -> str:
+    """A prompt as the text the model sees: chat messages go through the tokenizer's chat template, as in TRL."""
+    if isinstance(prompt, list):
+        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    return prompt
+
+
+@torch.no_grad()
+def greedy_completions(model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 256) -> list[str]:
+    """Decode each prompt greedily (left-padded batches); special tokens are dropped, as TRL does for rewards."""
+    was_training = model.training
+    model.eval()
+    padding_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    device = next(model.parameters()).device
+    texts = [render_prompt(tokenizer, prompt) for prompt in prompts]
+    completions = []
+    try:
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+            batch = {key: value.to(device) for key, value in batch.items()}
+            output = model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+            new_tokens = output[:, batch["input_ids"].shape[1] :]
+            completions.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+    finally:
+        tokenizer.padding_side = padding_side
+        model.train(was_training)
+    return completions
+
+
+def greedy_accuracy(
+    model,
+    tokenizer,
+    prompts: list,
+    max_new_tokens: int,
+    reward: Callable = exact_match_reward,
+    reward_kwargs: dict | None = None,
+    batch_size: int = 256,
+) -> float:
+    """Fraction of prompts whose greedy completion earns reward 1.
+
+    `reward` is called like TRL calls a reward function: `reward(completions, prompts=..., **reward_kwargs)`, with
+    the dataset's other columns (e.g. `answer`) in `reward_kwargs`; chat prompts get chat-message completions.
+    """
+    if not prompts:
+        raise ValueError("held-out set: no prompts to evaluate; give a non-empty held-out split.")
+    texts = greedy_completions(model, tokenizer, prompts, max_new_tokens, batch_size)
+    conversational = isinstance(prompts[0], list)
+    completions = [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
+    rewards = reward(completions, prompts=prompts, completion_ids=None, **(reward_kwargs or {}))
+    return sum(r == 1.0 for r in rewards) / len(prompts)
+
+
+class HeldOutAccuracyCallback(TrainerCallback):
+    """Every `every_steps` optimizer steps (and at the last step) measure greedy held-out accuracy.
+
+    `evaluate(model) -> float` does the measuring; `on_result(step, accuracy)` receives each number (the CLI writes
+    it to the run's metrics file). `history` keeps (step, accuracy) pairs.
+    """
+
+    def __init__(self, evaluate: Callable, every_steps: int, on_result: Callable | None = None):
+        if every_steps < 1:
+            raise ValueError(f"eval_every_steps: must be ≥ 1, got {every_steps}.")
+        self.evaluate = evaluate
+        self.every_steps = every_steps
+        self.on_result = on_result
+        self.history: list[tuple[int, float]] = []
+
+    def measure(self, model, step: int) -> float:
+        accuracy = self.evaluate(model)
+        self.history.append((step, accuracy))
+        if self.on_result is not None:
+            self.on_result(step, accuracy)
+        return accuracy
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        last_step = state.global_step >= state.max_steps
+        if state.global_step % self.every_steps == 0 or last_step:
+            if not self.history or self.history[-1][0] != state.global_step:
+                self.measure(model, state.global_step)
+        return control

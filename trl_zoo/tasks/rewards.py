@@ -1,0 +1,68 @@
+"""Verifiable rewards for answer-checked tasks: 1.0 when the completion's answer equals the reference, else 0.0.
+
+    exact_match:   R = [ normalise(completion) == normalise(answer) ]
+    final_number:  R = [ last number in completion == reference number ]   (GSM8K style: "... #### 72")
+
+Both follow TRL's reward-function signature `f(completions, **dataset_columns) -> list[float]`, reading the
+reference from the dataset's `answer` column.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def completion_text(completion) -> str:
+    """A completion as text: TRL passes a string, or a list of chat messages for conversational prompts."""
+    if isinstance(completion, list):
+        return "".join(message.get("content", "") for message in completion if isinstance(message, dict))
+    return str(completion)
+
+
+def reference_answer(answer) -> str:
+    """The checkable part of a reference: what follows GSM8K's '####' marker, or the whole answer, stripped."""
+    text = str(answer)
+    if "####" in text:
+        text = text.rsplit("####", 1)[1]
+    return text.strip()
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.strip().lower().split())
+
+
+def exact_match_reward(completions, answer, **kwargs) -> list[float]:
+    """1.0 where the whole completion (trimmed, case- and space-normalised) equals the reference answer."""
+    return [
+        float(normalise(completion_text(completion)) == normalise(reference_answer(reference)))
+        for completion, reference in zip(completions, answer, strict=True)
+    ]
+
+
+def final_number(text: str) -> str | None:
+    """The last number in `text`, without thousands separators or a trailing '.0' (None if there is none)."""
+    numbers = _NUMBER.findall(text)
+    if not numbers:
+        return None
+    number = numbers[-1].replace(",", "")
+    if "." in number:
+        number = number.rstrip("0").rstrip(".")
+    return number
+
+
+def final_number_reward(completions, answer, **kwargs) -> list[float]:
+    """1.0 where the last number in the completion equals the reference's number (GSM8K's '#### N')."""
+    rewards = []
+    for completion, reference in zip(completions, answer, strict=True):
+        predicted = final_number(completion_text(completion))
+        expected = final_number(reference_answer(reference))
+        rewards.append(float(predicted is not None and predicted == expected))
+    return rewards
+
+
+REWARDS = {
+    "exact_match": exact_match_reward,
+    "final_number": final_number_reward,
+}
