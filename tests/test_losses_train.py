@@ -11,19 +11,8 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
 import trl_zoo
 from tests import tiny
-from tests.tiny import make_trainer
+from tests.tiny import make_trainer, perturb, relative_error
 from trl_zoo.losses.ppo_kl import BETA
-
-
-def _perturb(model, seed=1, scale=0.05):
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
-
-
-def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-12)).item()
 
 
 @pytest.mark.parametrize(
@@ -39,8 +28,8 @@ def test_gspo_equals_trl_grpo_at_sequence_level(schedule):
     reference.model.train()
     batch = reference._generate_and_score_completions(next(iter(reference.get_train_dataloader())))
     micro_batches = split_tensor_dict(shuffle_sequence_dict(batch), reference.args.steps_per_generation)
-    _perturb(reference.model)
-    _perturb(candidate.model)
+    perturb(reference.model)
+    perturb(candidate.model)
     candidate.model.train()
     steps = reference.args.gradient_accumulation_steps
     for micro_batch in micro_batches[:steps]:
@@ -50,10 +39,10 @@ def test_gspo_equals_trl_grpo_at_sequence_level(schedule):
             loss = trainer.compute_loss(trainer.model, micro_batch)
             loss.backward()
             losses.append(loss.detach())
-        assert torch.isfinite(losses[0]) and _relative_error(losses[1], losses[0]) <= 1e-6, losses
+        assert torch.isfinite(losses[0]) and relative_error(losses[1], losses[0]) <= 1e-6, losses
     named = dict(reference.model.named_parameters())
     for name, parameter in candidate.model.named_parameters():
-        assert _relative_error(parameter.grad, named[name].grad) <= 1e-6, name
+        assert relative_error(parameter.grad, named[name].grad) <= 1e-6, name
     clipped = candidate._metrics["train"]["clip_ratio/region_mean"]
     assert clipped == pytest.approx(reference._metrics["train"]["clip_ratio/region_mean"], rel=1e-6)
     assert max(clipped) > 0  # the sequence clip really bit

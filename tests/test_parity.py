@@ -11,7 +11,7 @@ import trl
 from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
 import trl_zoo
-from tests.tiny import make_trainer
+from tests.tiny import make_trainer, perturb, relative_error
 
 TRL_LOSSES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
 
@@ -25,17 +25,6 @@ SCHEDULES = {
 }
 
 
-def _perturb(model, seed=1, scale=0.05):
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
-
-
-def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-12)).item()
-
-
 def run_parity(**config):
     reference = make_trainer(trl.GRPOTrainer, trl.GRPOConfig, **config)
     candidate = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, **config)
@@ -47,8 +36,8 @@ def run_parity(**config):
     batch = shuffle_sequence_dict(batch)
     micro_batches = split_tensor_dict(batch, args.steps_per_generation)
     if args.num_iterations > 1 or "old_per_token_logps" in batch:
-        _perturb(reference.model)
-        _perturb(candidate.model)
+        perturb(reference.model)
+        perturb(candidate.model)
     candidate.model.train()
     steps = args.gradient_accumulation_steps
     losses = []
@@ -59,14 +48,14 @@ def run_parity(**config):
             loss.backward()
             losses.append(loss.detach())
         assert torch.isfinite(losses[-1])
-        assert _relative_error(losses[-1], losses[-2]) <= 1e-6, (index, losses[-2], losses[-1])
+        assert relative_error(losses[-1], losses[-2]) <= 1e-6, (index, losses[-2], losses[-1])
     named = dict(reference.model.named_parameters())
     checked = 0
     for name, parameter in candidate.model.named_parameters():
         if parameter.grad is None:
             assert named[name].grad is None
             continue
-        assert _relative_error(parameter.grad, named[name].grad) <= 1e-6, name
+        assert relative_error(parameter.grad, named[name].grad) <= 1e-6, name
         checked += 1
     assert checked > 0
     return reference, candidate
@@ -121,4 +110,4 @@ def test_training_runs_match_trl():
     candidate_losses = [log["loss"] for log in candidate.state.log_history if "loss" in log]
     assert candidate_losses == pytest.approx(reference_losses, rel=1e-5, abs=1e-7)
     for (name, a), b in zip(candidate.model.named_parameters(), reference.model.parameters()):
-        assert _relative_error(a.detach(), b.detach()) <= 1e-5, name
+        assert relative_error(a.detach(), b.detach()) <= 1e-5, name

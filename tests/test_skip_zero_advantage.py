@@ -8,7 +8,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
 import trl_zoo
 from tests.scripts.resample_two_processes import half_constant_reward
-from tests.tiny import make_trainer
+from tests.tiny import make_trainer, relative_error
 from trl_zoo.hooks.sampling import zero_advantage_probe
 from trl_zoo.registry import AGGREGATIONS, LOSSES, Entry
 
@@ -19,10 +19,6 @@ def _use_loss(trainer, name):
     trainer.args.loss_type = name
     trainer.loss_entry = LOSSES.get(name)
     trainer.aggregate = AGGREGATIONS.get(trainer.loss_entry.options["aggregation"]).obj
-
-
-def _relative_error(a, b):
-    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-12)).item()
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +73,10 @@ def test_skipping_leaves_loss_and_gradients_unchanged(setup, loss_type):
     assert full_rows == [mb["advantages"].numel() for mb in micro_batches]
     assert skip_rows == [max(active, 1) for active in active_rows]  # only the rows with Â ≠ 0 ran
     assert torch.any(full_losses != 0)
-    assert _relative_error(skip_losses, full_losses) <= 1e-6
+    assert relative_error(skip_losses, full_losses) <= 1e-6
     assert full_gradients.keys() == skip_gradients.keys() and full_gradients
     for name, gradient in full_gradients.items():
-        assert _relative_error(skip_gradients[name], gradient) <= 1e-6, name
+        assert relative_error(skip_gradients[name], gradient) <= 1e-6, name
 
 
 def test_logged_entropy_is_that_of_the_trained_rows(setup):

@@ -72,3 +72,16 @@ def make_trainer(trainer_cls, config_cls, seed: int = 0, peft_config=None, rewar
         processing_class=tokenizer(),
         peft_config=peft_config,
     )
+
+
+def perturb(model, seed=1, scale=0.05):
+    """Move every parameter by the same seeded noise, so a generated batch becomes off-policy."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a − b| / max |b|."""
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-12)).item()
