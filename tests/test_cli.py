@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_zoo import TABLES
 from trl_zoo.cli import main
+from trl_zoo.report import Run, write_report
 from trl_zoo.tasks import ADDITION
 from trl_zoo.tasks.evaluation import greedy_accuracy
 
@@ -124,7 +125,9 @@ def test_compare_two_losses_writes_table_csv_and_png(tmp_path, capsys):
     for name, summary in summaries.items():
         row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
         assert f"{summary['accuracy_after']:.1%}" in row
-    assert " won** " in table
+    # The barely bootstrapped policy solves no sum under either loss, so the report must call it a tie.
+    assert all(s["accuracy_after"] == s["best_accuracy"] == 0.0 for s in summaries.values())
+    assert "**No winner: " in table and " tied** at 0.0% final and 0.0% best held-out accuracy" in table
 
     with (report_dir / "metrics.csv").open() as handle:
         rows = list(csv.DictReader(handle))
@@ -138,6 +141,27 @@ def test_compare_two_losses_writes_table_csv_and_png(tmp_path, capsys):
         with Image.open(report_dir / png) as image:
             image.verify()
             assert image.format == "PNG" and image.size[0] > 100
+
+
+def test_report_names_the_winner_and_tabulates_last_values(tmp_path):
+    def run(name, accuracies, rewards, seconds):
+        records = [{"kind": "eval", "step": step, "heldout_accuracy": acc} for step, acc in accuracies]
+        records += [
+            {"kind": "train", "step": step, "reward": reward, "entropy": 0.5, "completions/mean_length": 3.0,
+             "clip_ratio/region_mean": 0.01}
+            for step, reward in rewards
+        ]
+        summary = {"accuracy_before": accuracies[0][1], "accuracy_after": accuracies[-1][1], "train_seconds": seconds,
+                   "loss_type": name, "task": "addition", "model": "/some/where/tiny", "seed": 0}
+        return Run(name, summary, records)
+
+    grpo = run("grpo", [(0, 0.5), (10, 0.8), (20, 0.7)], [(10, 0.4), (20, 0.6)], 30.0)
+    dapo = run("dapo", [(0, 0.5), (10, 0.6), (20, 0.75)], [(10, 0.3), (20, 0.5)], 20.0)
+    text = write_report(tmp_path, [grpo, dapo]).read_text()
+    assert text.startswith("# trl-zoo: addition with tiny, seed 0")
+    assert "| grpo | grpo | 50.0% | 70.0% | 80.0% (10) | 0.6 | 0.5 | 3 | 0.01 | 30.0 |" in text
+    assert "| dapo | dapo | 50.0% | 75.0% | 75.0% (20) | 0.5 | 0.5 | 3 | 0.01 | 20.0 |" in text
+    assert "**dapo won** (highest final held-out accuracy): 75.0% final, 75.0% best, against grpo's 70.0%" in text
 
 
 def test_compare_rejects_an_unknown_loss_before_running_anything(tmp_path, capsys):

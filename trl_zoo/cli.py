@@ -10,8 +10,8 @@ them. Precedence, lowest first:
 
     TRL's defaults  <  trl_zoo's defaults  <  quickstart preset (built-in task only)  <  YAML  <  flags
 
-trl_zoo's defaults: LoRA on (`use_peft`), and fp32 (`bf16` off) when no GPU is present. The quickstart preset
-fits the built-in tasks' tiny policy (learning rate, group size, completion length, steps).
+trl_zoo's defaults: LoRA on (`use_peft`); fp32 (`bf16` off) and no pinned memory when no GPU is present. The
+quickstart preset fits the built-in tasks' tiny policy (learning rate, group size, completion length, steps).
 
 Bad configuration (unknown loss, misspelt key, wrong type) exits with status 2 and a one-line message naming the
 field, never a traceback. Errors during training itself are not configuration errors and keep their traceback.
@@ -165,7 +165,7 @@ def make_train_parser() -> StrictTrlParser:
 def trl_zoo_defaults() -> dict:
     defaults = {"use_peft": True}
     if not torch.cuda.is_available():
-        defaults["bf16"] = False
+        defaults.update(bf16=False, dataloader_pin_memory=False)
     return defaults
 
 

@@ -9,12 +9,13 @@ the policy before RL, and `{"kind": "end", ...}` with the trainer's closing runt
     results.md            table: final and best held-out accuracy, reward, entropy, completion length,
                           clip fraction, train wall time; then a sentence naming the winner
     metrics.csv / .jsonl  every record of every run, with a `run` column
-    curves.png            held-out accuracy, reward, entropy, completion length, clip fraction vs step
+    curves.png            held-out accuracy, reward, entropy, completion length, clip fraction and the share
+                          of zero-spread groups vs step (needs matplotlib)
     heldout_accuracy.png  the headline curve alone
 
 "Final" reward/entropy/length/clip fraction are the last logged values (TRL averages each over its logging
-window). The winner has the highest final held-out accuracy; ties go to the higher best accuracy, then the faster
-run.
+window). The winner has the highest final held-out accuracy; a tie goes to the higher best accuracy; runs equal on both
+are reported as tied.
 """
 
 from __future__ import annotations
@@ -124,8 +125,14 @@ def winner_sentence(runs: list[Run]) -> str:
         )
     ranked = sorted(runs, key=lambda run: (-run.final_accuracy, -run.best[0], run.summary["train_seconds"]))
     winner, runner_up = ranked[0], ranked[1]
+    if (winner.final_accuracy, winner.best[0]) == (runner_up.final_accuracy, runner_up.best[0]):
+        tied = [run.name for run in ranked if (run.final_accuracy, run.best[0]) == (winner.final_accuracy, winner.best[0])]
+        return (
+            f"**No winner: {', '.join(tied)} tied** at {winner.final_accuracy:.1%} final and {winner.best[0]:.1%} "
+            f"best held-out accuracy; {winner.name} was the fastest of them."
+        )
     tied = winner.final_accuracy == runner_up.final_accuracy
-    reason = "tied on final accuracy, ahead on best accuracy or time" if tied else "highest final held-out accuracy"
+    reason = "tied on final accuracy, ahead on best accuracy" if tied else "highest final held-out accuracy"
     return (
         f"**{winner.name} won** ({reason}): {winner.final_accuracy:.1%} final, {winner.best[0]:.1%} best, against "
         f"{runner_up.name}'s {runner_up.final_accuracy:.1%} (all from {winner.summary['accuracy_before']:.1%})."
@@ -163,14 +170,20 @@ def _write_records(directory: Path, runs: list[Run]):
         writer.writerows(rows)
 
 
-def _plot(directory: Path, runs: list[Run]):
-    import matplotlib
+def _plot(directory: Path, runs: list[Run]) -> bool:
+    """Write the PNG curves; False (and no files) when matplotlib is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels = [("held-out accuracy", None)] + list(TRAIN_METRICS.items())
-    figure, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4))
+    panels.append(("groups with zero reward spread", ("frac_reward_zero_std",)))
+    figure, axes = plt.subplots(2, 3, figsize=(13, 7))
+    axes = axes.flatten()
     for axis, (title, metric_names) in zip(axes, panels):
         for run in runs:
             points = run.accuracy() if metric_names is None else next(
@@ -197,6 +210,7 @@ def _plot(directory: Path, runs: list[Run]):
     figure.tight_layout()
     figure.savefig(directory / "heldout_accuracy.png", dpi=100)
     plt.close(figure)
+    return True
 
 
 def write_report(directory: str | Path, runs: list[Run], title: str | None = None) -> Path:
@@ -210,7 +224,8 @@ def write_report(directory: str | Path, runs: list[Run], title: str | None = Non
     title = title or f"trl-zoo: {first.get('task', '')} with {model}, seed {first.get('seed', '')}"
     reward = (first.get("reward_funcs") or ["exact_match"])[0]
     _write_records(directory, runs)
-    _plot(directory, runs)
+    plotted = _plot(directory, runs)
+    curves = "Curves: curves.png, heldout_accuracy.png." if plotted else "No curves: pip install 'trl-zoo[plot]'."
     text = "\n\n".join(
         [
             f"# {title}",
@@ -218,8 +233,8 @@ def write_report(directory: str | Path, runs: list[Run], title: str | None = Non
             winner_sentence(runs),
             f"Held-out accuracy: the share of held-out prompts whose greedy completion earns reward 1 from "
             f"`{reward}`, measured before RL (step 0) and every few steps. Final reward, entropy, completion length "
-            "and clip fraction are the last logged values (TRL averages each over its logging window). Curves: "
-            "curves.png, heldout_accuracy.png. Every record: metrics.csv, metrics.jsonl.",
+            f"and clip fraction are the last logged values (TRL averages each over its logging window). {curves} "
+            "Every record: metrics.csv, metrics.jsonl.",
         ]
     )
     path = directory / "results.md"
