@@ -81,7 +81,8 @@ def _encode(tokenizer, task: AdditionTask, pairs) -> tuple[torch.Tensor, torch.T
 
 def supervise(model, tokenizer, task: AdditionTask, recipe: BootstrapRecipe, log: Callable = print) -> dict:
     """Run the supervised warm-up in place until the probe accuracy reaches the target; returns what happened."""
-    ids, labels = _encode(tokenizer, task, task.train_pairs)
+    device = next(model.parameters()).device
+    ids, labels = (tensor.to(device) for tensor in _encode(tokenizer, task, task.train_pairs))
     attention_mask = (ids != tokenizer.pad_token_id).long()
     probe = task.train_pairs[: recipe.probe_size]
     probe_prompts = [task.prompt(a, b) for a, b in probe]
@@ -93,7 +94,7 @@ def supervise(model, tokenizer, task: AdditionTask, recipe: BootstrapRecipe, log
     model.train()
     step, loss, probe_accuracy = 0, float("nan"), 0.0
     while step < recipe.max_steps:
-        index = torch.randint(len(ids), (recipe.batch_size,), generator=generator)
+        index = torch.randint(len(ids), (recipe.batch_size,), generator=generator).to(device)
         output = model(input_ids=ids[index], attention_mask=attention_mask[index], labels=labels[index])
         output.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -132,6 +133,8 @@ def bootstrap_policy(
         seed=recipe.seed,
     )
     torch.manual_seed(recipe.seed)
+    if torch.cuda.is_available():  # a GPU makes the harder tasks' bootstrap quick; on a CPU it stays bit-reproducible
+        model.to("cuda")
     outcome = supervise(model, tokenizer, task, recipe, log)
     heldout = task.heldout_dataset()
     accuracy = greedy_accuracy(
@@ -142,7 +145,7 @@ def bootstrap_policy(
 
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    model.save_pretrained(staging)
+    model.cpu().save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     summary = {"task": task.name, "recipe": asdict(recipe), **outcome, "heldout_accuracy": accuracy, "seconds": seconds}
     (staging / "bootstrap.json").write_text(json.dumps(summary, indent=2))
