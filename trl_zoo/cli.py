@@ -458,10 +458,13 @@ def run_train(task_args, training_args, model_args, log=print) -> dict:
         raise ConfigError(_one_line(error)) from None
     trainer, accuracy = prepared["trainer"], prepared["accuracy"]
     before = accuracy.measure(trainer.model, 0)
+    length = (
+        f"{training_args.max_steps} steps" if training_args.max_steps > 0 else f"{training_args.num_train_epochs:g} epochs"
+    )
     log(
         f"Held-out greedy accuracy before RL: {before:.1%} ({prepared['heldout_size']} prompts). "
         f"Training with loss_type={training_args.loss_type!r}, {'LoRA' if model_args.use_peft else 'full'} "
-        f"fine-tuning, {training_args.max_steps} steps ..."
+        f"fine-tuning, {length} ..."
     )
     train_started = time.perf_counter()
     trainer.train()
