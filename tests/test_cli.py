@@ -172,6 +172,24 @@ def test_compare_rejects_an_unknown_loss_before_running_anything(tmp_path, capsy
     assert not report_dir.exists()
 
 
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--losses", "grpo"], "losses: give at least two"),
+        (["--losses", "grpo,configs/no_such_recipe.yaml"], "losses: no such config file 'configs/no_such_recipe.yaml'"),
+        (["--losses", "grpo,configs/gmpo.yaml", "--config", "configs/grpo.yaml"], "--config cannot be given as well"),
+        (["--losses", "grpo,dapo", "--loss_type", "sapo"], "loss_type: set per run by compare"),
+        (["--losses", "grpo,grpo"], "losses: names must be distinct"),
+        (["--report_dir", "x"], "the following arguments are required: --losses"),
+    ],
+)
+def test_compare_argument_errors_are_one_line(argv, expected, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main(["compare", *argv]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and error.startswith("trl-zoo compare: error: ") and expected in error, error
+
+
 # ------------------------------------------------------------------------------------------------------ bad config
 def _yaml(tmp_path, mapping) -> list[str]:
     path = tmp_path / "bad.yaml"
