@@ -16,6 +16,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -91,10 +92,10 @@ def main(argv=None):
     trainer_cls, config_cls = trainer_classes(options.implementation)
     vocab_size = SHAPES[options.shape]["vocab_size"]
     tokenizer = numbered_tokenizer(vocab_size)
-    model = load_4bit(options.shape, Path("/tmp")) if options.load_in_4bit else random_model(options.shape)
+    model = load_4bit(options.shape, Path(tempfile.gettempdir())) if options.load_in_4bit else random_model(options.shape)
     batch_size = options.num_generations * options.prompts_per_step
     args = config_cls(
-        output_dir="/tmp/trl_zoo_benchmark",
+        output_dir=str(Path(tempfile.gettempdir()) / "trl_zoo_benchmark"),
         loss_type=options.loss_type,
         per_device_train_batch_size=batch_size,
         num_generations=options.num_generations,

@@ -11,6 +11,7 @@ import trl_zoo
 from trl_zoo.aggregation import AggregationContext
 from trl_zoo.losses.base import PolicyBatch
 from trl_zoo.registry import AGGREGATIONS, LOSSES
+from tests.tiny import TEST_OUTPUT_DIR
 
 
 def extreme_log_ratio(shape, seed=0) -> torch.Tensor:
@@ -55,7 +56,7 @@ LOSS_NAMES = [name for name in LOSSES.names() if not LOSSES.get(name).options.ge
 @pytest.mark.parametrize("name", LOSS_NAMES)
 def test_finite_loss_and_gradients(name, case):
     args = trl_zoo.GRPOConfig(
-        output_dir="/tmp/trl_zoo_test_runs", loss_type=name, bf16=False, use_cpu=True, report_to="none", max_completion_length=5
+        output_dir=TEST_OUTPUT_DIR, loss_type=name, bf16=False, use_cpu=True, report_to="none", max_completion_length=5
     )
     for token_advantages in (False, True):
         batch = make_case(case, token_advantages)

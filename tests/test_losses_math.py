@@ -15,6 +15,7 @@ from trl_zoo.losses.base import PolicyBatch
 from trl_zoo.losses.clip_cov import token_covariance
 from trl_zoo.losses.ppo_kl import BETA, KL_WINDOW
 from trl_zoo.registry import AGGREGATIONS, LOSSES
+from tests.tiny import TEST_OUTPUT_DIR
 
 B, T = 4, 6
 LENGTHS = [6, 4, 1, 3]
@@ -38,7 +39,7 @@ def make_batch(seed=0, log_ratio=None, advantages=None, mask=None, on_policy=Fal
 
 
 def config(loss_type: str, **overrides):
-    kwargs = dict(output_dir="/tmp/trl_zoo_test_runs", loss_type=loss_type, bf16=False, use_cpu=True, report_to="none")
+    kwargs = dict(output_dir=TEST_OUTPUT_DIR, loss_type=loss_type, bf16=False, use_cpu=True, report_to="none")
     return trl_zoo.GRPOConfig(**{**kwargs, **overrides})
 
 

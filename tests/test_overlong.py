@@ -8,7 +8,7 @@ import torch
 import yaml
 
 import trl_zoo
-from tests.tiny import make_trainer
+from tests.tiny import TEST_OUTPUT_DIR, make_trainer
 from trl_zoo.rewards import SoftOverlongPunishment, soft_overlong_punishment
 
 L_MAX, L_CACHE = 20, 5  # ramp over lengths 16..20
@@ -55,7 +55,7 @@ def test_buffer_outside_the_max_length_is_rejected(buffer_length):
 
 def test_config_rejects_a_buffer_longer_than_the_completions():
     with pytest.raises(ValueError, match="overlong_buffer_length"):
-        trl_zoo.GRPOConfig(output_dir="/tmp/trl_zoo_test_runs", max_completion_length=8, overlong_buffer_length=9,
+        trl_zoo.GRPOConfig(output_dir=TEST_OUTPUT_DIR, max_completion_length=8, overlong_buffer_length=9,
                            use_cpu=True, report_to="none")
 
 
@@ -81,7 +81,7 @@ def test_trainer_adds_the_punishment_as_a_logged_reward():
 
 def test_dapo_recipe_scales_the_paper_lengths():
     recipe = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "dapo.yaml").read_text())
-    config = trl_zoo.GRPOConfig(output_dir="/tmp/trl_zoo_test_runs", use_cpu=True, report_to="none", **recipe)
+    config = trl_zoo.GRPOConfig(output_dir=TEST_OUTPUT_DIR, use_cpu=True, report_to="none", **recipe)
     assert (config.loss_type, config.epsilon, config.epsilon_high, config.beta) == ("dapo", 0.2, 0.28, 0.0)
     assert config.dynamic_sampling == "resample" and config.mask_truncated_completions
     assert config.overlong_buffer_length / config.max_completion_length == 4096 / 20480  # paper: L_cache / L_max

@@ -9,7 +9,7 @@ import torch
 
 import trl_zoo
 from tests.scripts.resample_two_processes import describe, grpo_advantages, half_constant_reward
-from tests.tiny import make_trainer
+from tests.tiny import TEST_OUTPUT_DIR, make_trainer
 from trl_zoo.rewards import soft_overlong_punishment
 from trl_zoo.sampling import DynamicSamplingExhausted, group_reward_spread
 
@@ -153,4 +153,4 @@ def test_reweight_zeroes_zero_spread_groups_and_scales_the_rest():
 
 def test_unknown_sampler_is_a_config_error():
     with pytest.raises(ValueError, match="dynamic_sampling: unknown sampler 'resampel'. Did you mean 'resample'"):
-        trl_zoo.GRPOConfig(output_dir="/tmp/trl_zoo_test_runs", dynamic_sampling="resampel", use_cpu=True, report_to="none")
+        trl_zoo.GRPOConfig(output_dir=TEST_OUTPUT_DIR, dynamic_sampling="resampel", use_cpu=True, report_to="none")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import tempfile
 
 import torch
@@ -10,6 +11,8 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
 from trl_zoo.tasks.tiny import build_char_tokenizer, build_tiny_causal_lm
+
+TEST_OUTPUT_DIR = os.path.join(tempfile.gettempdir(), "trl_zoo_test_runs")
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,7 +45,7 @@ def digit_reward(completions, **kwargs):
 
 def config_kwargs(**overrides):
     kwargs = dict(
-        output_dir="/tmp/trl_zoo_test_runs",
+        output_dir=TEST_OUTPUT_DIR,
         per_device_train_batch_size=8,
         num_generations=4,
         max_completion_length=8,
