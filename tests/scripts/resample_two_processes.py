@@ -75,6 +75,9 @@ def main(output_path: str):
         rounds = [row["dynamic_sampling/generation_rounds"] for row in trainer.state.log_history if "dynamic_sampling/generation_rounds" in row]
         with open(output_path, "w") as handle:
             json.dump({"per_process": per_process, "logged_rounds": rounds, "num_processes": trainer.accelerator.num_processes}, handle)
+    # Shut the process group down explicitly: left to interpreter teardown, gloo's threads can abort one rank.
+    trainer.accelerator.wait_for_everyone()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
