@@ -159,10 +159,9 @@ class GRPOTrainer(ResumableStateMixin, *HOOK_MIXINS, RewardCheckMixin, TRLGRPOTr
             for name, value in (on_optimizer_step(self.zoo_state, self.args) or {}).items():
                 self._metrics[mode][name].append(value)
 
-        if per_token_kl is not None:
-            self._metrics[mode]["kl"].append(self._masked_mean(per_token_kl, mask))
-        self._metrics[mode]["entropy"].append(self._masked_mean(entropies, mask))
-        self._log_term_metrics(term.metrics, mask, mode)
+        metrics = {} if per_token_kl is None else {"kl": per_token_kl}
+        metrics["entropy"] = entropies
+        self._log_term_metrics({**metrics, **term.metrics}, mask, mode)
         return loss
 
     def _entropy_bonus(self, entropies, effective_mask, mode: str, accumulation_steps: float):
@@ -187,32 +186,50 @@ class GRPOTrainer(ResumableStateMixin, *HOOK_MIXINS, RewardCheckMixin, TRLGRPOTr
         return coef * entropy
 
     # ------------------------------------------------------------------ metrics
-    def _masked_mean(self, values: torch.Tensor, mask: torch.Tensor) -> float:
-        """Token mean over the mask on every process ((B, 1) values count once per sequence)."""
-        values = values.detach().float()
-        if values.shape[1] == 1:
-            local = torch.stack([values.sum(), torch.tensor(float(values.shape[0]), device=values.device)])
-        else:
-            local = torch.stack([(values * mask).sum(), mask.sum().float()])
-        totals = self.accelerator.reduce(local, reduction="sum")
-        return (totals[0] / totals[1].clamp(min=1.0)).item()
-
     def _log_term_metrics(self, metrics: dict, mask: torch.Tensor, mode: str):
+        """Log each metric over every process with one reduce for the means and one gather for the extremes.
+
+        A metric is a (B, T) per-token or (B, 1) per-sequence tensor, optionally tagged `(reduction, tensor)`:
+        "mean" (default: token mean over the mask; a (B, 1) value counts once per sequence), "min"/"max" (over
+        unmasked tokens), "min_seq"/"max_seq" (per-sequence token mean first, then the extreme over sequences).
+        """
+        means, extremes = {}, {}
         for name, value in metrics.items():
             reduction, value = value if isinstance(value, tuple) else ("mean", value)
-            if reduction == "mean":
-                self._metrics[mode][name].append(self._masked_mean(value, mask))
-                continue
             value = value.detach().float()
-            if reduction in ("min_seq", "max_seq"):  # per-sequence mean first, then extreme over sequences
-                per_seq = value.squeeze(1) if value.shape[1] == 1 else (value * mask).sum(-1) / mask.sum(-1)
-                gathered = self.accelerator.gather(per_seq)
-                gathered = gathered[~torch.isnan(gathered)]
-                extreme = torch.min if reduction == "min_seq" else torch.max
+            if reduction == "mean":
+                means[name] = _masked_sum_and_count(value, mask)
             else:
-                fill = float("inf") if reduction == "min" else float("-inf")
-                masked = value.expand_as(mask).masked_fill(mask == 0, fill) if value.shape[1] == 1 else value.masked_fill(mask == 0, fill)
-                gathered = self.accelerator.gather(masked.amin() if reduction == "min" else masked.amax()).flatten()
-                gathered = gathered[torch.isfinite(gathered)]
-                extreme = torch.min if reduction == "min" else torch.max
-            self._metrics[mode][name].append(extreme(gathered).item() if gathered.numel() else float("nan"))
+                extremes[name] = (reduction, _local_extreme(reduction, value, mask))
+        if means:
+            totals = self.accelerator.reduce(torch.stack(list(means.values())), reduction="sum")
+            for name, mean in zip(means, (totals[:, 0] / totals[:, 1].clamp(min=1.0)).tolist()):
+                self._metrics[mode][name].append(mean)
+        if extremes:
+            # Every extreme as a maximum (minima negated), so one gather and one amax cover them all.
+            signs = torch.tensor([-1.0 if reduction.startswith("min") else 1.0 for reduction, _ in extremes.values()])
+            local = torch.stack([extreme for _, extreme in extremes.values()]) * signs.to(mask.device)
+            world = self.accelerator.gather(local.unsqueeze(0)).amax(dim=0).cpu() * signs
+            for name, value in zip(extremes, world.tolist()):
+                self._metrics[mode][name].append(value if abs(value) != float("inf") else float("nan"))
+
+
+def _masked_sum_and_count(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    if value.shape[1] == 1:
+        return torch.stack([value.sum(), torch.tensor(float(value.shape[0]), device=value.device)])
+    return torch.stack([(value * mask).sum(), mask.sum().float()])
+
+
+def _local_extreme(reduction: str, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """This process's min or max (±inf when it has nothing to offer, so other processes win the reduction)."""
+    is_min = reduction.startswith("min")
+    empty = float("inf") if is_min else float("-inf")
+    if reduction.endswith("_seq"):
+        per_seq = value.squeeze(1) if value.shape[1] == 1 else (value * mask).sum(-1) / mask.sum(-1)
+        candidates = per_seq.nan_to_num(nan=empty, posinf=empty, neginf=empty)
+    else:
+        candidates = value.expand_as(mask).masked_fill(mask == 0, empty)
+        candidates = candidates.masked_fill(~torch.isfinite(candidates), empty)
+    if candidates.numel() == 0:
+        return torch.tensor(empty, device=value.device)
+    return candidates.amin() if is_min else candidates.amax()

@@ -50,7 +50,8 @@ class PolicyTerm:
 
     ``loss``: (B, T) or (B, 1), the term to minimise before masking and aggregation.
     ``metrics``: name -> (B, T) or (B, 1) tensor averaged over the mask across processes, or a
-    ``(reduction, tensor)`` pair with reduction in {"mean", "min", "max"}.
+    ``(reduction, tensor)`` pair with reduction in {"mean", "min", "max", "min_seq", "max_seq"} (the last two:
+    extreme over sequences of the per-sequence token mean).
     """
 
     loss: Tensor
