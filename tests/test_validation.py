@@ -3,6 +3,8 @@ with the field's name and says the fix; unknown plugin names get the closest kno
 RSPO on a dense model, skip_zero_advantage with a KL term, KL options with beta = 0 — are tested next to their
 features: test_rspo.py, test_skip_zero_advantage.py, test_kl.py.)"""
 
+import warnings
+
 import pytest
 import trl
 
@@ -141,3 +143,11 @@ def test_a_plain_trl_config_gets_the_same_checks():
     with pytest.raises(ValueError, match=r"^delta: the two-sided cap δ=1.05"):
         trl_zoo.GRPOTrainer(model=tiny.model(0), reward_funcs=tiny.digit_reward, args=args,
                             train_dataset=tiny.prompts_dataset(), processing_class=tiny.tokenizer())
+
+
+def test_cispo_cap_below_one_warns_and_a_cap_above_one_does_not():
+    with pytest.warns(UserWarning, match="epsilon_high=0.2"):
+        build(loss_type="cispo")  # TRL's default: the cap falls back to epsilon = 0.2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        build(loss_type="cispo", epsilon_high=5.0)

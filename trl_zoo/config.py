@@ -6,6 +6,7 @@ math). `loss_type` accepts any name in the loss table (`trl-zoo list`), not only
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig as TRLGRPOConfig
@@ -198,6 +199,14 @@ class GRPOConfig(TRLGRPOConfig):
                 raise ValueError(
                     f"epsilon_high: CISPO caps the IS weight at the absolute value epsilon_high (or epsilon), got "
                     f"{upper_clip}, which zeroes every weight; use a cap > 0 (ScaleRL: 5.0)."
+                )
+            if upper_clip < 1:
+                warnings.warn(
+                    f"loss_type='cispo' caps the IS weight at the absolute value epsilon_high={upper_clip} (TRL falls "
+                    f"back to epsilon when epsilon_high is unset): below 1, even on-policy tokens (ratio 1) get weight "
+                    f"{upper_clip}, which only scales the gradient down. Set epsilon_high ≥ 1 (ScaleRL: 5.0), e.g. "
+                    f"via configs/cispo.yaml.",
+                    stacklevel=3,
                 )
             if self.cispo_epsilon_low is not None and upper_clip < 1 - self.cispo_epsilon_low:
                 raise ValueError(
