@@ -9,7 +9,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 import trl_zoo
 from tests.scripts.resample_two_processes import half_constant_reward
 from tests.tiny import make_trainer, relative_error
-from trl_zoo.hooks.sampling import zero_advantage_probe
+from trl_zoo.hooks.skip_zero_advantage import zero_advantage_probe
 from trl_zoo.registry import AGGREGATIONS, LOSSES, Entry
 
 ROW_LOCAL_LOSSES = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "gmpo", "vespo"]

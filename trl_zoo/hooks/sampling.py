@@ -1,4 +1,4 @@
-"""Trainer hook: dynamic sampling, the soft overlong punishment and skipping zero-advantage sequences.
+"""Trainer hook: dynamic sampling and the soft overlong punishment.
 
 Dynamic sampling (`dynamic_sampling`, formulas in `trl_zoo/sampling.py`)
     `_generate_and_score_completions` lets TRL (and the advantage mixins below this one) generate and score the
@@ -18,31 +18,18 @@ Dynamic sampling (`dynamic_sampling`, formulas in `trl_zoo/sampling.py`)
 
 Soft overlong punishment (`overlong_buffer_length`, formula in `trl_zoo/rewards.py`)
     Appended to the reward functions before TRL's constructor runs (weight 1 when `reward_weights` is set).
-
-skip_zero_advantage
-    A sequence whose advantages are all exactly 0 adds nothing to the loss or its gradient when its term is 0 by
-    construction (every term proportional to Â), β = 0 and there is no entropy bonus, high-entropy mask or MoE
-    auxiliary loss. The policy forward then runs on the other rows only, and the skipped rows get log π_θ =
-    log π_old (detached; ratio 1, term 0), so every normaliser (sequence count, token count, num_items_in_batch) is
-    unchanged and the loss and gradient are the same. Their entropies are set to the mean entropy of the computed
-    rows, so the logged entropy is that of the trained sequences. At least one row always runs, so distributed
-    wrappers see a forward on every process. A loss entry may declare `zero_advantage_is_inert=True/False`; an
-    undeclared loss is probed once at start-up with a synthetic off-policy batch (its Â = 0 rows must have a zero
-    term and gradient, and changing their log-probs must not change the other rows' terms).
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-import warnings
 
 import torch
 from accelerate.utils import gather_object
 from datasets import IterableDataset
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
-from ..losses.base import PolicyBatch
 from ..registry import SAMPLERS
 from ..rewards import SoftOverlongPunishment
 from ..sampling import Round, group_reward_spread
@@ -62,20 +49,17 @@ _TOKEN_KEYS = {
 
 
 class DynamicSamplingMixin:
-    """`dynamic_sampling`, `overlong_buffer_length` and `skip_zero_advantage` (see the module docstring)."""
+    """`dynamic_sampling` and `overlong_buffer_length` (see the module docstring)."""
 
     sampler = None  # the sampler table's function, or None
-    skip_zero_advantage = False
     _rewards_per_func = None  # the last scoring's rewards, (rows of all processes, reward functions)
     _prompt_stream = None  # the sampler's own generation batches, made on first use
-    _skipping_context = None  # the micro-batch of the loss call in flight, while skip_zero_advantage is on
 
     def __init__(self, model, reward_funcs=None, args=None, *positional, **kwargs):
         if args is not None and getattr(args, "overlong_buffer_length", None) is not None:
             reward_funcs, args, positional, kwargs = _with_soft_overlong_punishment(reward_funcs, args, positional, kwargs)
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         self.sampler = SAMPLERS.get(self.args.dynamic_sampling).obj if self.args.dynamic_sampling else None
-        self.skip_zero_advantage = bool(self.args.skip_zero_advantage) and self._check_zero_advantage_skip()
 
     # ------------------------------------------------------------------ dynamic sampling
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -152,152 +136,6 @@ class DynamicSamplingMixin:
                     skip -= 1
                     continue
                 yield [dataset[i] for i in indices[offset : offset + size][start : start + local]]
-
-    # ------------------------------------------------------------------ skip_zero_advantage
-    def _check_zero_advantage_skip(self) -> bool:
-        reasons = []
-        if self.beta != 0.0:
-            reasons.append(f"beta={self.beta} (the KL term depends on every row)")
-        if self._entropy_bonus_enabled:
-            reasons.append("an entropy bonus (entropy_coef or an entropy target)")
-        if self.top_entropy_quantile < 1.0:
-            reasons.append(f"top_entropy_quantile={self.top_entropy_quantile} (the mask's quantile spans every row)")
-        if self.aux_loss_enabled:
-            reasons.append("the MoE router auxiliary loss (router_aux_loss_coef)")
-        if reasons:
-            raise ValueError(
-                f"skip_zero_advantage: sequences with Â = 0 still contribute through {', '.join(reasons)}; "
-                f"set skip_zero_advantage=False or remove them."
-            )
-        entry = self.loss_entry
-        declared = entry.options.get("zero_advantage_is_inert")
-        if declared is False:
-            raise ValueError(
-                f"skip_zero_advantage: the loss {entry.name!r} declares that sequences with Â = 0 still change the "
-                f"loss; set skip_zero_advantage=False."
-            )
-        if declared is None:
-            problem = zero_advantage_probe(entry.obj, self.args)
-            if problem:
-                raise ValueError(
-                    f"skip_zero_advantage: the loss {entry.name!r} is not inert for Â = 0 ({problem}); set "
-                    f"skip_zero_advantage=False, or declare zero_advantage_is_inert in the loss entry."
-                )
-        return True
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if not self.skip_zero_advantage or not self.model.training:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        self._skipping_context = inputs
-        try:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        finally:
-            self._skipping_context = None
-
-    def _get_per_token_logps_and_entropies(
-        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
-        compute_aux_loss=False, **multimodal,
-    ):
-        inputs = self._skipping_context
-        full = (model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss)
-        if inputs is None or compute_aux_loss or not _is_policy_forward(inputs, input_ids, logits_to_keep):
-            return super()._get_per_token_logps_and_entropies(*full, **multimodal)
-        self._skipping_context = None  # one policy forward per loss call
-        if any(value is not None for value in multimodal.values()):
-            warnings.warn("skip_zero_advantage: multimodal inputs are not sliced by row; running the full forward.")
-            return super()._get_per_token_logps_and_entropies(*full, **multimodal)
-        advantages = inputs["advantages"]
-        active = (advantages != 0).reshape(advantages.size(0), -1).any(dim=1)
-        if bool(active.all()):
-            return super()._get_per_token_logps_and_entropies(*full)
-        if not bool(active.any()):
-            active[0] = True  # a forward on every process keeps DDP / ZeRO in step; the row adds 0 anyway
-        rows = active.nonzero().flatten()
-        logps, entropies, _ = super()._get_per_token_logps_and_entropies(
-            model, input_ids[rows], attention_mask[rows], logits_to_keep, batch_size, compute_entropy, False
-        )
-        old = inputs.get("old_per_token_logps")
-        # on-policy batches have no old log-probs: the trainer then uses sg(log π_θ), so any value gives ratio 1
-        fill = old.detach() if old is not None else torch.zeros_like(logps[:1]).expand(input_ids.size(0), -1)
-        full_logps = fill.to(logps.dtype).index_copy(0, rows, logps)
-        full_entropies = None
-        if compute_entropy:
-            mask = inputs["completion_mask"][rows].to(entropies.dtype)
-            mean_entropy = ((entropies * mask).sum() / mask.sum().clamp(min=1.0)).detach()
-            full_entropies = mean_entropy.expand(input_ids.size(0), entropies.size(1)).index_copy(0, rows, entropies)
-        return full_logps, full_entropies, None
-
-
-def _is_policy_forward(inputs, input_ids, logits_to_keep) -> bool:
-    """True when this forward scores exactly the completions of the micro-batch in the loss call."""
-    completion_ids = inputs.get("completion_ids")
-    if completion_ids is None or "advantages" not in inputs:
-        return False
-    return (
-        completion_ids.size(1) == logits_to_keep
-        and input_ids.size(0) == completion_ids.size(0)
-        and torch.equal(input_ids[:, -logits_to_keep:], completion_ids)
-    )
-
-
-def zero_advantage_probe(loss_fn, args, seed: int = 0) -> str | None:
-    """Check on synthetic off-policy batches that rows with Â = 0 are inert for `loss_fn`; return what failed.
-
-    Inert: whatever their log-probs and entropies (the originals, log π_old as skipping sets them, far-off values)
-    and even with those rows removed from the batch, their term and its gradient are 0 and every other row's term
-    and gradient are bit-for-bit the same. The global RNG is left untouched; losses that draw random numbers draw
-    the same ones in every run. A probe cannot prove inertness: losses that couple rows should declare
-    `zero_advantage_is_inert=False` in their entry.
-    """
-    with torch.random.fork_rng(devices=[]):
-        generator = torch.Generator().manual_seed(seed)
-
-        def noise(*shape, scale=1.0):
-            return scale * torch.randn(*shape, generator=generator)
-
-        rows, width = 8, 12
-        advantages = torch.tensor([[0.0], [2.5], [0.0], [-1.5], [0.0], [3.0], [-2.0], [0.0]])
-        inert = advantages.squeeze(1) == 0
-        old_logps = noise(rows, width, scale=0.6) - 2.0
-        logps = old_logps + noise(rows, width, scale=0.4)
-        ref_logps = old_logps + noise(rows, width, scale=0.3)
-        entropies = noise(rows, width).abs()
-        mask = torch.ones(rows, width)
-        mask[1, 9:] = 0
-        mask[2, 5:] = 0
-        mask[6, 11:] = 0
-
-        def run(inert_logps, keep):
-            current = torch.where(inert.unsqueeze(1), inert_logps, logps)[keep].requires_grad_(True)
-            current_entropies = torch.where(inert.unsqueeze(1), entropies.mean(), entropies)[keep]
-            batch = PolicyBatch(
-                logps=current, old_logps=old_logps[keep], advantages=advantages[keep], mask=mask[keep],
-                ref_logps=ref_logps[keep], entropies=current_entropies,
-            )
-            torch.manual_seed(seed)
-            term = loss_fn(batch, args).loss
-            term_mask = mask[keep] if term.size(1) == width else torch.ones_like(term)
-            (gradient,) = torch.autograd.grad((term * term_mask).sum(), current, allow_unused=True)
-            gradient = torch.zeros_like(current) if gradient is None else gradient
-            return (term * term_mask).detach(), gradient
-
-        everything = torch.ones(rows, dtype=torch.bool)
-        variants = [(logps, everything), (old_logps, everything), (old_logps - 4.0, everything),
-                    (old_logps + 1.5, everything), (logps, ~inert)]
-        try:
-            results = [run(inert_logps, keep) for inert_logps, keep in variants]
-        except Exception as error:  # a loss that needs inputs the probe cannot make up
-            return f"the probe could not run it: {type(error).__name__}: {error}"
-        reference_term, reference_gradient = results[0][0][~inert], results[0][1][~inert]
-        for (term, gradient), (_, keep) in zip(results, variants):
-            inert_kept = inert[keep]
-            if not torch.all(term[inert_kept] == 0):
-                return "its term is not 0 where Â = 0"
-            if not torch.all(gradient[inert_kept] == 0):
-                return "log π of a sequence with Â = 0 gets a gradient"
-            if not (torch.equal(term[~inert_kept], reference_term) and torch.equal(gradient[~inert_kept], reference_gradient)):
-                return "the other sequences' terms or gradients depend on the rows with Â = 0"
-    return None
 
 
 def _with_soft_overlong_punishment(reward_funcs, args, positional, kwargs):
