@@ -31,21 +31,8 @@ from .hooks import HOOK_MIXINS
 from .hooks.resume import ResumableStateMixin
 from .hooks.reward_checks import RewardCheckMixin
 from .losses.base import PolicyBatch, importance_log_weights
+from .model_inputs import forward_inputs
 from .registry import AGGREGATIONS, KL_ESTIMATORS, LOSSES
-
-# Inputs TRL forwards to the model besides ids and mask (multimodal models); passed through untouched.
-_FORWARD_KEYS = (
-    "pixel_values",
-    "image_grid_thw",
-    "num_images",
-    "pixel_attention_mask",
-    "spatial_shapes",
-    "num_tiles",
-    "image_sizes",
-    "token_type_ids",
-    "mm_token_type_ids",
-    "image_position_ids",
-)
 
 
 class GRPOTrainer(ResumableStateMixin, *HOOK_MIXINS, RewardCheckMixin, TRLGRPOTrainer):
@@ -66,16 +53,15 @@ class GRPOTrainer(ResumableStateMixin, *HOOK_MIXINS, RewardCheckMixin, TRLGRPOTr
 
     # ------------------------------------------------------------------ loss
     def _policy_forward(self, model, inputs, compute_entropy: bool = True):
-        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(inputs)
         return self._get_per_token_logps_and_entropies(
             model,
             input_ids,
             attention_mask,
-            inputs["completion_ids"].size(1),
+            logits_to_keep,
             compute_entropy=compute_entropy,
             compute_aux_loss=self.aux_loss_enabled,
-            **{key: inputs.get(key) for key in _FORWARD_KEYS},
+            **multimodal,
         )
 
     def _policy_batch(self, inputs, logps, entropies) -> PolicyBatch:

@@ -33,10 +33,10 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import add_fused_lm_head
 
 from ..advantages import AdvantageInputs, score_sq_norms
+from ..model_inputs import forward_inputs, is_multimodal
 from ..registry import ADVANTAGES
 
 _FUSED_OUTPUTS_WITH_SQUARES = ("log_probs", "entropy", "log_sum_sq_probs")
-_MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "spatial_shapes", "image_sizes")
 
 
 class AdvantageMixin:
@@ -151,10 +151,7 @@ class AdvantageMixin:
 
     def _policy_logps(self, output: dict) -> torch.Tensor:
         """log π(y_t) of the sampled tokens under the current policy, no grad (TRL's own log-prob pass)."""
-        from ..trainer import _FORWARD_KEYS  # the trainer imports this module
-
-        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(output)
         mode = "train" if self.model.training else "eval"
         batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
         with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
@@ -162,19 +159,17 @@ class AdvantageMixin:
                 self.model,
                 input_ids,
                 attention_mask,
-                output["completion_ids"].size(1),
+                logits_to_keep,
                 batch_size=batch_size,
-                **{key: output.get(key) for key in _FORWARD_KEYS},
+                **multimodal,
             )
         return logps
 
     def _score_norm_pass(self, output: dict, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(log π(y_t) (B, T), ‖s_i‖² (B,)) from one no-grad pass through TRL's fused LM head."""
-        if any(output.get(key) is not None for key in _MULTIMODAL_KEYS):
+        if is_multimodal(output):
             raise NotImplementedError("advantage_estimator='optimal_baseline' supports text-only models.")
-        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        length = output["completion_ids"].size(1)
+        input_ids, attention_mask, length, _ = forward_inputs(output)
         labels = input_ids.masked_fill(attention_mask == 0, -100)
         labels[:, :-length] = -100
         mode = "train" if self.model.training else "eval"

@@ -71,12 +71,12 @@ from ..critic import (
     positive_example_nll,
     value_targets,
 )
+from ..model_inputs import is_multimodal
 from ..registry import ADVANTAGES
 
 VALUE_ADAPTER = "value"
 VALUE_HEAD = "trl_zoo_value_head"
 CRITIC_FILE = "critic.pt"
-_MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "pixel_attention_mask", "spatial_shapes", "image_sizes")
 
 
 class CriticMixin:
@@ -178,7 +178,7 @@ class CriticMixin:
     def _hidden_states(self, batch: dict, rows: slice | None = None) -> torch.Tensor:
         """Last hidden states at the positions that predict the completion tokens, (B, T, H), with the active
         adapter; gradient as the caller's grad mode."""
-        if any(batch.get(key) is not None for key in _MULTIMODAL_KEYS):
+        if is_multimodal(batch):
             raise NotImplementedError("advantage_estimator='gae': the critic supports text-only models.")
         rows = rows or slice(None)
         input_ids = torch.cat([batch["prompt_ids"][rows], batch["completion_ids"][rows]], dim=1)

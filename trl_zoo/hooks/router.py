@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from trl.models.utils import disable_gradient_checkpointing
 
+from ..model_inputs import forward_inputs
 from ..moe import RouterLogpsRecorder, find_routers
 
 
@@ -55,11 +56,7 @@ class RouterStatsMixin:
         return output
 
     def _record_old_routers(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        from ..trainer import _FORWARD_KEYS  # the multimodal inputs the policy forward passes through
-
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        completion_length = batch["completion_ids"].size(1)
+        input_ids, attention_mask, completion_length, multimodal = forward_inputs(batch)
         with (
             torch.no_grad(),
             disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs),
@@ -71,7 +68,7 @@ class RouterStatsMixin:
                 attention_mask,
                 completion_length,
                 batch_size=self.args.per_device_train_batch_size,
-                **{key: batch.get(key) for key in _FORWARD_KEYS},
+                **multimodal,
             )
         return recorder.top_k()
 

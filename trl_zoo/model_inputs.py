@@ -1,0 +1,30 @@
+"""The policy forward's inputs from a TRL generation batch: prompt and completion ids side by side, their attention
+mask, the number of completion positions to score, and the multimodal inputs TRL passes through untouched."""
+
+from __future__ import annotations
+
+import torch
+
+MULTIMODAL_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+
+
+def forward_inputs(batch: dict) -> tuple[torch.Tensor, torch.Tensor, int, dict]:
+    """(input_ids, attention_mask, logits_to_keep, multimodal kwargs) for `_get_per_token_logps_and_entropies`."""
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    return input_ids, attention_mask, batch["completion_ids"].size(1), {key: batch.get(key) for key in MULTIMODAL_KEYS}
+
+
+def is_multimodal(batch: dict) -> bool:
+    return any(batch.get(key) is not None for key in MULTIMODAL_KEYS)
