@@ -8,11 +8,10 @@ import torch
 from peft import LoraConfig
 
 import trl_zoo
+from tests.test_advantages import full_logit_policy, generate, one_thread  # noqa: F401  (autouse fixture)
 from tests.tiny import make_trainer
 from trl_zoo.kl import adaptive_kl_coefficient
 from trl_zoo.registry import KL_ESTIMATORS
-
-from tests.test_advantages import full_logit_policy, generate, one_thread  # noqa: F401  (autouse fixture)
 
 
 def lora():

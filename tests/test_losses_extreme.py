@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import trl_zoo
+from tests.tiny import TEST_OUTPUT_DIR
 from trl_zoo.aggregation import AggregationContext
 from trl_zoo.losses.base import PolicyBatch
 from trl_zoo.registry import AGGREGATIONS, LOSSES
-from tests.tiny import TEST_OUTPUT_DIR
 
 
 def extreme_log_ratio(shape, seed=0) -> torch.Tensor:

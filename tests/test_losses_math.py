@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import trl_zoo
+from tests.tiny import TEST_OUTPUT_DIR
 from trl_zoo.aggregation import AggregationContext
 from trl_zoo.losses.base import PolicyBatch
 from trl_zoo.losses.clip_cov import token_covariance
 from trl_zoo.losses.ppo_kl import BETA, KL_WINDOW
 from trl_zoo.registry import AGGREGATIONS, LOSSES
-from tests.tiny import TEST_OUTPUT_DIR
 
 B, T = 4, 6
 LENGTHS = [6, 4, 1, 3]

@@ -1,47 +1,18 @@
 """resample on two processes (gloo on CPU): the trained batches hold only groups with reward spread, whole groups
 (one of them straddling the processes), and exactly the configured number of rows on every process."""
 
-import json
-import os
-import socket
-import subprocess
-import sys
-import warnings
-from pathlib import Path
-
 import pytest
 
 from tests.scripts.resample_two_processes import grpo_advantages, half_constant_reward
+from tests.two_processes import launch_two_processes
 
-REPO = Path(__file__).resolve().parents[1]
 GROUP_SIZE = 4
 LOCAL_ROWS = 6  # per_device_train_batch_size 2 × steps_per_generation 3
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def two_process_run(tmp_path_factory):
-    output = tmp_path_factory.mktemp("resample") / "batches.json"
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(_free_port()),
-        str(REPO / "tests" / "scripts" / "resample_two_processes.py"), str(output),
-    ]
-    environment = {**os.environ, "ACCELERATE_USE_CPU": "true", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=300)
-    report = f"exit code {result.returncode}\nstdout:\n{result.stdout[-2000:]}\nstderr:\n{result.stderr[-4000:]}"
-    # The worker writes its file after the last collective, so a complete file means both ranks finished training;
-    # a non-zero exit after that can only come from process teardown, which is not what this test is about.
-    assert output.exists(), report
-    if result.returncode != 0:
-        warnings.warn(f"the two-process run finished its work but exited abnormally during teardown: {report[-600:]}")
-    return json.loads(output.read_text())
+    return launch_two_processes("resample_two_processes.py", tmp_path_factory.mktemp("resample") / "batches.json")
 
 
 def test_two_processes_train_only_informative_whole_groups(two_process_run):

@@ -7,11 +7,13 @@ Also importable: the reward and the checks are shared with the single-process te
 
 from __future__ import annotations
 
-import json
+import faulthandler
 import sys
 import zlib
 
 import torch
+
+from tests.two_processes import WORKER_TIMEOUT_S, write_result
 
 
 def half_constant_reward(prompts, completions, **kwargs):
@@ -73,12 +75,12 @@ def main(output_path: str):
     per_process = gather_object([trainer.recorded])
     if trainer.accelerator.is_main_process:
         rounds = [row["dynamic_sampling/generation_rounds"] for row in trainer.state.log_history if "dynamic_sampling/generation_rounds" in row]
-        with open(output_path, "w") as handle:
-            json.dump({"per_process": per_process, "logged_rounds": rounds, "num_processes": trainer.accelerator.num_processes}, handle)
+        write_result(output_path, {"per_process": per_process, "logged_rounds": rounds, "num_processes": trainer.accelerator.num_processes})
     # Shut the process group down explicitly: left to interpreter teardown, gloo's threads can abort one rank.
     trainer.accelerator.wait_for_everyone()
     torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
+    faulthandler.dump_traceback_later(WORKER_TIMEOUT_S, exit=True)  # a hung rank prints every thread's stack, then exits
     main(sys.argv[1])

@@ -43,8 +43,10 @@ The head is registered as a submodule of the model (``trl_zoo_value_head``), so 
 grad norm cover it (the clip norm is global over policy and critic, as in PPO implementations with one optimizer).
 The critic's parameters form their own optimizer group (``value_learning_rate``, or learning_rate), added to the
 trainer's optimizer and scheduled with it. Its weights are saved as ``critic.pt`` next to the model (each
-checkpoint included) and loaded back when training resumes from a checkpoint. One process only: the value pass runs
-outside the distributed wrapper, whose gradient all-reduce it would miss.
+checkpoint included) and loaded back when training resumes from a checkpoint. Several processes: DDP only; the
+critic's parameters are kept out of DDP (the value passes run outside the wrapped forward) and their gradients are
+averaged by the hook at each optimizer step, before clipping. DeepSpeed and FSDP shard the parameters and are
+refused.
 
 Logged: ``critic/value_loss``, ``critic/clip_fraction``, ``critic/value_mean`` (training), and per generation
 batch ``critic/explained_variance`` (1 − Var(R̂ − V_old)/Var(R̂), the critic before this batch against its new
@@ -60,7 +62,8 @@ import os
 from contextlib import contextmanager, nullcontext
 
 import torch
-from accelerate.utils import is_peft_model
+from accelerate.utils import DistributedType, is_peft_model
+from torch.nn.parallel import DistributedDataParallel
 from trl.models.utils import disable_gradient_checkpointing
 
 from ..critic import (
@@ -77,6 +80,8 @@ from ..registry import ADVANTAGES
 VALUE_ADAPTER = "value"
 VALUE_HEAD = "trl_zoo_value_head"
 CRITIC_FILE = "critic.pt"
+# distributed setups that shard parameters: the critic's own gradient averaging does not apply there
+_SHARDED = (DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.MEGATRON_LM)
 
 
 class CriticMixin:
@@ -91,10 +96,11 @@ class CriticMixin:
         name = self.args.advantage_estimator
         if name is None or "values" not in ADVANTAGES.get(name).options.get("needs", ()):
             return
-        if self.accelerator.num_processes > 1:
+        if self.accelerator.num_processes > 1 and self.accelerator.distributed_type in _SHARDED:
             raise NotImplementedError(
-                f"advantage_estimator: {name!r} trains a critic, supported on one process only (its value pass runs "
-                f"outside the distributed wrapper); run on one device."
+                f"advantage_estimator: {name!r} trains a critic, supported on one process or with DDP (accelerate "
+                f"launch --multi_gpu); not under {self.accelerator.distributed_type.value}, which shards the critic's "
+                f"parameters."
             )
         model = self._unwrapped()
         mode = self.args.critic_model or ("adapter" if is_peft_model(model) else "head")
@@ -124,6 +130,36 @@ class CriticMixin:
         (model.get_base_model() if is_peft_model(model) else model).add_module(VALUE_HEAD, self.value_head)
         self.critic_parameters = adapter_parameters + list(self.value_head.parameters())
         self._restore_trainable()
+        if self.accelerator.num_processes > 1:
+            self._share_critic_across_processes()
+
+    # ------------------------------------------------------------------ several processes (DDP)
+    def _share_critic_across_processes(self):
+        """Keep the critic out of DDP (its value passes run outside the wrapped forward, so DDP's reducer would
+        miss or wait for their gradients), start every process from rank 0's critic weights, and average the
+        critic's gradients ourselves at every optimizer step (`training_step`)."""
+        critic_ids = {id(parameter) for parameter in self.critic_parameters}
+        names = [name for name, parameter in self.model.named_parameters() if id(parameter) in critic_ids]
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.model, names)
+        with torch.no_grad():
+            for parameter in self.critic_parameters:
+                torch.distributed.broadcast(parameter.data, src=0)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.critic_mode is not None and self.accelerator.num_processes > 1 and self.accelerator.sync_gradients:
+            self._average_critic_gradients()
+        return loss
+
+    def _average_critic_gradients(self):
+        """All-reduce (mean) the critic's accumulated gradients in one flat tensor, before clipping and the step."""
+        parameters = self.critic_parameters
+        flat = torch.cat(
+            [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().float().reshape(-1) for p in parameters]
+        )
+        flat = self.accelerator.reduce(flat, reduction="mean")
+        for parameter, piece in zip(parameters, flat.split([p.numel() for p in parameters])):
+            parameter.grad = piece.view_as(parameter).to(parameter.dtype)
 
     # ------------------------------------------------------------------ parameters and optimizer
     def _unwrapped(self):

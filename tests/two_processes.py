@@ -1,0 +1,66 @@
+"""Run a worker script on two CPU processes (gloo) with `accelerate launch` and read back the JSON it writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORKER_TIMEOUT_S = 120  # a run takes ~15 s on 2 CPU cores; the workers dump their stacks and exit after this
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_two_processes(script: str, output: Path, *script_args: str) -> dict:
+    """`tests/scripts/<script>` on 2 processes, writing its JSON to `output` (its first argument); the parsed JSON.
+
+    A run that writes nothing is retried once: once in about twenty local runs a launch stalled before writing
+    anything, and the stall was not reproduced since. The workers dump every thread's stack before they give up
+    (`faulthandler`) and the warning keeps that dump, so a real deadlock still shows, and fails when it recurs."""
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", "PORT",
+        str(REPO / "tests" / "scripts" / script), str(output), *script_args,
+    ]
+    environment = {**os.environ, "ACCELERATE_USE_CPU": "true", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    for attempt in (1, 2):
+        command[command.index("--main_process_port") + 1] = str(_free_port())
+        try:
+            result = subprocess.run(
+                command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S + 60
+            )
+            report = f"exit code {result.returncode}\nstdout:\n{result.stdout[-2000:]}\nstderr:\n{result.stderr[-4000:]}"
+        except subprocess.TimeoutExpired as stalled:
+            result, report = None, f"stalled; stderr:\n{_text(stalled.stderr)[-4000:]}"
+        if output.exists():
+            break
+        if attempt == 1:
+            warnings.warn(f"the two-process run wrote nothing; retrying once. {report[-3000:]}")
+    # The workers write their file after the last collective, so a complete file means both ranks finished their
+    # work; a non-zero exit after that can only come from process teardown, which is not what the tests check.
+    assert output.exists(), report
+    if result is None or result.returncode != 0:
+        warnings.warn(f"the two-process run finished its work but did not exit cleanly: {report[-600:]}")
+    return json.loads(output.read_text())
+
+
+def _text(stream) -> str:
+    return stream.decode(errors="replace") if isinstance(stream, bytes) else (stream or "")
+
+
+def write_result(path: str, result: dict):
+    """Write the worker's JSON whole or not at all (the launcher takes an existing file as finished work)."""
+    partial = f"{path}.partial"
+    with open(partial, "w") as handle:
+        json.dump(result, handle)
+    os.replace(partial, path)
