@@ -32,13 +32,27 @@ def token_covariance(batch: PolicyBatch) -> torch.Tensor:
     return torch.where(valid, centred_logps * centred_advantages, 0.0)
 
 
-def random_subset(candidates: torch.Tensor, count: int) -> torch.Tensor:
-    """A boolean mask of `count` entries drawn uniformly from the True entries of `candidates` (all if fewer)."""
-    positions = candidates.flatten().nonzero().squeeze(1)
-    chosen = positions[torch.randperm(positions.numel(), device=positions.device)[:count]]
-    selected = torch.zeros(candidates.numel(), dtype=torch.bool, device=candidates.device)
-    selected[chosen] = True
-    return selected.view_as(candidates)
+def first_by_rank(keys: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Boolean, shaped like `keys`: the `count` entries with the largest keys (count a 0-d tensor, so the choice
+    stays on the device without a host sync)."""
+    order = keys.flatten().argsort(descending=True)
+    ranks = torch.empty_like(order)
+    ranks[order] = torch.arange(order.numel(), device=order.device)
+    return (ranks < count).view_as(keys)
+
+
+def token_count(mask: torch.Tensor, fraction: float) -> torch.Tensor:
+    """⌊fraction · N⌋ as a 0-d tensor on the mask's device (N = masked tokens), in float64 where the device has it,
+    so the floor matches Python's."""
+    dtype = torch.float32 if mask.device.type == "mps" else torch.float64
+    return (fraction * (mask > 0).sum().to(dtype)).floor()
+
+
+def random_subset(candidates: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """A boolean mask of `count` entries drawn uniformly from the True entries of `candidates` (all if fewer):
+    the candidates with the largest i.i.d. uniform keys."""
+    keys = torch.rand(candidates.shape, device=candidates.device).masked_fill(~candidates, -1.0)
+    return first_by_rank(keys, count) & candidates
 
 
 @LOSSES.register(
@@ -58,7 +72,7 @@ def clip_cov_loss(batch: PolicyBatch, args) -> PolicyTerm:
     candidates = (
         (batch.mask > 0) & (covariance > args.clip_cov_lower) & (covariance < args.clip_cov_upper) & ~already_clipped
     )
-    count = max(int(args.clip_cov_ratio * batch.mask.sum().item()), 1)
+    count = token_count(batch.mask, args.clip_cov_ratio).clamp(min=1)
     selected = random_subset(candidates, count)
     metrics = dict(term.metrics)
     metrics["clip_cov/selected_fraction"] = selected.float()

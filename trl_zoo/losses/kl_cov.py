@@ -14,18 +14,15 @@ import torch
 
 from ..registry import LOSSES
 from .base import PolicyBatch, PolicyTerm, ratio_metrics
-from .clip_cov import token_covariance
+from .clip_cov import first_by_rank, token_count, token_covariance
 
 
 def top_covariance_tokens(batch: PolicyBatch, fraction: float) -> torch.Tensor:
     """Boolean (B, T): the max(⌊fraction · N⌋, 1) masked tokens with the largest covariance."""
     valid = batch.mask > 0
-    total = int(valid.sum().item())
-    count = min(max(int(fraction * total), 1), total)
-    scores = token_covariance(batch).masked_fill(~valid, float("-inf")).flatten()
-    selected = torch.zeros_like(scores, dtype=torch.bool)
-    selected[scores.topk(count).indices] = True
-    return selected.view_as(valid)
+    count = torch.minimum(token_count(batch.mask, fraction).clamp(min=1), valid.sum())
+    scores = token_covariance(batch).masked_fill(~valid, float("-inf"))
+    return first_by_rank(scores, count) & valid
 
 
 @LOSSES.register(
