@@ -164,6 +164,43 @@ def test_report_names_the_winner_and_tabulates_last_values(tmp_path):
     assert "**dapo won** (highest final held-out accuracy): 75.0% final, 75.0% best, against grpo's 70.0%" in text
 
 
+def test_compare_over_seeds_runs_every_loss_per_seed_and_ranks_by_the_mean(tmp_path, monkeypatch, capsys):
+    """Every (loss, seed) gets its own process, directory and --seed; the report ranks losses by mean final
+    accuracy over seeds and says on how many seeds the first beat the second. The training runs are faked (the real
+    subprocess path is covered above): each writes the accuracy this table gives it."""
+    finals = {("grpo", 0): 0.70, ("grpo", 1): 0.50, ("dapo", 0): 0.60, ("dapo", 1): 0.55}
+    before = {0: 0.40, 1: 0.30}
+    commands = []
+
+    def fake_train(command, env):
+        commands.append(command)
+        flag = lambda name: command[command.index(name) + 1]  # noqa: E731
+        loss, seed, output = flag("--loss_type"), int(flag("--seed")), Path(flag("--output_dir"))
+        output.mkdir(parents=True)
+        summary = {"accuracy_before": before[seed], "accuracy_after": finals[loss, seed], "train_seconds": 1.0,
+                   "loss_type": loss, "seed": seed, "task": "addition", "model": "base"}
+        (output / "summary.json").write_text(json.dumps(summary))
+        evals = [{"kind": "eval", "step": 0, "heldout_accuracy": before[seed]},
+                 {"kind": "eval", "step": 5, "heldout_accuracy": finals[loss, seed]}]
+        (output / "metrics.jsonl").write_text("\n".join(json.dumps(record) for record in evals))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(subprocess, "run", fake_train)
+    report_dir = tmp_path / "cmp"
+    assert main(["compare", "--losses", "grpo,dapo", "--seeds", "0,1", "--report_dir", str(report_dir)]) == 0
+    assert [(c[c.index("--loss_type") + 1], c[c.index("--seed") + 1]) for c in commands] == [
+        ("grpo", "0"), ("dapo", "0"), ("grpo", "1"), ("dapo", "1")]
+    assert commands[0][commands[0].index("--output_dir") + 1] == str(report_dir / "grpo" / "seed0")
+    text = (report_dir / "results.md").read_text()
+    assert text.startswith("# trl-zoo: addition with base, seeds 0, 1")
+    assert "| grpo seed 1 | grpo | 30.0% | 50.0% | 50.0% (5) |" in text  # the per-run table stays
+    assert "| grpo | 0, 1 | 35.0% | 60.0% | 50.0%–70.0% | +25.0 | 60.0% | 1.0 |" in text
+    assert "| dapo | 0, 1 | 35.0% | 57.5% | 55.0%–60.0% | +22.5 | 57.5% | 1.0 |" in text
+    verdict = ("**grpo ranks first** on mean final held-out accuracy over 2 seeds: 60.0%, ahead of dapo's 57.5% by "
+               "2.5 points; it was ahead on 1 of 2 shared seeds. The order is not the same on every seed")
+    assert verdict in text and verdict in capsys.readouterr().out
+
+
 def test_compare_rejects_an_unknown_loss_before_running_anything(tmp_path, capsys):
     report_dir = tmp_path / "cmp"
     assert main(["compare", "--losses", "grpo,grpo_plus_plus", "--report_dir", str(report_dir)]) == 2
@@ -181,6 +218,9 @@ def test_compare_rejects_an_unknown_loss_before_running_anything(tmp_path, capsy
         (["--losses", "grpo,dapo", "--loss_type", "sapo"], "loss_type: set per run by compare"),
         (["--losses", "grpo,grpo"], "losses: names must be distinct"),
         (["--report_dir", "x"], "the following arguments are required: --losses"),
+        (["--losses", "grpo,dapo", "--seeds", "0,x"], "seeds: expected comma-separated integers"),
+        (["--losses", "grpo,dapo", "--seeds", "1,1"], "seeds: expected distinct"),
+        (["--losses", "grpo,dapo", "--seeds", "0,1", "--seed", "3"], "seeds: give the seeds with --seeds only"),
     ],
 )
 def test_compare_argument_errors_are_one_line(argv, expected, tmp_path, capsys, monkeypatch):

@@ -41,7 +41,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_qu
 
 from .config import GRPOConfig
 from .registry import LOSSES, TABLES
-from .report import SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
+from .report import SUMMARY_FILE, RunLog, TrainLogRecorder, headline, load_run, write_report
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from .tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy
@@ -531,60 +531,97 @@ def _compare_parser() -> argparse.ArgumentParser:
         def error(self, message):
             raise ConfigError(message)
 
-    parser = Parser(prog="trl-zoo compare", description="Train one run per loss (same task, model and seed) and compare.")
+    parser = Parser(
+        prog="trl-zoo compare",
+        allow_abbrev=False,  # "--seed" is a train flag, not a prefix of "--seeds"
+        description="Train one run per loss (same task, model and seed; or several seeds) and compare.",
+    )
     parser.add_argument("--losses", required=True, help="Comma-separated loss names or YAML config paths.")
     parser.add_argument("--report_dir", default=None, help="Where runs and the report go (default runs/compare).")
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="Comma-separated seeds, e.g. 0,1,2: every loss runs once per seed (on the built-in tasks each seed also "
+        "bootstraps its own base policy), and the report ranks the losses by their mean over seeds.",
+    )
     return parser
 
 
-def compare_runs(losses: str, report_dir: str | None, train_argv: list[str], log=print) -> tuple[Path, list[str]]:
-    """Run `trl-zoo train` once per loss in a fresh subprocess, then write the comparison report."""
+def _parse_seeds(seeds: str | None, train_argv: list[str]) -> list[int | None]:
+    if seeds is None:
+        return [None]
+    if any(arg == "--seed" or arg.startswith("--seed=") for arg in train_argv):
+        raise ConfigError("seeds: give the seeds with --seeds only; remove --seed.")
+    try:
+        parsed = [int(item) for item in seeds.split(",") if item.strip()]
+    except ValueError:
+        raise ConfigError(f"seeds: expected comma-separated integers, got {seeds!r}.") from None
+    if not parsed or len(set(parsed)) != len(parsed):
+        raise ConfigError(f"seeds: expected distinct comma-separated integers, got {seeds!r}.")
+    return parsed
+
+
+def compare_runs(
+    losses: str, report_dir: str | None, train_argv: list[str], log=print, seeds: str | None = None
+) -> tuple[Path, list[str]]:
+    """Run `trl-zoo train` once per loss (and per seed) in a fresh subprocess, then write the comparison report."""
     items = [item.strip() for item in losses.split(",") if item.strip()]
     if len(items) < 2:
         raise ConfigError("losses: give at least two comma-separated losses to compare.")
     for flag in ("--loss_type", "--output_dir"):
         if any(arg == flag or arg.startswith(flag + "=") for arg in train_argv):
             raise ConfigError(f"{flag.lstrip('-')}: set per run by compare; remove {flag}.")
-    runs = []
+    seed_list = _parse_seeds(seeds, train_argv)
+    selections = []
     for item in items:
         if item.endswith(CONFIG_SUFFIXES):
             if "--config" in train_argv:
                 raise ConfigError(f"losses: {item} is a config file, so --config cannot be given as well.")
             if not os.path.isfile(item):
                 raise ConfigError(f"losses: no such config file {item!r}.")
-            runs.append((Path(item).stem, ["--config", item]))
+            selections.append((Path(item).stem, ["--config", item]))
         elif item not in LOSSES:
             raise ConfigError(LOSSES.unknown_message(item, "losses"))
         else:
-            runs.append((item, ["--loss_type", item]))
-    names = [name for name, _ in runs]
+            selections.append((item, ["--loss_type", item]))
+    names = [name for name, _ in selections]
     if len(set(names)) != len(names):
         raise ConfigError(f"losses: names must be distinct, got {', '.join(names)}.")
 
     directory = Path(report_dir or "runs/compare")
     package_root = str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
-    failed = []
-    for name, selection in runs:
-        log(f"=== {name} ===")
+    runs = []  # (run name, loss name, output directory, train arguments)
+    for seed in seed_list:
+        for name, selection in selections:
+            if seed is None:
+                runs.append((name, name, directory / name, selection))
+            else:
+                seeded = [*selection, "--seed", str(seed)]
+                runs.append((f"{name} seed {seed}", name, directory / name / f"seed{seed}", seeded))
+    failed, finished = [], {}
+    for run_name, loss_name, output_dir, selection in runs:
+        log(f"=== {run_name} ===")
         command = [sys.executable, "-m", "trl_zoo.cli", "train", *train_argv, *selection,
-                   "--output_dir", str(directory / name), "--write_report", "false"]
+                   "--output_dir", str(output_dir), "--write_report", "false"]
         completed = subprocess.run(command, env=env)
         if completed.returncode != 0:
-            failed.append(name)
-            log(f"run {name!r} failed with exit status {completed.returncode}")
-    finished = [load_run(directory / name, name) for name in names if name not in failed]
-    if len(finished) == 0:
+            failed.append(run_name)
+            log(f"run {run_name!r} failed with exit status {completed.returncode}")
+        else:
+            finished.setdefault(loss_name, []).append(load_run(output_dir, run_name))
+    if not finished:
         raise ConfigError(f"losses: every run failed ({', '.join(failed)}); see the output above.")
-    report = write_report(directory, finished)
+    all_runs = [run for group in finished.values() for run in group]
+    report = write_report(directory, all_runs, groups=finished)
     log(f"Report: {report}")
-    log(report.read_text().split("\n\n")[2])
+    log(headline(all_runs, finished))
     return report, failed
 
 
 def compare_command(argv: list[str]) -> int:
     own, train_argv = _compare_parser().parse_known_args(argv)
-    _, failed = compare_runs(own.losses, own.report_dir, train_argv)
+    _, failed = compare_runs(own.losses, own.report_dir, train_argv, seeds=own.seeds)
     return 1 if failed else 0
 
 

@@ -7,7 +7,8 @@ the policy before RL, and `{"kind": "end", ...}` with the trainer's closing runt
 `write_report(directory, runs)` writes, for one or many runs:
 
     results.md            table: final and best held-out accuracy, reward, entropy, completion length,
-                          clip fraction, train wall time; then a sentence naming the winner
+                          clip fraction, train wall time; with several seeds per loss a second table of means
+                          over seeds; then a sentence naming the winner
     metrics.csv / .jsonl  every record of every run, with a `run` column
     curves.png            held-out accuracy, reward, entropy, completion length, clip fraction and the share
                           of zero-spread groups vs step (needs matplotlib)
@@ -15,7 +16,8 @@ the policy before RL, and `{"kind": "end", ...}` with the trainer's closing runt
 
 "Final" reward/entropy/length/clip fraction are the last logged values (TRL averages each over its logging
 window). The winner has the highest final held-out accuracy; a tie goes to the higher best accuracy; runs equal on both
-are reported as tied.
+are reported as tied. With several seeds per loss, losses are ranked by mean final accuracy over their seeds and the
+verdict says on how many shared seeds the first beat the second (the order can flip between seeds).
 """
 
 from __future__ import annotations
@@ -213,30 +215,92 @@ def _plot(directory: Path, runs: list[Run]) -> bool:
     return True
 
 
-def write_report(directory: str | Path, runs: list[Run], title: str | None = None) -> Path:
-    """Write the Markdown table, CSV/JSONL metrics and PNG curves for `runs`; returns the Markdown file."""
+def seed_table(groups: dict[str, list[Run]]) -> str:
+    """One row per loss: means over its seeds, and the range of its final accuracy."""
+    header = ["loss", "seeds", "held-out acc before", "final held-out acc", "final range", "gain (points)",
+              "best held-out acc", "train wall time (s)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, runs in groups.items():
+        finals = [run.final_accuracy for run in runs]
+        befores = [run.summary["accuracy_before"] for run in runs]
+        cells = [
+            name,
+            ", ".join(str(run.summary.get("seed", "")) for run in runs),
+            f"{_mean(befores):.1%}",
+            f"{_mean(finals):.1%}",
+            f"{min(finals):.1%}–{max(finals):.1%}",
+            f"{100 * (_mean(finals) - _mean(befores)):+.1f}",
+            f"{_mean([run.best[0] for run in runs]):.1%}",
+            f"{_mean([run.summary['train_seconds'] for run in runs]):.1f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def seed_winner_sentence(groups: dict[str, list[Run]]) -> str:
+    """The loss with the highest mean final accuracy, and on how many shared seeds it beat the runner-up."""
+    means = {name: _mean([run.final_accuracy for run in runs]) for name, runs in groups.items()}
+    ranked = sorted(means, key=lambda name: -means[name])
+    winner, runner_up = ranked[0], ranked[1]
+    if means[winner] == means[runner_up]:
+        tied = [name for name in ranked if means[name] == means[winner]]
+        return f"**No winner: {', '.join(tied)} tied** at {means[winner]:.1%} mean final held-out accuracy."
+    finals = {name: {run.summary.get("seed"): run.final_accuracy for run in runs} for name, runs in groups.items()}
+    shared = sorted(set(finals[winner]) & set(finals[runner_up]), key=str)
+    ahead = sum(finals[winner][seed] > finals[runner_up][seed] for seed in shared)
+    sentence = (
+        f"**{winner} ranks first** on mean final held-out accuracy over {len(groups[winner])} seeds: "
+        f"{means[winner]:.1%}, ahead of {runner_up}'s {means[runner_up]:.1%} by "
+        f"{100 * (means[winner] - means[runner_up]):.1f} points; it was ahead on {ahead} of {len(shared)} shared seeds."
+    )
+    if ahead < len(shared):
+        sentence += " The order is not the same on every seed: read the gap as noise, or add seeds."
+    return sentence
+
+
+def headline(runs: list[Run], groups: dict[str, list[Run]] | None = None) -> str:
+    """The report's verdict: per loss over seeds when some loss ran with several seeds, else per run."""
+    return seed_winner_sentence(groups) if _over_seeds(groups) else winner_sentence(runs)
+
+
+def _over_seeds(groups: dict[str, list[Run]] | None) -> bool:
+    return bool(groups) and len(groups) > 1 and any(len(group) > 1 for group in groups.values())
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def write_report(
+    directory: str | Path, runs: list[Run], title: str | None = None, groups: dict[str, list[Run]] | None = None
+) -> Path:
+    """Write the Markdown table, CSV/JSONL metrics and PNG curves for `runs`; returns the Markdown file.
+
+    `groups` (loss name -> its runs, one per seed) adds a table of means over seeds, and the verdict then ranks
+    losses by their mean final accuracy."""
     if not runs:
         raise ValueError("runs: nothing to report; give at least one finished run.")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     first = runs[0].summary
     model = Path(str(first.get("model", ""))).name
-    title = title or f"trl-zoo: {first.get('task', '')} with {model}, seed {first.get('seed', '')}"
+    seeds = sorted({str(run.summary.get("seed", "")) for run in runs})
+    seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(seeds)}"
+    title = title or f"trl-zoo: {first.get('task', '')} with {model}, {seed_text}"
     reward = (first.get("reward_funcs") or ["exact_match"])[0]
     _write_records(directory, runs)
     plotted = _plot(directory, runs)
     curves = "Curves: curves.png, heldout_accuracy.png." if plotted else "No curves: pip install 'trl-zoo[plot]'."
-    text = "\n\n".join(
-        [
-            f"# {title}",
-            markdown_table(runs),
-            winner_sentence(runs),
-            f"Held-out accuracy: the share of held-out prompts whose greedy completion earns reward 1 from "
-            f"`{reward}`, measured before RL (step 0) and every few steps. Final reward, entropy, completion length "
-            f"and clip fraction are the last logged values (TRL averages each over its logging window). {curves} "
-            "Every record: metrics.csv, metrics.jsonl.",
-        ]
-    )
+    sections = [f"# {title}", markdown_table(runs)]
+    if _over_seeds(groups):
+        sections += ["## Over seeds", seed_table(groups)]
+    sections += [
+        headline(runs, groups),
+        f"Held-out accuracy: the share of held-out prompts whose greedy completion earns reward 1 from "
+        f"`{reward}`, measured before RL (step 0) and every few steps. Final reward, entropy, completion length "
+        f"and clip fraction are the last logged values (TRL averages each over its logging window). {curves} "
+        "Every record: metrics.csv, metrics.jsonl.",
+    ]
     path = directory / "results.md"
-    path.write_text(text + "\n")
+    path.write_text("\n\n".join(sections) + "\n")
     return path
