@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import yaml
+from accelerate.utils import DistributedType
 from peft import LoraConfig
 from transformers import TrainerCallback
 
@@ -25,7 +26,7 @@ from trl_zoo.critic import (
     token_rewards,
     value_targets,
 )
-from trl_zoo.hooks.critic import CRITIC_FILE, VALUE_ADAPTER
+from trl_zoo.hooks.critic import CRITIC_FILE, VALUE_ADAPTER, check_critic_distribution
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 ARGS = SimpleNamespace(
@@ -460,3 +461,12 @@ def test_gradient_checkpointing_leaves_the_critic_gradients_unchanged():
     for plain, checkpointed in zip(*grads):
         torch.testing.assert_close(checkpointed, plain)
     assert trainer.model.is_gradient_checkpointing  # restored after the value pass
+
+
+@pytest.mark.parametrize("distributed_type", [DistributedType.DEEPSPEED, DistributedType.FSDP])
+def test_critic_is_refused_where_parameters_are_sharded(distributed_type):
+    sharded = SimpleNamespace(num_processes=2, distributed_type=distributed_type)
+    with pytest.raises(NotImplementedError, match=f"not under {distributed_type.value}"):
+        check_critic_distribution(sharded, "gae")
+    check_critic_distribution(SimpleNamespace(num_processes=1, distributed_type=distributed_type), "gae")
+    check_critic_distribution(SimpleNamespace(num_processes=2, distributed_type=DistributedType.MULTI_GPU), "gae")

@@ -96,12 +96,7 @@ class CriticMixin:
         name = self.args.advantage_estimator
         if name is None or "values" not in ADVANTAGES.get(name).options.get("needs", ()):
             return
-        if self.accelerator.num_processes > 1 and self.accelerator.distributed_type in _SHARDED:
-            raise NotImplementedError(
-                f"advantage_estimator: {name!r} trains a critic, supported on one process or with DDP (accelerate "
-                f"launch --multi_gpu); not under {self.accelerator.distributed_type.value}, which shards the critic's "
-                f"parameters."
-            )
+        check_critic_distribution(self.accelerator, name)
         model = self._unwrapped()
         mode = self.args.critic_model or ("adapter" if is_peft_model(model) else "head")
         if mode == "adapter" and not is_peft_model(model):
@@ -385,6 +380,16 @@ class CriticMixin:
             path = os.path.join(checkpoint, CRITIC_FILE)
             if os.path.exists(path):
                 self.load_critic_state_dict(torch.load(path, map_location=self.accelerator.device))
+
+
+def check_critic_distribution(accelerator, estimator: str):
+    """The critic averages its own gradients across DDP processes; setups that shard parameters are refused."""
+    if accelerator.num_processes > 1 and accelerator.distributed_type in _SHARDED:
+        raise NotImplementedError(
+            f"advantage_estimator: {estimator!r} trains a critic, supported on one process or with DDP (accelerate "
+            f"launch --multi_gpu); not under {accelerator.distributed_type.value}, which shards the critic's "
+            f"parameters."
+        )
 
 
 def _loss_mask(inputs: dict) -> torch.Tensor:
