@@ -84,8 +84,8 @@ def load_4bit(shape: str, cache_dir: Path):
     return AutoModelForCausalLM.from_pretrained(path, quantization_config=quantization, dtype=torch.bfloat16, device_map={"": 0})
 
 
-def main(argv=None):
-    options = parse_args(argv)
+def prepare(options):
+    """The trainer of `options.implementation` on a random model, and one scored micro-batch of its own generation."""
     from peft import LoraConfig
     from trl.trainer.utils import split_tensor_dict
 
@@ -125,6 +125,13 @@ def main(argv=None):
     batch = trainer._generate_and_score_completions(generation_batch)
     micro_batch = split_tensor_dict(batch, args.steps_per_generation)[0]
     trainer.current_gradient_accumulation_steps = 1
+    return trainer, micro_batch
+
+
+def main(argv=None):
+    options = parse_args(argv)
+    trainer, micro_batch = prepare(options)
+    batch_size = options.num_generations * options.prompts_per_step
 
     synchronize()
     reset_peak()
