@@ -115,11 +115,14 @@ def test_train_local_model_and_local_dataset_file(tmp_path, suffix):
 # ------------------------------------------------------------------------------------------------------ compare
 def test_compare_two_losses_writes_table_csv_and_png(tmp_path, capsys):
     report_dir = tmp_path / "cmp"
-    assert main(["compare", "--losses", "grpo,dapo", "--report_dir", str(report_dir), *TINY_BOOTSTRAP, *TINY_RL]) == 0
+    argv = ["compare", "--losses", "grpo,dapo", "--report_dir", str(report_dir), "--seed", "0", *TINY_BOOTSTRAP,
+            *TINY_RL]
+    assert main(argv) == 0  # --seed: one run per loss, in <report_dir>/<loss>
     summaries = {name: json.loads((report_dir / name / "summary.json").read_text()) for name in ("grpo", "dapo")}
     assert summaries["grpo"]["model"] == summaries["dapo"]["model"]  # same base policy, task and seed
-    assert summaries["grpo"]["seed"] == summaries["dapo"]["seed"] and summaries["grpo"]["task"] == "addition"
+    assert summaries["grpo"]["seed"] == summaries["dapo"]["seed"] == 0 and summaries["grpo"]["task"] == "addition"
     assert summaries["grpo"]["accuracy_before"] == summaries["dapo"]["accuracy_before"]
+    assert summaries["grpo"]["heldout_size"] == summaries["dapo"]["heldout_size"] == ADDITION.num_heldout == 500
 
     table = (report_dir / "results.md").read_text()
     for name, summary in summaries.items():
@@ -128,6 +131,8 @@ def test_compare_two_losses_writes_table_csv_and_png(tmp_path, capsys):
     # The barely bootstrapped policy solves no sum under either loss, so the report must call it a tie.
     assert all(s["accuracy_after"] == s["best_accuracy"] == 0.0 for s in summaries.values())
     assert "**No winner: " in table and " tied** at 0.0% final and 0.0% best held-out accuracy" in table
+    assert "One seed cannot separate losses whose gap is below the seed-to-seed spread" in table
+    assert "evaluation noise" not in table  # a zero gap: nothing to weigh against the evaluation noise
 
     with (report_dir / "metrics.csv").open() as handle:
         rows = list(csv.DictReader(handle))
@@ -164,13 +169,8 @@ def test_report_names_the_winner_and_tabulates_last_values(tmp_path):
     assert "**dapo won** (highest final held-out accuracy): 75.0% final, 75.0% best, against grpo's 70.0%" in text
 
 
-def test_compare_over_seeds_runs_every_loss_per_seed_and_ranks_by_the_mean(tmp_path, monkeypatch, capsys):
-    """Every (loss, seed) gets its own process, directory and --seed; the report ranks losses by mean final
-    accuracy over seeds and says on how many seeds the first beat the second. The training runs are faked (the real
-    subprocess path is covered above): each writes the accuracy this table gives it."""
-    finals = {("grpo", 0): 0.70, ("grpo", 1): 0.50, ("dapo", 0): 0.60, ("dapo", 1): 0.55}
-    before = {0: 0.40, 1: 0.30}
-    commands = []
+def fake_training(finals: dict, before: dict, commands: list):
+    """Stands in for subprocess.run in compare: each (loss, seed) run writes the final accuracy `finals` gives it."""
 
     def fake_train(command, env):
         commands.append(command)
@@ -185,7 +185,16 @@ def test_compare_over_seeds_runs_every_loss_per_seed_and_ranks_by_the_mean(tmp_p
         (output / "metrics.jsonl").write_text("\n".join(json.dumps(record) for record in evals))
         return subprocess.CompletedProcess(command, 0)
 
-    monkeypatch.setattr(subprocess, "run", fake_train)
+    return fake_train
+
+
+def test_compare_over_seeds_runs_every_loss_per_seed_and_ranks_by_the_mean(tmp_path, monkeypatch, capsys):
+    """Every (loss, seed) gets its own process, directory and --seed; the report ranks losses by mean final
+    accuracy over seeds and gives the paired-by-seed interval of the first minus the second. The training runs are
+    faked (the real subprocess path is covered above): each writes the accuracy this table gives it."""
+    finals = {("grpo", 0): 0.70, ("grpo", 1): 0.50, ("dapo", 0): 0.60, ("dapo", 1): 0.55}
+    commands = []
+    monkeypatch.setattr(subprocess, "run", fake_training(finals, {0: 0.40, 1: 0.30}, commands))
     report_dir = tmp_path / "cmp"
     assert main(["compare", "--losses", "grpo,dapo", "--seeds", "0,1", "--report_dir", str(report_dir)]) == 0
     assert [(c[c.index("--loss_type") + 1], c[c.index("--seed") + 1]) for c in commands] == [
@@ -196,8 +205,11 @@ def test_compare_over_seeds_runs_every_loss_per_seed_and_ranks_by_the_mean(tmp_p
     assert "| grpo seed 1 | grpo | 30.0% | 50.0% | 50.0% (5) |" in text  # the per-run table stays
     assert "| grpo | 0, 1 | 35.0% | 60.0% | 50.0%–70.0% | +25.0 | 60.0% | 1.0 |" in text
     assert "| dapo | 0, 1 | 35.0% | 57.5% | 55.0%–60.0% | +22.5 | 57.5% | 1.0 |" in text
-    verdict = ("**grpo ranks first** on mean final held-out accuracy over 2 seeds: 60.0%, ahead of dapo's 57.5% by "
-               "2.5 points; it was ahead on 1 of 2 shared seeds. The order is not the same on every seed")
+    # differences +10 and -5 points: mean +2.5, sd 10.6, se 7.5, 95% CI 2.5 -+ 12.706 * 7.5 (t, 1 degree of freedom)
+    assert "| grpo − dapo | +2.5 | [-92.8, +97.8] | 1 of 2 seeds | within seed noise |" in text
+    verdict = ("**grpo and dapo cannot be told apart**: +2.5 points, 95% CI [-92.8, +97.8] over 2 seeds (paired by "
+               "seed); grpo ahead on 1 of 2. The interval includes 0, so grpo's first place (mean final held-out "
+               "accuracy grpo 60.0%, dapo 57.5%) is within seed noise.")
     assert verdict in text and verdict in capsys.readouterr().out
 
 

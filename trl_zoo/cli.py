@@ -482,6 +482,7 @@ def run_train(task_args, training_args, model_args, log=print) -> dict:
         "steps": trainer.state.global_step,
         "accuracy_before": before,
         "accuracy_after": history[-1][1],
+        "heldout_size": prepared["heldout_size"],
         "best_accuracy": best,
         "best_step": best_step,
         "train_seconds": train_seconds,
