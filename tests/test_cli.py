@@ -118,6 +118,7 @@ def test_compare_two_losses_writes_table_csv_and_png(tmp_path, capsys):
     argv = ["compare", "--losses", "grpo,dapo", "--report_dir", str(report_dir), "--seed", "0", *TINY_BOOTSTRAP,
             *TINY_RL]
     assert main(argv) == 0  # --seed: one run per loss, in <report_dir>/<loss>
+    assert "compare: no --seeds" not in capsys.readouterr().out
     summaries = {name: json.loads((report_dir / name / "summary.json").read_text()) for name in ("grpo", "dapo")}
     assert summaries["grpo"]["model"] == summaries["dapo"]["model"]  # same base policy, task and seed
     assert summaries["grpo"]["seed"] == summaries["dapo"]["seed"] == 0 and summaries["grpo"]["task"] == "addition"
@@ -211,6 +212,22 @@ def test_compare_over_seeds_runs_every_loss_per_seed_and_ranks_by_the_mean(tmp_p
                "seed); grpo ahead on 1 of 2. The interval includes 0, so grpo's first place (mean final held-out "
                "accuracy grpo 60.0%, dapo 57.5%) is within seed noise.")
     assert verdict in text and verdict in capsys.readouterr().out
+
+
+def test_compare_on_a_built_in_task_defaults_to_three_seeds(tmp_path, monkeypatch, capsys):
+    finals = {("grpo", 0): 0.50, ("grpo", 1): 0.60, ("grpo", 2): 0.55,
+              ("gspo", 0): 0.54, ("gspo", 1): 0.65, ("gspo", 2): 0.61}
+    commands = []
+    monkeypatch.setattr(subprocess, "run", fake_training(finals, {0: 0.4, 1: 0.4, 2: 0.4}, commands))
+    report_dir = tmp_path / "cmp"
+    assert main(["compare", "--losses", "grpo,gspo", "--report_dir", str(report_dir), "--max_steps", "2"]) == 0
+    assert [(c[c.index("--loss_type") + 1], c[c.index("--seed") + 1]) for c in commands] == [
+        ("grpo", "0"), ("gspo", "0"), ("grpo", "1"), ("gspo", "1"), ("grpo", "2"), ("gspo", "2")]
+    out = capsys.readouterr().out
+    assert ("compare: no --seeds on a built-in task, so every loss runs with seeds 0,1,2 and the report pairs them "
+            "by seed; give --seeds 0 for a single seed.") in out
+    # gspo ahead by 4, 5 and 6 points: mean 5, sd 1, 95% CI 5 -+ 4.303 / sqrt(3) = [+2.5, +7.5]
+    assert "**gspo beats grpo** beyond seed noise: +5.0 points, 95% CI [+2.5, +7.5] over 3 seeds" in out
 
 
 def test_compare_rejects_an_unknown_loss_before_running_anything(tmp_path, capsys):

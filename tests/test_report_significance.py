@@ -1,10 +1,11 @@
 """The comparison's verdict: Student's t quantiles, the paired-by-seed interval, the one-seed and evaluation-noise
-sentences, and the paired table in results.md."""
+sentences, the paired table in results.md, and compare's default seeds on a built-in task."""
 
 import math
 
 import pytest
 
+from trl_zoo.cli import compare_seeds
 from trl_zoo.report import Run, headline, paired_difference, t_quantile_975, write_report
 
 
@@ -145,3 +146,28 @@ def test_without_a_recorded_heldout_size_there_is_no_eval_noise_check():
 def test_a_single_run_has_no_comparison_sentence():
     assert headline([run("grpo", 0, 0.70)]) == "grpo seed 0 took held-out accuracy from 45.0% to 70.0% in 1 s."
 
+
+# ------------------------------------------------------------------------------------------------------ default seeds
+@pytest.mark.parametrize("train_argv, configs", [(["--task", "addition3", "--max_steps", "50"], None),
+                                                 ([], [{"loss_type": "gspo", "epsilon": 3e-4}])])
+def test_compare_defaults_to_three_seeds_on_a_built_in_task(train_argv, configs):
+    seeds, message = compare_seeds(None, train_argv, configs)
+    assert seeds == [0, 1, 2]
+    assert message == ("compare: no --seeds on a built-in task, so every loss runs with seeds 0,1,2 and the report "
+                       "pairs them by seed; give --seeds 0 for a single seed.")
+
+
+@pytest.mark.parametrize(
+    "seeds, train_argv, configs, expected",
+    [
+        ("0", [], None, [0]),
+        ("4,5", [], None, [4, 5]),
+        (None, ["--seed", "3"], None, [None]),  # one seed chosen with the train flag
+        (None, ["--dataset_name", "data.jsonl", "--model_name_or_path", "m"], None, [None]),
+        (None, ["--dataset_name=data.jsonl"], None, [None]),
+        (None, [], [{"loss_type": "grpo"}, {"dataset_name": "openai/gsm8k"}], [None]),  # a config names a dataset
+        (None, [], [{"seed": 7}], [None]),
+    ],
+)
+def test_compare_keeps_given_seeds_and_one_run_off_the_built_in_tasks(seeds, train_argv, configs, expected):
+    assert compare_seeds(seeds, train_argv, configs) == (expected, "")

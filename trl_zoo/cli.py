@@ -543,7 +543,9 @@ def _compare_parser() -> argparse.ArgumentParser:
         "--seeds",
         default=None,
         help="Comma-separated seeds, e.g. 0,1,2: every loss runs once per seed (on the built-in tasks each seed also "
-        "bootstraps its own base policy), and the report ranks the losses by their mean over seeds.",
+        "bootstraps its own base policy), the report ranks the losses by their mean over seeds and says whether the "
+        f"first is ahead of each other loss beyond seed noise. Default on a built-in task: {DEFAULT_COMPARE_SEEDS} "
+        "(--seeds 0 for one); otherwise one run per loss.",
     )
     return parser
 
@@ -562,6 +564,32 @@ def _parse_seeds(seeds: str | None, train_argv: list[str]) -> list[int | None]:
     return parsed
 
 
+DEFAULT_COMPARE_SEEDS = "0,1,2"
+
+
+def compare_seeds(
+    seeds: str | None, train_argv: list[str], configs: list[dict] | None = None
+) -> tuple[list[int | None], str]:
+    """The seeds every loss runs with, and a line to log when they are the default (else "").
+
+    On a built-in task (no dataset_name among the train flags or the config files `configs`) with no seed given
+    (neither --seeds nor --seed nor a config's seed), compare runs DEFAULT_COMPARE_SEEDS: a run takes minutes there,
+    and one seed cannot separate losses whose gap is below the seed-to-seed spread."""
+
+    def given(key: str) -> bool:
+        flag = f"--{key}"
+        in_flags = any(arg == flag or arg.startswith(flag + "=") for arg in train_argv)
+        return in_flags or any(config.get(key) is not None for config in configs or [])
+
+    if seeds is not None or given("seed") or given("dataset_name"):
+        return _parse_seeds(seeds, train_argv), ""
+    message = (
+        f"compare: no --seeds on a built-in task, so every loss runs with seeds {DEFAULT_COMPARE_SEEDS} and the "
+        "report pairs them by seed; give --seeds 0 for a single seed."
+    )
+    return _parse_seeds(DEFAULT_COMPARE_SEEDS, train_argv), message
+
+
 def compare_runs(
     losses: str, report_dir: str | None, train_argv: list[str], log=print, seeds: str | None = None
 ) -> tuple[Path, list[str]]:
@@ -572,7 +600,6 @@ def compare_runs(
     for flag in ("--loss_type", "--output_dir"):
         if any(arg == flag or arg.startswith(flag + "=") for arg in train_argv):
             raise ConfigError(f"{flag.lstrip('-')}: set per run by compare; remove {flag}.")
-    seed_list = _parse_seeds(seeds, train_argv)
     selections = []
     for item in items:
         if item.endswith(CONFIG_SUFFIXES):
@@ -588,6 +615,11 @@ def compare_runs(
     names = [name for name, _ in selections]
     if len(set(names)) != len(names):
         raise ConfigError(f"losses: names must be distinct, got {', '.join(names)}.")
+    config_paths = [path for path in [_config_path(train_argv)] if path]
+    config_paths += [selection[1] for _, selection in selections if selection[0] == "--config"]
+    seed_list, default_message = compare_seeds(seeds, train_argv, [_read_config(path) for path in config_paths])
+    if default_message:
+        log(default_message)
 
     directory = Path(report_dir or "runs/compare")
     package_root = str(Path(__file__).resolve().parent.parent)
