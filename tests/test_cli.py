@@ -13,7 +13,7 @@ from PIL import Image
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_zoo import TABLES
-from trl_zoo.cli import main
+from trl_zoo.cli import TaskArguments, main
 from trl_zoo.report import Run, write_report
 from trl_zoo.tasks import ADDITION
 from trl_zoo.tasks.evaluation import greedy_accuracy
@@ -39,10 +39,11 @@ def read_records(run_dir: Path) -> list[dict]:
 
 
 def heldout_accuracy(model, tokenizer, reward) -> float:
+    """The CLI's held-out accuracy, in the CLI's batches: the same shapes, so the same logits to the last bit."""
     heldout = ADDITION.heldout_dataset()
     return greedy_accuracy(
         model, tokenizer, heldout["prompt"], ADDITION.max_completion_length, reward=reward,
-        reward_kwargs={"answer": heldout["answer"]},
+        reward_kwargs={"answer": heldout["answer"]}, batch_size=TaskArguments().eval_batch_size,
     )
 
 
