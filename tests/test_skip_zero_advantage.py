@@ -74,10 +74,11 @@ def test_skipping_leaves_loss_and_gradients_unchanged(setup, loss_type):
     assert full_rows == [mb["advantages"].numel() for mb in micro_batches]
     assert skip_rows == [max(active, 1) for active in active_rows]  # only the rows with Â ≠ 0 ran
     assert torch.any(full_losses != 0)
-    assert relative_error(skip_losses, full_losses) <= 1e-6
+    # A 4-row and an 8-row forward round differently on different CPUs (measured up to 5e-7); a real leak is ~1e-2.
+    assert relative_error(skip_losses, full_losses) <= 1e-5
     assert full_gradients.keys() == skip_gradients.keys() and full_gradients
     for name, gradient in full_gradients.items():
-        assert relative_error(skip_gradients[name], gradient) <= 1e-6, name
+        assert relative_error(skip_gradients[name], gradient) <= 1e-5, name
 
 
 def test_logged_entropy_is_that_of_the_trained_rows(setup):
