@@ -24,6 +24,7 @@ from datasets import Dataset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trl_zoo  # noqa: E402
+from trl_zoo.model_inputs import forward_inputs  # noqa: E402
 from trl_zoo.tasks.tiny import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
 
 
@@ -71,7 +72,10 @@ def synthetic_batch(trainer, args, tokenizer) -> dict:
     }
     batch = {key: value.to(device) for key, value in batch.items()}
     with torch.no_grad():
-        batch["old_per_token_logps"] = trainer._policy_forward(trainer.model, batch, compute_entropy=False)[0]
+        input_ids, attention_mask, logits_to_keep, _ = forward_inputs(batch)
+        batch["old_per_token_logps"] = trainer._get_per_token_logps_and_entropies(
+            trainer.model, input_ids, attention_mask, logits_to_keep
+        )[0]
     return batch
 
 

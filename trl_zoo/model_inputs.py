@@ -1,5 +1,6 @@
-"""The policy forward's inputs from a TRL generation batch: prompt and completion ids side by side, their attention
-mask, the number of completion positions to score, and the multimodal inputs TRL passes through untouched."""
+"""What the trainer reads from a TRL generation batch: the policy forward's inputs (prompt and completion ids side by
+side, their attention mask, the number of completion positions to score, and the multimodal inputs TRL passes
+through untouched) and the loss mask."""
 
 from __future__ import annotations
 
@@ -28,3 +29,9 @@ def forward_inputs(batch: dict) -> tuple[torch.Tensor, torch.Tensor, int, dict]:
 
 def is_multimodal(batch: dict) -> bool:
     return any(batch.get(key) is not None for key in MULTIMODAL_KEYS)
+
+
+def loss_mask(batch: dict) -> torch.Tensor:
+    """m_{i,t}, (B, T): the completion mask times TRL's tool mask (tool-call output tokens are not the policy's)."""
+    mask = batch["completion_mask"]
+    return mask * batch["tool_mask"] if "tool_mask" in batch else mask

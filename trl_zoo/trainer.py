@@ -1,41 +1,56 @@
 """`GRPOTrainer`: TRL's trainer with the policy term taken from the loss table.
 
-Everything but the loss is TRL's: generation, rewards, PEFT, accelerate, logging, checkpoints. The loss step
-calls TRL's own methods (`_get_per_token_logps_and_entropies`, `get_high_entropy_mask`, `get_off_policy_mask`)
-and then, in TRL's order:
+Everything but the loss is TRL's: generation, rewards, PEFT, accelerate, logging, checkpoints. The class is a
+composition of one-concept layers, each overriding TRL's methods (or a seam of ours) cooperatively through
+`super()`. Its bases are the method resolution order, outermost first; this is the one place it is written:
 
-    term   = LOSSES[loss_type](PolicyBatch, args)          per-token (B, T) or per-sequence (B, 1)
-    term  *= off-policy mask · entropy mask · vLLM IS ratio (when enabled)
-    term  += β · KL_estimator(log π_θ, log π_ref)           (kl_placement="loss", β ≠ 0)
-    loss   = AGGREGATIONS[aggregation](term, mask)  − entropy bonus  + MoE aux loss
+    ResumableStateMixin      checkpoints carry trl_zoo's state                      hooks/resume.py
+    RouterStatsMixin         MoE router statistics (old: per generation batch,      hooks/router.py
+                             current: around `_policy_forward`)
+    DynamicSamplingMixin     generation rounds and regrouping                       hooks/sampling.py
+    ZeroAdvantageSkipMixin   `_policy_forward` over the rows with Â ≠ 0             hooks/skip_zero_advantage.py
+    CriticMixin              value passes, value loss around the policy loss        hooks/critic.py
+    AdvantageMixin           advantage estimators replace TRL's advantages          hooks/advantages.py
+    KLControlMixin           KL in the reward, adaptive β, reference resets         hooks/kl_control.py
+    RewardCheckMixin         the reward seam: NaN/±inf checks at `_calculate_rewards` hooks/reward_checks.py
+    PolicyLossStep           the loss step: `_policy_forward`, loss table, metrics  loss_step.py
+    trl.GRPOTrainer
 
-A loss entry may declare `on_optimizer_step=fn(state, args) -> metrics`: called once per optimizer step in
-training (on the step's last micro-batch, after its loss) to update the loss's persistent state (adaptive
-coefficients); the returned numbers are logged.
-
-The generation side is extended by the mixins in `hooks/` (advantage estimators, KL control, dynamic sampling,
-router statistics), each overriding TRL's methods cooperatively through `super()`; around them, checkpoints carry
-trl_zoo's state (`hooks/resume.py`) and the reward functions' raw outputs are checked for NaN and ±inf right at
-TRL's reward call (`hooks/reward_checks.py`).
+The critic sits inside dynamic sampling so that its per-row tensors are regrouped with the batch, and wraps the
+advantage hook's `_estimated_advantages` (values before the estimator, value targets after). See
+docs/architecture.md for the pipeline of one step.
 """
 
 from __future__ import annotations
 
-import torch
 from trl import GRPOTrainer as TRLGRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
-from .aggregation import AggregationContext
 from .config import GRPOConfig, to_zoo_config
-from .hooks import HOOK_MIXINS
+from .hooks.advantages import AdvantageMixin
+from .hooks.critic import CriticMixin
+from .hooks.kl_control import KLControlMixin
 from .hooks.resume import ResumableStateMixin
 from .hooks.reward_checks import RewardCheckMixin
-from .losses.base import PolicyBatch, importance_log_weights
-from .model_inputs import forward_inputs
+from .hooks.router import RouterStatsMixin
+from .hooks.sampling import DynamicSamplingMixin
+from .hooks.skip_zero_advantage import ZeroAdvantageSkipMixin
+from .loss_step import PolicyLossStep
 from .registry import AGGREGATIONS, KL_ESTIMATORS, LOSSES
 
 
-class GRPOTrainer(ResumableStateMixin, *HOOK_MIXINS, RewardCheckMixin, TRLGRPOTrainer):
+class GRPOTrainer(
+    ResumableStateMixin,
+    RouterStatsMixin,
+    DynamicSamplingMixin,
+    ZeroAdvantageSkipMixin,
+    CriticMixin,
+    AdvantageMixin,
+    KLControlMixin,
+    RewardCheckMixin,
+    PolicyLossStep,
+    TRLGRPOTrainer,
+):
     """Drop-in `trl.GRPOTrainer`: same constructor, `loss_type` from the plugin table (see `trl-zoo list`)."""
 
     _tag_names = ["trl", "grpo", "trl-zoo"]
@@ -51,171 +66,7 @@ class GRPOTrainer(ResumableStateMixin, *HOOK_MIXINS, RewardCheckMixin, TRLGRPOTr
         self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
 
-    # ------------------------------------------------------------------ loss
-    def _policy_forward(self, model, inputs, compute_entropy: bool = True):
-        input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(inputs)
-        return self._get_per_token_logps_and_entropies(
-            model,
-            input_ids,
-            attention_mask,
-            logits_to_keep,
-            compute_entropy=compute_entropy,
-            compute_aux_loss=self.aux_loss_enabled,
-            **multimodal,
-        )
-
-    def _policy_batch(self, inputs, logps, entropies) -> PolicyBatch:
-        mask = inputs["completion_mask"]
-        if "tool_mask" in inputs:
-            mask = mask * inputs["tool_mask"]
-        advantages = inputs["advantages"]
-        if advantages.dim() == 1:
-            advantages = advantages.unsqueeze(1)
-        old_logps = inputs.get("old_per_token_logps")
-        sampling_ratio = None
-        if self.use_vllm and self.vllm_importance_sampling_correction:
-            sampling_ratio = inputs["importance_sampling_ratio"]
-        return PolicyBatch(
-            logps=logps,
-            old_logps=logps.detach() if old_logps is None else old_logps,
-            advantages=advantages,
-            mask=mask,
-            ref_logps=inputs.get("ref_per_token_logps"),
-            entropies=entropies,
-            sampling_ratio=sampling_ratio,
-            extras=inputs,
-            state=self.zoo_state,
-        )
-
-    @property
-    def kl_coefficient(self) -> float:
-        """β now: the configured `beta`, or the adaptive controller's value."""
-        return self.zoo_state.get("kl_coef", self.beta)
-
-    def _compute_loss(self, model, inputs):
-        mode = "train" if self.model.training else "eval"
-        logps, entropies, aux_loss = self._policy_forward(model, inputs)
-        batch = self._policy_batch(inputs, logps, entropies)
-        mask = batch.mask
-
-        entropy_mask = None
-        if self.top_entropy_quantile < 1.0:
-            entropy_mask = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
-
-        term = self.loss_entry.obj(batch, self.args)
-        per_token_loss = term.loss
-        if self.off_policy_mask_threshold is not None:
-            sampling_logps = inputs.get("sampling_per_token_logps", batch.old_logps)
-            per_token_loss = per_token_loss * self.get_off_policy_mask(
-                batch.advantages, logps, sampling_logps, mask, self.off_policy_mask_threshold
-            )
-        if entropy_mask is not None:
-            per_token_loss = per_token_loss * entropy_mask
-        if batch.sampling_ratio is not None and not self.loss_entry.options.get("applies_sampling_ratio"):
-            per_token_loss = per_token_loss * batch.sampling_ratio
-
-        per_token_kl = None
-        if self.beta != 0.0 and batch.ref_logps is not None:
-            per_token_kl = self.kl_estimator(logps, batch.ref_logps)
-            if self.args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * torch.exp(importance_log_weights(batch, self.importance_sampling_level))
-            if self.args.kl_placement == "loss":
-                per_token_loss = per_token_loss + self.kl_coefficient * per_token_kl
-
-        context = AggregationContext(
-            accumulation_steps=self.current_gradient_accumulation_steps if mode == "train" else 1.0,
-            steps_per_generation=self.args.steps_per_generation,
-            num_processes=self.accelerator.num_processes,
-            num_items_in_batch=inputs.get("num_items_in_batch"),
-            max_completion_length=self.max_completion_length,
-            training=mode == "train",
-        )
-        loss, policy_loss = self.aggregate(per_token_loss, mask, context)
-
-        if self._entropy_bonus_enabled:
-            effective_mask = mask if entropy_mask is None else mask * entropy_mask
-            loss = loss - self._entropy_bonus(entropies, effective_mask, mode, context.accumulation_steps)
-            self._metrics[mode]["policy_loss"].append(self.accelerator.gather(policy_loss).nanmean().item())
-        if self.aux_loss_enabled:
-            loss = loss + self.router_aux_loss_coef * aux_loss / context.accumulation_steps
-            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
-
-        on_optimizer_step = self.loss_entry.options.get("on_optimizer_step")
-        if on_optimizer_step is not None and mode == "train" and self.accelerator.sync_gradients:
-            for name, value in (on_optimizer_step(self.zoo_state, self.args) or {}).items():
-                self._metrics[mode][name].append(value)
-
-        metrics = {} if per_token_kl is None else {"kl": per_token_kl}
-        metrics["entropy"] = entropies
-        self._log_term_metrics({**metrics, **term.metrics}, mask, mode)
-        return loss
-
-    def _entropy_bonus(self, entropies, effective_mask, mode: str, accumulation_steps: float):
-        """TRL's entropy bonus: coef · mean entropy over the effective mask, with its adaptive controller."""
-        entropy = (entropies * effective_mask).sum() / effective_mask.sum().clamp(min=1.0) / accumulation_steps
-        if self.use_adaptive_entropy:
-            coef = self.entropy_coef if self._last_world_entropy <= self.args.entropy_target else 0.0
-        else:
-            coef = self.entropy_coef
-        if self.use_adaptive_entropy and mode == "train":
-            stats = torch.stack([(entropies * effective_mask).sum(), effective_mask.sum()]).detach()
-            self._entropy_window_stats = stats if self._entropy_window_stats is None else self._entropy_window_stats + stats
-            if self.accelerator.sync_gradients:
-                totals = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
-                world_entropy = (totals[0] / totals[1].clamp(min=1.0)).item()
-                delta = self.args.entropy_coef_delta if world_entropy <= self.args.entropy_target else -self.args.entropy_coef_delta
-                self.entropy_coef = min(max(self.entropy_coef + delta, self.args.entropy_coef_min), self.args.entropy_coef_max)
-                self._last_world_entropy = world_entropy
-                self._entropy_window_stats = None
-        if mode == "train" and self.accelerator.sync_gradients:
-            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
-        return coef * entropy
-
-    # ------------------------------------------------------------------ metrics
-    def _log_term_metrics(self, metrics: dict, mask: torch.Tensor, mode: str):
-        """Log each metric over every process with one reduce for the means and one gather for the extremes.
-
-        A metric is a (B, T) per-token or (B, 1) per-sequence tensor, optionally tagged `(reduction, tensor)`:
-        "mean" (default: token mean over the mask; a (B, 1) value counts once per sequence), "min"/"max" (over
-        unmasked tokens), "min_seq"/"max_seq" (per-sequence token mean first, then the extreme over sequences).
-        """
-        means, extremes = {}, {}
-        for name, value in metrics.items():
-            reduction, value = value if isinstance(value, tuple) else ("mean", value)
-            value = value.detach().float()
-            if reduction == "mean":
-                means[name] = _masked_sum_and_count(value, mask)
-            else:
-                extremes[name] = (reduction, _local_extreme(reduction, value, mask))
-        if means:
-            totals = self.accelerator.reduce(torch.stack(list(means.values())), reduction="sum")
-            for name, mean in zip(means, (totals[:, 0] / totals[:, 1].clamp(min=1.0)).tolist()):
-                self._metrics[mode][name].append(mean)
-        if extremes:
-            # Every extreme as a maximum (minima negated), so one gather and one amax cover them all.
-            signs = torch.tensor([-1.0 if reduction.startswith("min") else 1.0 for reduction, _ in extremes.values()])
-            local = torch.stack([extreme for _, extreme in extremes.values()]) * signs.to(mask.device)
-            world = self.accelerator.gather(local.unsqueeze(0)).amax(dim=0).cpu() * signs
-            for name, value in zip(extremes, world.tolist()):
-                self._metrics[mode][name].append(value if abs(value) != float("inf") else float("nan"))
-
-
-def _masked_sum_and_count(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    if value.shape[1] == 1:
-        return torch.stack([value.sum(), torch.tensor(float(value.shape[0]), device=value.device)])
-    return torch.stack([(value * mask).sum(), mask.sum().float()])
-
-
-def _local_extreme(reduction: str, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """This process's min or max (±inf when it has nothing to offer, so other processes win the reduction)."""
-    is_min = reduction.startswith("min")
-    empty = float("inf") if is_min else float("-inf")
-    if reduction.endswith("_seq"):
-        per_seq = value.squeeze(1) if value.shape[1] == 1 else (value * mask).sum(-1) / mask.sum(-1)
-        candidates = per_seq.nan_to_num(nan=empty, posinf=empty, neginf=empty)
-    else:
-        candidates = value.expand_as(mask).masked_fill(mask == 0, empty)
-        candidates = candidates.masked_fill(~torch.isfinite(candidates), empty)
-    if candidates.numel() == 0:
-        return torch.tensor(empty, device=value.device)
-    return candidates.amin() if is_min else candidates.amax()
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # A dict of this call's own: hooks add what the policy forward produced (router statistics, hidden states)
+        # to it, and TRL's buffered micro-batch, reused by later iterations, stays as TRL made it.
+        return super().compute_loss(model, dict(inputs), return_outputs, num_items_in_batch)

@@ -74,12 +74,15 @@ from ..critic import (
     positive_example_nll,
     value_targets,
 )
-from ..model_inputs import is_multimodal
+from ..model_inputs import forward_inputs, is_multimodal, loss_mask
 from ..registry import ADVANTAGES
 
 VALUE_ADAPTER = "value"
 VALUE_HEAD = "trl_zoo_value_head"
 CRITIC_FILE = "critic.pt"
+# what the loss step's policy forward adds to the micro-batch of the loss call (GRPOTrainer.compute_loss's own dict)
+POLICY_LOGPS = "policy_logps"
+POLICY_HIDDEN_STATES = "policy_hidden_states"
 # distributed setups that shard parameters: the critic's own gradient averaging does not apply there
 _SHARDED = (DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.MEGATRON_LM)
 
@@ -89,7 +92,6 @@ class CriticMixin:
 
     critic_mode: str | None = None  # "adapter" | "head" | None (no critic)
     value_head: torch.nn.Module | None = None
-    _policy_capture: dict | None = None  # the micro-batch whose policy forward is being captured
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -212,11 +214,9 @@ class CriticMixin:
         if is_multimodal(batch):
             raise NotImplementedError("advantage_estimator='gae': the critic supports text-only models.")
         rows = rows or slice(None)
-        input_ids = torch.cat([batch["prompt_ids"][rows], batch["completion_ids"][rows]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"][rows], batch["completion_mask"][rows]], dim=1)
-        length = batch["completion_ids"].size(1)
+        input_ids, attention_mask, length, _ = forward_inputs(batch)
         with self.accelerator.autocast():
-            output = self._backbone()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+            output = self._backbone()(input_ids=input_ids[rows], attention_mask=attention_mask[rows], use_cache=False)
         return output.last_hidden_state[:, -length - 1 : -1]
 
     def critic_values(self, batch: dict, grad: bool = True, hidden_states: torch.Tensor | None = None) -> torch.Tensor:
@@ -281,23 +281,43 @@ class CriticMixin:
         return mode == "train" and self.state.global_step < self.args.vapo_value_warmup_steps
 
     # ------------------------------------------------------------------ loss side
+    def _policy_forward(self, model, inputs, compute_entropy: bool = True):
+        """The loss step's policy forward, adding to `inputs` its log-probs (``policy_logps``, for the positive-
+        example loss) and, in head mode, the backbone's last hidden states (``policy_hidden_states``, detached)."""
+        if self.critic_mode is None:
+            return super()._policy_forward(model, inputs, compute_entropy)
+        captured, handle = [], None
+        if self.critic_mode == "head":
+            length = inputs["completion_ids"].size(1)
+
+            def keep_hidden_states(module, module_args, module_output):
+                captured.append(module_output.last_hidden_state[:, -length - 1 : -1].detach())
+
+            handle = self._backbone().register_forward_hook(keep_hidden_states)
+        try:
+            result = super()._policy_forward(model, inputs, compute_entropy)
+        finally:
+            if handle is not None:
+                handle.remove()
+        if captured:
+            inputs[POLICY_HIDDEN_STATES] = torch.cat(captured)
+        inputs[POLICY_LOGPS] = result[0]
+        return result
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self.critic_mode is None:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         mode = "train" if self.model.training else "eval"
-        capture = {"rows": inputs["completion_ids"].size(0), "hidden_states": None, "logps": None}
         policy_loss = None
         if not self._value_warmup(mode):
-            self._policy_capture = capture
-            try:
-                policy_loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            finally:
-                self._policy_capture = None
+            policy_loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        # a forward over a subset of rows (skip_zero_advantage) filled a dict of its own: its states are not here
+        hidden_states = inputs.get(POLICY_HIDDEN_STATES)
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
-        auxiliary = self.args.value_coef * self.value_loss(inputs, capture["hidden_states"], mode) / accumulation
+        auxiliary = self.args.value_coef * self.value_loss(inputs, hidden_states, mode) / accumulation
         if self.args.vapo_positive_nll_coef > 0 and policy_loss is not None:
             auxiliary = auxiliary + self.args.vapo_positive_nll_coef * self._positive_nll(
-                inputs, capture["logps"], mode
+                inputs, inputs.get(POLICY_LOGPS), mode
             ) / accumulation
         return auxiliary if policy_loss is None else policy_loss + auxiliary
 
@@ -305,7 +325,7 @@ class CriticMixin:
         """The clipped value loss of a micro-batch (trl_zoo.critic.clipped_value_loss), with its metrics logged."""
         values = self.critic_values(inputs, grad=True, hidden_states=hidden_states)
         result = clipped_value_loss(
-            values, inputs["old_values"], inputs["value_targets"], _loss_mask(inputs), self.args.value_clip
+            values, inputs["old_values"], inputs["value_targets"], loss_mask(inputs), self.args.value_clip
         )
         metrics = self._metrics[mode]
         metrics["critic/value_loss"].append(result.loss.item())
@@ -315,41 +335,12 @@ class CriticMixin:
 
     def _positive_nll(self, inputs: dict, logps: torch.Tensor | None, mode: str) -> torch.Tensor:
         if logps is None or logps.size(0) != inputs["completion_ids"].size(0):
-            raise RuntimeError("vapo_positive_nll_coef: the policy forward of this micro-batch was not captured.")
+            raise RuntimeError("vapo_positive_nll_coef: the policy forward of this micro-batch did not run on every row.")
         positive = inputs["positive_example"]
-        nll = positive_example_nll(logps, _loss_mask(inputs), positive)
+        nll = positive_example_nll(logps, loss_mask(inputs), positive)
         self._metrics[mode]["vapo/positive_nll"].append(nll.item())
         self._metrics[mode]["vapo/positive_fraction"].append(positive.float().mean().item())
         return nll
-
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        capture = self._policy_capture
-        if capture is None:
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-            )
-        self._policy_capture = None  # exactly one capture: this loss's policy forward
-        handle = None
-        if self.critic_mode == "head":
-            captured = []
-
-            def keep_hidden_states(module, module_args, module_output):
-                captured.append(module_output.last_hidden_state[:, -logits_to_keep - 1 : -1].detach())
-
-            handle = self._backbone().register_forward_hook(keep_hidden_states)
-        try:
-            result = super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-            )
-        finally:
-            if handle is not None:
-                handle.remove()
-        if handle is not None and captured:
-            hidden_states = torch.cat(captured)
-            if hidden_states.size(0) == capture["rows"]:  # a forward over a subset of rows is not used
-                capture["hidden_states"] = hidden_states
-        capture["logps"] = result[0]
-        return result
 
     # ------------------------------------------------------------------ saving and resuming
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
@@ -391,7 +382,3 @@ def check_critic_distribution(accelerator, estimator: str):
             f"parameters."
         )
 
-
-def _loss_mask(inputs: dict) -> torch.Tensor:
-    mask = inputs["completion_mask"]
-    return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask

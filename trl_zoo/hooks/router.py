@@ -6,10 +6,10 @@ routers are recorded in one no-grad forward right after TRL's scoring, before an
 token as (B, T, L, K) tensors: ``old_router_experts`` (each MoE layer's top-K expert indices, int16) and
 ``old_router_logps`` (their router log-probs, float32). TRL shuffles and splits them along dim 0 with the batch.
 
-Loss side, per micro-batch: the trainer's single policy forward (`_get_per_token_logps_and_entropies`) runs with
-forward hooks on the routers that score the same old experts under the current router, detached, and the result is
-handed to the loss as ``router_logps`` in the batch extras. No second forward; the hooks are removed as soon as the
-forward returns, so gradient-checkpointing recomputation records nothing.
+Loss side, per micro-batch: the loss step's single policy forward (`_policy_forward`) runs with forward hooks on
+the routers that score the same old experts under the current router, detached, and the result is handed to the
+loss as ``router_logps`` in the batch extras. No second forward; the hooks are removed as soon as the forward
+returns, so gradient-checkpointing recomputation records nothing.
 
 The old side is its own forward rather than a capture of TRL's old-log-prob forward: that forward cannot be told
 apart from the reference forward of a PEFT model (same module, adapter disabled) without relying on TRL's call order,
@@ -29,7 +29,6 @@ class RouterStatsMixin:
     """Records old and current router log-probs for MoE losses; a pass-through for every other loss."""
 
     _routers: tuple = ()  # set in __init__ for losses that need them
-    _router_capture_target: dict | None = None  # the micro-batch whose policy forward records the current routers
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -73,27 +72,12 @@ class RouterStatsMixin:
         return recorder.top_k()
 
     # ------------------------------------------------------------------ current routers, inside the loss forward
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def _policy_forward(self, model, inputs, compute_entropy: bool = True):
         if not self._routers or "old_router_experts" not in inputs:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        self._router_capture_target = inputs
-        try:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        finally:
-            self._router_capture_target = None
-            inputs.pop("router_logps", None)  # the buffered micro-batch is reused next iteration
-
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        target = self._router_capture_target
-        if target is None:
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-            )
-        self._router_capture_target = None  # exactly one capture: this loss's policy forward
-        experts = target["old_router_experts"]
-        with RouterLogpsRecorder(self._routers, input_ids.size(1), logits_to_keep, experts) as recorder:
-            result = super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
-            )
-        target["router_logps"] = recorder.scored()
+            return super()._policy_forward(model, inputs, compute_entropy)
+        sequence_length = inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1)
+        experts = inputs["old_router_experts"]
+        with RouterLogpsRecorder(self._routers, sequence_length, inputs["completion_ids"].size(1), experts) as recorder:
+            result = super()._policy_forward(model, inputs, compute_entropy)
+        inputs["router_logps"] = recorder.scored()  # this loss call's own dict (see GRPOTrainer.compute_loss)
         return result

@@ -19,13 +19,15 @@ import warnings
 import torch
 
 from ..losses.base import PolicyBatch
+from ..model_inputs import is_multimodal
+
+_FORWARD_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")  # what the text forward reads
 
 
 class ZeroAdvantageSkipMixin:
     """`skip_zero_advantage` (see the module docstring)."""
 
     skip_zero_advantage = False
-    _skipping_context = None  # the micro-batch of the loss call in flight, while skipping is on
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -62,59 +64,32 @@ class ZeroAdvantageSkipMixin:
                 )
         return True
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if not self.skip_zero_advantage or not self.model.training:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        self._skipping_context = inputs
-        try:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        finally:
-            self._skipping_context = None
-
-    def _get_per_token_logps_and_entropies(
-        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
-        compute_aux_loss=False, **multimodal,
-    ):
-        inputs = self._skipping_context
-        full = (model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss)
-        if inputs is None or compute_aux_loss or not _is_policy_forward(inputs, input_ids, logits_to_keep):
-            return super()._get_per_token_logps_and_entropies(*full, **multimodal)
-        self._skipping_context = None  # one policy forward per loss call
-        if any(value is not None for value in multimodal.values()):
+    def _policy_forward(self, model, inputs, compute_entropy: bool = True):
+        if not self.skip_zero_advantage or not self.model.training or "advantages" not in inputs:
+            return super()._policy_forward(model, inputs, compute_entropy)
+        if is_multimodal(inputs):
             warnings.warn("skip_zero_advantage: multimodal inputs are not sliced by row; running the full forward.")
-            return super()._get_per_token_logps_and_entropies(*full, **multimodal)
+            return super()._policy_forward(model, inputs, compute_entropy)
         advantages = inputs["advantages"]
         active = (advantages != 0).reshape(advantages.size(0), -1).any(dim=1)
         if bool(active.all()):
-            return super()._get_per_token_logps_and_entropies(*full)
+            return super()._policy_forward(model, inputs, compute_entropy)
         if not bool(active.any()):
             active[0] = True  # a forward on every process keeps DDP / ZeRO in step; the row adds 0 anyway
         rows = active.nonzero().flatten()
-        logps, entropies, _ = super()._get_per_token_logps_and_entropies(
-            model, input_ids[rows], attention_mask[rows], logits_to_keep, batch_size, compute_entropy, False
-        )
+        active_inputs = {key: inputs[key][rows] for key in _FORWARD_KEYS}
+        logps, entropies, _ = super()._policy_forward(model, active_inputs, compute_entropy)
+        batch_size = advantages.size(0)
         old = inputs.get("old_per_token_logps")
         # on-policy batches have no old log-probs: the trainer then uses sg(log π_θ), so any value gives ratio 1
-        fill = old.detach() if old is not None else torch.zeros_like(logps[:1]).expand(input_ids.size(0), -1)
+        fill = old.detach() if old is not None else torch.zeros_like(logps[:1]).expand(batch_size, -1)
         full_logps = fill.to(logps.dtype).index_copy(0, rows, logps)
         full_entropies = None
         if compute_entropy:
-            mask = inputs["completion_mask"][rows].to(entropies.dtype)
+            mask = active_inputs["completion_mask"].to(entropies.dtype)
             mean_entropy = ((entropies * mask).sum() / mask.sum().clamp(min=1.0)).detach()
-            full_entropies = mean_entropy.expand(input_ids.size(0), entropies.size(1)).index_copy(0, rows, entropies)
+            full_entropies = mean_entropy.expand(batch_size, entropies.size(1)).index_copy(0, rows, entropies)
         return full_logps, full_entropies, None
-
-
-def _is_policy_forward(inputs, input_ids, logits_to_keep) -> bool:
-    """True when this forward scores exactly the completions of the micro-batch in the loss call."""
-    completion_ids = inputs.get("completion_ids")
-    if completion_ids is None or "advantages" not in inputs:
-        return False
-    return (
-        completion_ids.size(1) == logits_to_keep
-        and input_ids.size(0) == completion_ids.size(0)
-        and torch.equal(input_ids[:, -logits_to_keep:], completion_ids)
-    )
 
 
 def zero_advantage_probe(loss_fn, args, seed: int = 0) -> str | None:
