@@ -14,7 +14,8 @@ from tests.tiny import TEST_OUTPUT_DIR
 from trl_zoo.aggregation import AggregationContext
 from trl_zoo.losses.base import PolicyBatch
 from trl_zoo.losses.clip_cov import token_covariance
-from trl_zoo.losses.ppo_kl import BETA, KL_WINDOW
+from trl_zoo.loss_step import StepMeans
+from trl_zoo.losses.ppo_kl import BETA, MEASURED_KL
 from trl_zoo.registry import AGGREGATIONS, LOSSES
 
 B, T = 4, 6
@@ -296,15 +297,17 @@ def test_ppo_kl_beta_adapts_once_per_optimizer_step(target, expected_factor):
     step_kl = kl_sum / sum(b.mask.sum() for b in micro_batches).item()
     assert 0.01 < step_kl < 0.1
     args = config("ppo_kl", ppo_kl_beta=0.4, ppo_kl_target=step_kl if target == "measured" else target)
+    window = StepMeans()  # what the trainer's loss step feeds from every training micro-batch's logged metrics
     for batch in micro_batches:
-        entry.obj(batch, args)
+        _add_to_window(window, entry.obj(batch, args), batch)
     with torch.no_grad():  # an evaluation forward does not count towards the step's KL
         entry.obj(make_batch(seed=14, log_ratio=torch.full((B, T), 5.0), state=state), args)
-    logged = entry.on_optimizer_step(state, args)
+    assert state == {}  # the loss is pure: it reads β, never writes
+    logged = entry.on_optimizer_step(state, args, window.pop())
     assert logged["ppo_kl/step_kl"] == pytest.approx(step_kl, rel=1e-5)
     assert logged[BETA] == 0.4
     assert state[BETA] == pytest.approx(0.4 * expected_factor)
-    assert KL_WINDOW not in state
+    assert set(state) == {BETA}
     batch = make_batch(seed=12, state=state)
     term = entry.obj(batch, args)  # the next step uses the new β
     log_ratio = batch.log_ratio.detach()
@@ -320,11 +323,17 @@ def test_ppo_kl_beta_follows_the_rule_over_many_steps():
     betas = []
     for log_ratio_scale in (0.5, 0.5, 0.0, 0.12, 0.0):
         batch = make_batch(seed=15, log_ratio=torch.full((B, T), log_ratio_scale), state=state)
-        entry.obj(batch, args)
-        entry.on_optimizer_step(state, args)
+        window = StepMeans()
+        _add_to_window(window, entry.obj(batch, args), batch)
+        entry.on_optimizer_step(state, args, window.pop())
         betas.append(state[BETA])
     # KL(0.5) ≈ 0.149 > 0.015 → ×2; KL(0) = 0 < 0.0067 → ÷2; KL(0.12) ≈ 0.0075 in the dead band → unchanged
     assert betas == [2.0, 4.0, 2.0, 2.0, 1.0]
+
+
+def _add_to_window(window, term, batch):
+    kl = term.metrics[MEASURED_KL]
+    window.add(MEASURED_KL, (kl * batch.mask).sum().item(), batch.mask.sum().item())
 
 
 def test_ppo_kl_config_is_validated():

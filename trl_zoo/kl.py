@@ -5,8 +5,9 @@ adaptive KL coefficient.
     k2 = d² / 2            biased, low variance, ≥ 0
     k3 = e^{−d} + d − 1    unbiased, ≥ 0 (GRPO's and TRL's)
 
-Adaptive β (Ziegler et al. 2019 / PPO's penalty form, DESIGN.md §4), after each optimizer step with the
-measured per-token KL:  KL > 1.5·target → β ← 2β;  KL < target/1.5 → β ← β/2;  otherwise β is kept.
+Adaptive β (PPO's adaptive KL penalty, arXiv:1707.06347 §4), after each optimizer step with the measured
+per-token KL:  KL > 1.5·target → β ← 2β;  KL < target/1.5 → β ← β/2;  otherwise β is kept. One controller for
+`kl_target` (the KL to the reference) and `ppo_kl` (the KL to the sampling policy).
 
 Where the KL goes (`kl_placement`): "loss" adds β·KL_t to every token's loss (GRPO); "reward" subtracts
 β Σ_t KL_t from the completion's reward before the advantage estimator (classic RLHF, RLOO), see

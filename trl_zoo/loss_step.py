@@ -10,12 +10,17 @@
     loss   = AGGREGATIONS[aggregation](term, mask)  − entropy bonus  + MoE aux loss
 
 Its seams for the hooks above it (`hooks/`): `_policy_forward(model, inputs)`, the one policy forward of the loss
-(router statistics, zero-advantage skipping and the critic's hidden states override it), and `_policy_batch`.
+(router statistics, zero-advantage skipping and the critic's hidden states override it), `_policy_batch`, and
+`_after_optimizer_step(global_step, step_means)`, called once after every optimizer step with the step's
+token-mean metrics (`StepMeans`, the one window the adaptive-β controllers read their measured KL from).
 """
 
 from __future__ import annotations
 
+import weakref
+
 import torch
+from transformers import TrainerCallback
 
 from .aggregation import AggregationContext
 from .losses.base import PolicyBatch, importance_log_weights
@@ -24,6 +29,21 @@ from .model_inputs import forward_inputs, loss_mask
 
 class PolicyLossStep:
     """The loss of one micro-batch from the loss table (see the module docstring); the layer just above TRL."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.step_means = StepMeans()
+        self.add_callback(_OptimizerStepCallback(self))
+
+    # ------------------------------------------------------------------ optimizer step
+    def _after_optimizer_step(self, global_step: int, step_means: dict[str, float]):
+        """Once per optimizer step, after it: update persistent state (adaptive coefficients, reference resets)
+        from the step's measured means. The seam of every per-step hook; here the loss entry's own
+        `on_optimizer_step(state, args, step_means) -> metrics`, whose numbers are logged with the step."""
+        on_optimizer_step = self.loss_entry.options.get("on_optimizer_step")
+        if on_optimizer_step is not None:
+            for name, value in (on_optimizer_step(self.zoo_state, self.args, step_means) or {}).items():
+                self._metrics["train"][name].append(value)
 
     # ------------------------------------------------------------------ loss
     def _policy_forward(self, model, inputs, compute_entropy: bool = True):
@@ -115,14 +135,12 @@ class PolicyLossStep:
             loss = loss + self.router_aux_loss_coef * aux_loss / context.accumulation_steps
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
 
-        on_optimizer_step = self.loss_entry.options.get("on_optimizer_step")
-        if on_optimizer_step is not None and mode == "train" and self.accelerator.sync_gradients:
-            for name, value in (on_optimizer_step(self.zoo_state, self.args) or {}).items():
-                self._metrics[mode][name].append(value)
-
         metrics = {} if per_token_kl is None else {"kl": per_token_kl}
         metrics["entropy"] = entropies
-        self._log_term_metrics({**metrics, **term.metrics}, mask, mode)
+        world_totals = self._log_term_metrics({**metrics, **term.metrics}, mask, mode)
+        if mode == "train":
+            for name, (total, count) in world_totals.items():
+                self.step_means.add(name, total, count)
         return loss
 
     def _entropy_bonus(self, entropies, effective_mask, mode: str, accumulation_steps: float):
@@ -147,14 +165,15 @@ class PolicyLossStep:
         return coef * entropy
 
     # ------------------------------------------------------------------ metrics
-    def _log_term_metrics(self, metrics: dict, mask: torch.Tensor, mode: str):
-        """Log each metric over every process with one reduce for the means and one gather for the extremes.
+    def _log_term_metrics(self, metrics: dict, mask: torch.Tensor, mode: str) -> dict[str, tuple[float, float]]:
+        """Log each metric over every process with one reduce for the means and one gather for the extremes; return
+        the world (Σ m·x, Σ m) of each mean.
 
         A metric is a (B, T) per-token or (B, 1) per-sequence tensor, optionally tagged `(reduction, tensor)`:
         "mean" (default: token mean over the mask; a (B, 1) value counts once per sequence), "min"/"max" (over
         unmasked tokens), "min_seq"/"max_seq" (per-sequence token mean first, then the extreme over sequences).
         """
-        means, extremes = {}, {}
+        means, extremes, world_totals = {}, {}, {}
         for name, value in metrics.items():
             reduction, value = value if isinstance(value, tuple) else ("mean", value)
             value = value.detach().float()
@@ -164,8 +183,10 @@ class PolicyLossStep:
                 extremes[name] = (reduction, _local_extreme(reduction, value, mask))
         if means:
             totals = self.accelerator.reduce(torch.stack(list(means.values())), reduction="sum")
-            for name, mean in zip(means, (totals[:, 0] / totals[:, 1].clamp(min=1.0)).tolist()):
+            rows = torch.cat([(totals[:, 0] / totals[:, 1].clamp(min=1.0)).unsqueeze(1), totals], dim=1).tolist()
+            for name, (mean, total, count) in zip(means, rows):
                 self._metrics[mode][name].append(mean)
+                world_totals[name] = (total, count)
         if extremes:
             # Every extreme as a maximum (minima negated), so one gather and one amax cover them all.
             signs = torch.tensor([-1.0 if reduction.startswith("min") else 1.0 for reduction, _ in extremes.values()])
@@ -173,6 +194,7 @@ class PolicyLossStep:
             world = self.accelerator.gather(local.unsqueeze(0)).amax(dim=0).cpu() * signs
             for name, value in zip(extremes, world.tolist()):
                 self._metrics[mode][name].append(value if abs(value) != float("inf") else float("nan"))
+        return world_totals
 
 
 def _masked_sum_and_count(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -194,3 +216,43 @@ def _local_extreme(reduction: str, value: torch.Tensor, mask: torch.Tensor) -> t
     if candidates.numel() == 0:
         return torch.tensor(empty, device=value.device)
     return candidates.amin() if is_min else candidates.amax()
+
+
+class StepMeans:
+    """The window of one optimizer step: each training metric's mean over the step's micro-batches and processes,
+
+        x̄ = Σ_{micro-batches} Σ_{i,t} m·x / Σ_{micro-batches} Σ_{i,t} m       (a (B, 1) metric counts per sequence)
+
+    fed by the loss step with the sums it already reduced for logging (no extra sync). The measured KL of the
+    adaptive-β controllers (`kl`, `ppo_kl/kl`) is read from it."""
+
+    def __init__(self):
+        self._totals: dict[str, list[float]] = {}
+
+    def add(self, name: str, total: float, count: float):
+        totals = self._totals.setdefault(name, [0.0, 0.0])
+        totals[0] += total
+        totals[1] += count
+
+    def pop(self) -> dict[str, float]:
+        """The step's means (metrics with a count), and an empty window for the next step."""
+        means = {name: total / count for name, (total, count) in self._totals.items() if count > 0}
+        self._totals = {}
+        return means
+
+
+class _OptimizerStepCallback(TrainerCallback):
+    """transformers calls `on_step_end` once after every optimizer step, before that step's log and checkpoint."""
+
+    def __init__(self, trainer):
+        self._trainer = weakref.ref(trainer)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        trainer = self._trainer()
+        if trainer is not None:
+            trainer.step_means.pop()  # loss calls made outside training (tests, evaluation) belong to no step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        trainer = self._trainer()
+        if trainer is not None:
+            trainer._after_optimizer_step(state.global_step, trainer.step_means.pop())

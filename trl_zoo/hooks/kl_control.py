@@ -5,8 +5,9 @@
   the per-token β·KL_t; the advantage hook subtracts it from the rewards before the estimator, so the penalty passes
   through the baseline, and the trainer adds no KL term to the loss. TRL computes the reference log-probs because
   β ≠ 0.
-- ``kl_target`` (adaptive β): after each optimizer step, with KL the mean per-token KL the loss measured over that
-  step's micro-batches: β ← 2β if KL > 1.5·target, β ← β/2 if KL < target/1.5 (`kl.adaptive_kl_coefficient`).
+- ``kl_target`` (adaptive β): after each optimizer step, with KL the token mean of the KL the loss step measured over
+  that step's micro-batches and processes (`StepMeans`): β ← 2β if KL > 1.5·target, β ← β/2 if KL < target/1.5
+  (`kl.adaptive_kl_coefficient`).
   β lives in ``zoo_state["kl_coef"]``, read by the loss (placement "loss") and by the reward penalty (placement
   "reward").
 - ``ref_reset_steps`` (ProRL, arXiv:2505.24864): every N optimizer steps the reference becomes the current policy.
@@ -16,35 +17,21 @@
   ``ref_reset_optimizer=True`` also clears the optimizer state, as ProRL does. A generation batch already sampled
   keeps the reference log-probs it was scored with: the new reference takes effect from the next generation.
 
-Per-step work runs in a `TrainerCallback.on_step_end`, which transformers calls once after every optimizer step
-(and before that step's log), so it sees the step's metrics and its result is logged with the step.
+Per-step work runs in the loss step's per-optimizer-step seam `_after_optimizer_step` (once after every optimizer
+step, before that step's log), so its result is logged with the step.
 """
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 from accelerate.state import AcceleratorState
 from accelerate.utils import is_peft_model
-from transformers import TrainerCallback
 from trl.trainer.callbacks import SyncRefModelCallback
 
 from ..kl import adaptive_kl_coefficient
+from ..model_inputs import loss_mask
 
 REF_ADAPTER = "ref"  # the adapter name TRL's reference pass looks for
-
-
-class _OptimizerStepCallback(TrainerCallback):
-    """Calls the trainer's `_kl_control_step` after every optimizer step."""
-
-    def __init__(self, trainer):
-        self._trainer = weakref.ref(trainer)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        trainer = self._trainer()
-        if trainer is not None:
-            trainer._kl_control_step(state.global_step)
 
 
 class KLControlMixin:
@@ -55,8 +42,6 @@ class KLControlMixin:
         self._validate_kl_options()
         if self.args.kl_target is not None:
             self.zoo_state["kl_coef"] = float(self.beta)
-        if self.args.kl_target is not None or self.args.ref_reset_steps is not None:
-            self.add_callback(_OptimizerStepCallback(self))
 
     def _validate_kl_options(self):
         args = self.args
@@ -85,22 +70,17 @@ class KLControlMixin:
         ref_logps = output.get("ref_per_token_logps")
         if self.args.kl_placement != "reward" or ref_logps is None:
             return None
-        mask = output["completion_mask"]
-        if "tool_mask" in output:
-            mask = mask * output["tool_mask"]
         per_token_kl = self.kl_estimator(policy_logps, ref_logps)
-        return self.kl_coefficient * per_token_kl * mask
+        return self.kl_coefficient * per_token_kl * loss_mask(output)
 
     # ------------------------------------------------------------------ after each optimizer step
-    def _kl_control_step(self, global_step: int):
+    def _after_optimizer_step(self, global_step: int, step_means: dict[str, float]):
+        super()._after_optimizer_step(global_step, step_means)
         metrics = self._metrics["train"]
         if self.args.kl_target is not None:
-            steps = getattr(self, "current_gradient_accumulation_steps", None) or self.args.gradient_accumulation_steps
-            measured = metrics.get("kl", [])[-steps:]  # this step's micro-batches: logged after the step
-            if measured:
-                observed = sum(measured) / len(measured)
+            if "kl" in step_means:  # the loss step's KL(π_θ ‖ π_ref), token mean over the step
                 self.zoo_state["kl_coef"] = adaptive_kl_coefficient(
-                    self.zoo_state["kl_coef"], observed, self.args.kl_target
+                    self.zoo_state["kl_coef"], step_means["kl"], self.args.kl_target
                 )
             metrics["kl_coef"].append(self.zoo_state["kl_coef"])
         if self.args.ref_reset_steps is not None and global_step % self.args.ref_reset_steps == 0:

@@ -7,37 +7,30 @@ k3 = r − 1 − log r (default; unbiased for KL(π_old‖π_θ) on samples of �
 k2 = (log r)²/2, k1 = −log r.
 
 β starts at `ppo_kl_beta` and adapts once per optimizer step from the token-mean KL measured over that whole
-step (every micro-batch, every process): KL > 1.5·target → β ← 2β; KL < target/1.5 → β ← β/2
-(target = `ppo_kl_target`; None keeps β fixed). β lives in the trainer's persistent state; the update is the
-entry's `on_optimizer_step` hook, which the trainer calls once per optimizer step, after that step's last loss.
-Only training forwards (log-probs that carry a gradient) count towards the measured KL.
+step (the logged `ppo_kl/kl` of every training micro-batch on every process): KL > 1.5·target → β ← 2β;
+KL < target/1.5 → β ← β/2 (target = `ppo_kl_target`; None keeps β fixed; `kl.adaptive_kl_coefficient`). β lives
+in the trainer's persistent state, which the loss only reads; the update is the entry's `on_optimizer_step` hook,
+which the trainer calls once after every optimizer step with that step's measured means.
 """
 
 import torch
-from accelerate import PartialState
 
+from ..kl import adaptive_kl_coefficient
 from ..registry import KL_ESTIMATORS, LOSSES
 from .base import PolicyBatch, PolicyTerm, ratio_metrics
 
 BETA = "ppo_kl/beta"
-KL_WINDOW = "ppo_kl/kl_window"  # tensor [Σ m·KL, Σ m] over the current optimizer step
+MEASURED_KL = "ppo_kl/kl"  # the loss's metric whose token mean over the optimizer step drives β
 
 
-def adapt_beta(state: dict, args) -> dict[str, float]:
-    """Once per optimizer step: measure the step's KL, apply the doubling/halving rule, reset the window."""
-    beta = state.setdefault(BETA, float(args.ppo_kl_beta))
-    window = state.pop(KL_WINDOW, None)
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        window = torch.zeros(2, device=PartialState().device) if window is None else window.clone()
-        torch.distributed.all_reduce(window)
-    if window is None or window[1] == 0:
+def adapt_beta(state: dict, args, step_means: dict[str, float]) -> dict[str, float]:
+    """Once per optimizer step: the doubling/halving rule on the step's measured KL (`step_means`)."""
+    beta = state[BETA] = state.get(BETA, float(args.ppo_kl_beta))
+    kl = step_means.get(MEASURED_KL)
+    if kl is None:
         return {BETA: beta}
-    kl = (window[0] / window[1]).item()
-    target = args.ppo_kl_target
-    if target is not None and kl > 1.5 * target:
-        state[BETA] = beta * 2
-    elif target is not None and kl < target / 1.5:
-        state[BETA] = beta / 2
+    if args.ppo_kl_target is not None:
+        state[BETA] = adaptive_kl_coefficient(beta, kl, args.ppo_kl_target)
     return {BETA: beta, "ppo_kl/step_kl": kl}
 
 
@@ -50,14 +43,10 @@ def adapt_beta(state: dict, args) -> dict[str, float]:
     zero_advantage_is_inert=False,  # Â = 0 rows still carry the KL penalty and count in the measured KL
 )
 def ppo_kl_loss(batch: PolicyBatch, args) -> PolicyTerm:
-    beta = batch.state.setdefault(BETA, float(args.ppo_kl_beta))
+    beta = batch.state.get(BETA, float(args.ppo_kl_beta))
     kl_estimator = KL_ESTIMATORS.get(getattr(args, "kl_estimator", "k3")).obj
     kl = kl_estimator(batch.old_logps, batch.logps)
-    if torch.is_grad_enabled() and batch.logps.requires_grad:  # a training forward
-        step = torch.stack([(kl.detach() * batch.mask).sum(), batch.mask.sum().to(kl.dtype)])
-        window = batch.state.get(KL_WINDOW)
-        batch.state[KL_WINDOW] = step if window is None else window + step
     ratio = torch.exp(batch.log_ratio)
-    metrics = {"ppo_kl/kl": kl.detach()}
+    metrics = {MEASURED_KL: kl.detach()}
     metrics.update(ratio_metrics(ratio))
     return PolicyTerm(-(ratio * batch.advantages - beta * kl), metrics)
