@@ -9,7 +9,7 @@ import yaml
 
 import trl_zoo
 from tests.tiny import TEST_OUTPUT_DIR, make_trainer
-from trl_zoo.rewards import SoftOverlongPunishment, soft_overlong_punishment
+from trl_zoo.reward_shaping import SoftOverlongPunishment, soft_overlong_punishment
 
 L_MAX, L_CACHE = 20, 5  # ramp over lengths 16..20
 

@@ -12,7 +12,8 @@ composition of one-concept layers, each overriding TRL's methods (or a seam of o
     CriticMixin              value passes, value loss around the policy loss        hooks/critic.py
     AdvantageMixin           advantage estimators replace TRL's advantages          hooks/advantages.py
     KLControlMixin           KL in the reward, adaptive β, reference resets         hooks/kl_control.py
-    RewardCheckMixin         the reward seam: NaN/±inf checks at `_calculate_rewards` hooks/reward_checks.py
+    RewardsMixin             the reward seam `_calculate_rewards`: shaping, NaN/±inf  hooks/rewards.py
+                             checks, per-function rewards, task and total sums
     PolicyLossStep           the loss step: `_policy_forward`, loss table, metrics  loss_step.py
     trl.GRPOTrainer
 
@@ -31,7 +32,7 @@ from .hooks.advantages import AdvantageMixin
 from .hooks.critic import CriticMixin
 from .hooks.kl_control import KLControlMixin
 from .hooks.resume import ResumableStateMixin
-from .hooks.reward_checks import RewardCheckMixin
+from .hooks.rewards import RewardsMixin
 from .hooks.router import RouterStatsMixin
 from .hooks.sampling import DynamicSamplingMixin
 from .hooks.skip_zero_advantage import ZeroAdvantageSkipMixin
@@ -47,7 +48,7 @@ class GRPOTrainer(
     CriticMixin,
     AdvantageMixin,
     KLControlMixin,
-    RewardCheckMixin,
+    RewardsMixin,
     PolicyLossStep,
     TRLGRPOTrainer,
 ):

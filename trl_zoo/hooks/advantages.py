@@ -4,14 +4,14 @@ TRL computes the advantages inside `_generate_and_score_completions` from the re
 batch (all processes) and keeps this process's slice. With `advantage_estimator` set (or `kl_placement="reward"`,
 which needs the rewards before the baseline; the estimator is then "grpo", TRL's own), this hook
 
-1. captures the rewards TRL used: the result of `self._calculate_rewards` (rewards per function, gathered over
-   processes), taken at the call TRL makes, so reward shaping done by any mixin is included;
-2. lets TRL finish the batch (`super()._generate_and_score_completions`);
-3. builds R_i = Σ_k w_k R_{i,k} (NaN where every function returned None), subtracts β Σ_t KL_t for
+1. lets TRL generate and score the batch (`super()._generate_and_score_completions`);
+2. takes the rewards TRL used from the reward seam (`hooks/rewards.py`): R_i = Σ_k w_k R_{i,k} over the whole
+   batch (all processes, reward shaping included; NaN where every function returned None), subtracts β Σ_t KL_t for
    `kl_placement="reward"` (`KLControlMixin.reward_kl_penalty`), gathers the extras the estimator declares
    (completion mask, per-token penalty, ‖s‖² for `optimal_baseline`) over processes, runs the estimator on the
    global batch and keeps this process's rows as TRL does (process index × local batch size). Per-token (N, T)
-   advantages are padded to the longest completion across processes and trimmed back to the local length.
+   advantages are padded to the longest completion across processes and trimmed back to the local length;
+3. replaces TRL's advantages with them.
 
 With `advantage_estimator=None` and `kl_placement="loss"` every call goes straight to TRL.
 
@@ -33,7 +33,7 @@ from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import add_fused_lm_head
 
 from ..advantages import AdvantageInputs, score_sq_norms
-from ..model_inputs import forward_inputs, is_multimodal
+from ..model_inputs import forward_inputs, is_multimodal, loss_mask
 from ..registry import ADVANTAGES
 
 _FUSED_OUTPUTS_WITH_SQUARES = ("log_probs", "entropy", "log_sum_sq_probs")
@@ -76,35 +76,20 @@ class AdvantageMixin:
         return model.get_base_model() if is_peft_model(model) else model
 
     def _generate_and_score_completions(self, inputs):
-        if self.advantage_entry is None:
-            return super()._generate_and_score_completions(inputs)
-        captured = []
-        calculate_rewards = self._calculate_rewards  # the outermost override, as TRL would call it
-
-        def capture_rewards(*args, **kwargs):
-            captured.append(calculate_rewards(*args, **kwargs))
-            return captured[-1]
-
-        self._calculate_rewards = capture_rewards  # instance attribute: shadows the method for this call only
-        try:
-            output = super()._generate_and_score_completions(inputs)
-        finally:
-            del self._calculate_rewards
-        output["advantages"] = self._estimated_advantages(output, captured[-1])
+        output = super()._generate_and_score_completions(inputs)
+        if self.advantage_entry is not None:
+            output["advantages"] = self._estimated_advantages(output)
         return output
 
     # ------------------------------------------------------------------ estimation
-    def _estimated_advantages(self, output: dict, rewards_per_func: torch.Tensor) -> torch.Tensor:
+    def _estimated_advantages(self, output: dict) -> torch.Tensor:
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        mask = output["completion_mask"]
-        if "tool_mask" in output:
-            mask = mask * output["tool_mask"]
+        mask = loss_mask(output)
         local_rows, local_length = mask.shape
 
-        unscorable = torch.isnan(rewards_per_func).all(dim=1)
-        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
-        rewards[unscorable] = torch.nan
+        rewards = self.total_rewards()  # of this batch's scoring, all processes (the reward seam, hooks/rewards.py)
+        unscorable = torch.isnan(self.rewards_per_func).all(dim=1)
 
         policy_logps = output.get("old_per_token_logps")
         norms = None

@@ -247,12 +247,12 @@ class CriticMixin:
         return torch.cat(values)
 
     # ------------------------------------------------------------------ generation side
-    def _estimated_advantages(self, output: dict, rewards_per_func: torch.Tensor) -> torch.Tensor:
+    def _estimated_advantages(self, output: dict) -> torch.Tensor:
         if self.critic_mode is None:
-            return super()._estimated_advantages(output, rewards_per_func)
+            return super()._estimated_advantages(output)
         mode = "train" if self.model.training else "eval"
         output["old_values"] = self._generation_values(output)
-        advantages = super()._estimated_advantages(output, rewards_per_func)
+        advantages = super()._estimated_advantages(output)
         inputs = self.last_advantage_inputs  # the global batch the estimator saw
         warmup = self._value_warmup(mode)
         targets = value_targets(inputs, self.args, lam=1.0 if warmup else None)
@@ -272,7 +272,7 @@ class CriticMixin:
             metrics["critic/value_warmup"].append(float(warmup))
 
         if self.args.vapo_positive_nll_coef > 0:
-            task_rewards = self.task_rewards()  # weighted task rewards, NaN = unscorable (dynamic sampling hook)
+            task_rewards = self.task_rewards()  # weighted task rewards, NaN = unscorable (the reward seam)
             positive = (task_rewards > self.args.vapo_positive_reward_threshold).to(output["old_values"].dtype)
             output["positive_example"] = positive[start : start + rows]
         return advantages

@@ -1,28 +1,23 @@
-"""Trainer hook: dynamic sampling and the soft overlong punishment.
+"""Trainer hook: dynamic sampling (`dynamic_sampling`, formulas in `trl_zoo/sampling.py`).
 
-Dynamic sampling (`dynamic_sampling`, formulas in `trl_zoo/sampling.py`)
-    `_generate_and_score_completions` lets TRL (and the advantage mixins below this one) generate and score the
-    local generation batch, reads the task rewards of the whole batch (all processes) that `_calculate_rewards`
-    returned, and hands the scored round to the sampler from the sampler table. `resample` may ask for more
-    rounds: their prompts come from a stream of its own over the training set (TRL's `RepeatSampler` with one
-    repeat, seeded with `seed + 1`), each process taking its slice of a generation batch as the training dataloader
-    does. The kept groups are then moved to their place in the new batch: every tensor is padded to the widest
-    process (prompts on the left, completions on the right), gathered, and each process takes its
-    `generation_batch_size / num_processes` rows, so every process ends with the same number of rows and the
-    groups stay whole. Columns that are padding in every local row are trimmed, and `num_items_in_batch` is
-    recomputed over the kept tokens of all processes. Old, reference and sampling log-probs travel with their rows;
-    when rounds differ in prompt width a row's left padding changes, which leaves rotary-position models unchanged
-    (attention depends on relative positions) up to float rounding. Advantages are those of the round a group was
-    generated in: exact for per-group estimators; batch-level statistics (`scale_rewards="batch"`) come from that
-    round. Multimodal inputs cannot be regrouped yet (use `reweight`).
-
-Soft overlong punishment (`overlong_buffer_length`, formula in `trl_zoo/rewards.py`)
-    Appended to the reward functions before TRL's constructor runs (weight 1 when `reward_weights` is set).
+`_generate_and_score_completions` lets TRL (and the advantage mixins below this one) generate and score the local
+generation batch, reads the task rewards of the whole batch (all processes) from the reward seam (`task_rewards`,
+`hooks/rewards.py`), and hands the scored round to the sampler from the sampler table. `resample` may ask for
+more rounds: their prompts come from a stream of its own over the training set (TRL's `RepeatSampler` with one
+repeat, seeded with `seed + 1`), each process taking its slice of a generation batch as the training dataloader
+does. The kept groups are then moved to their place in the new batch: every tensor is padded to the widest process
+(prompts on the left, completions on the right), gathered, and each process takes its
+`generation_batch_size / num_processes` rows, so every process ends with the same number of rows and the groups
+stay whole. Columns that are padding in every local row are trimmed, and `num_items_in_batch` is recomputed over
+the kept tokens of all processes. Old, reference and sampling log-probs travel with their rows; when rounds differ
+in prompt width a row's left padding changes, which leaves rotary-position models unchanged (attention depends on
+relative positions) up to float rounding. Advantages are those of the round a group was generated in: exact for
+per-group estimators; batch-level statistics (`scale_rewards="batch"`) come from that round. Multimodal inputs
+cannot be regrouped yet (use `reweight`).
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 
 import torch
@@ -30,8 +25,8 @@ from accelerate.utils import gather_object
 from datasets import IterableDataset
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
+from ..model_inputs import loss_mask
 from ..registry import SAMPLERS
-from ..rewards import SoftOverlongPunishment
 from ..sampling import Round, group_reward_spread
 
 PROMPT_BATCHES_DRAWN = "dynamic_sampling/prompt_batches_drawn"  # zoo_state key: position in the prompt stream
@@ -49,41 +44,24 @@ _TOKEN_KEYS = {
 
 
 class DynamicSamplingMixin:
-    """`dynamic_sampling` and `overlong_buffer_length` (see the module docstring)."""
+    """`dynamic_sampling` (see the module docstring)."""
 
     sampler = None  # the sampler table's function, or None
-    _rewards_per_func = None  # the last scoring's rewards, (rows of all processes, reward functions)
     _prompt_stream = None  # the sampler's own generation batches, made on first use
 
-    def __init__(self, model, reward_funcs=None, args=None, *positional, **kwargs):
-        if args is not None and getattr(args, "overlong_buffer_length", None) is not None:
-            reward_funcs, args, positional, kwargs = _with_soft_overlong_punishment(reward_funcs, args, positional, kwargs)
-        super().__init__(model, reward_funcs, args, *positional, **kwargs)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.sampler = SAMPLERS.get(self.args.dynamic_sampling).obj if self.args.dynamic_sampling else None
 
     # ------------------------------------------------------------------ dynamic sampling
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        self._rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        return self._rewards_per_func
-
     def _generate_and_score_completions(self, inputs):
         if self.sampler is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        session = _GenerationRounds(self, super()._generate_and_score_completions, inputs)
+        session = TrainerSamplingSession(self, super()._generate_and_score_completions, inputs)
         sampled = self.sampler(session, self.args)
         for name, value in sampled.metrics.items():
             self._metrics["train"][name].append(value)
         return sampled.batch
-
-    def task_rewards(self) -> torch.Tensor:
-        """(rows of the generation batch, all processes): weighted sum of the task rewards of the last scoring,
-        NaN where every task reward is missing. The soft overlong punishment is not a task reward."""
-        rewards_per_func = self._rewards_per_func
-        columns = [i for i, fn in enumerate(self.reward_funcs) if not isinstance(fn, SoftOverlongPunishment)]
-        task = rewards_per_func[:, columns]
-        weights = self.reward_weights.to(task.device)[columns]
-        rewards = (task * weights).nansum(dim=1)
-        return rewards.masked_fill(torch.isnan(task).all(dim=1), float("nan"))
 
     def next_prompt_batch(self) -> list:
         """This process's slice of the next generation batch of the sampler's own prompt stream."""
@@ -138,28 +116,6 @@ class DynamicSamplingMixin:
                 yield [dataset[i] for i in indices[offset : offset + size][start : start + local]]
 
 
-def _with_soft_overlong_punishment(reward_funcs, args, positional, kwargs):
-    """Append the soft overlong punishment to the reward functions (and to reward_weights / processing classes)."""
-    max_length = args.overlong_max_length or args.max_completion_length
-    punishment = SoftOverlongPunishment(max_length, args.overlong_buffer_length, args.overlong_penalty_factor)
-    funcs = [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, list) else [reward_funcs]
-    if any(isinstance(fn, SoftOverlongPunishment) for fn in funcs):
-        return reward_funcs, args, positional, kwargs
-    if args.reward_weights is not None:
-        args = copy.copy(args)  # the caller's config keeps its own list
-        args.reward_weights = [*args.reward_weights, 1.0]
-    positional = list(positional)
-    processing_index = 3  # (train_dataset, eval_dataset, processing_class, reward_processing_classes, ...)
-    classes = positional[processing_index] if len(positional) > processing_index else kwargs.get("reward_processing_classes")
-    if classes is not None:
-        classes = [*classes, None] if isinstance(classes, list) else [classes] * len(funcs) + [None]
-        if len(positional) > processing_index:
-            positional[processing_index] = classes
-        else:
-            kwargs = {**kwargs, "reward_processing_classes": classes}
-    return [*funcs, punishment], args, tuple(positional), kwargs
-
-
 def _too_small_message(prompts_per_batch: int) -> str:
     return (
         f"dynamic_sampling: the training set holds fewer than {prompts_per_batch} prompts, one generation batch "
@@ -167,7 +123,7 @@ def _too_small_message(prompts_per_batch: int) -> str:
     )
 
 
-class _GenerationRounds:
+class TrainerSamplingSession:
     """The `SamplingSession` of one training generation batch (see `trl_zoo.sampling.SamplingSession`)."""
 
     def __init__(self, trainer, generate, first_inputs):
@@ -216,8 +172,7 @@ class _GenerationRounds:
                 pieces[index] = self.accelerator.gather(tensor)
             batch[key] = _stack_rows(pieces, mine, side, pad_value)
         self._trim_padding(batch, layouts)
-        mask = batch["completion_mask"] if "tool_mask" not in batch else batch["completion_mask"] * batch["tool_mask"]
-        batch["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        batch["num_items_in_batch"] = self.accelerator.gather(loss_mask(batch).sum()).sum()
         return batch
 
     def _layouts(self, keys) -> dict[str, tuple[str, object]]:

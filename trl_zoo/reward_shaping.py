@@ -11,11 +11,14 @@ punishment is continuous. |y| counts every completion token the policy generated
 included (TRL's `completion_ids`). With L_max = max_completion_length (the default) no completion is longer
 than L_max, and a truncated completion gets the full −1.
 
-The trainer adds it as one more reward function named `soft_overlong_punishment`, so TRL logs it on its own
-(`rewards/soft_overlong_punishment/mean`) and sums it with the task rewards (weight 1).
+The trainer adds it as one more reward function named `soft_overlong_punishment` (`with_soft_overlong_punishment`,
+before TRL's constructor runs), so TRL logs it on its own (`rewards/soft_overlong_punishment/mean`) and sums it with
+the task rewards (weight 1). It is not a task reward: dynamic sampling and VAPO's positive examples leave it out.
 """
 
 from __future__ import annotations
+
+import copy
 
 
 def soft_overlong_punishment(length: int, max_length: int, buffer_length: int, factor: float = 1.0) -> float:
@@ -55,3 +58,33 @@ class SoftOverlongPunishment:
             f"SoftOverlongPunishment(max_length={self.max_length}, buffer_length={self.buffer_length}, "
             f"factor={self.factor})"
         )
+
+
+def is_reward_shaping(reward_func) -> bool:
+    """True for the shaping terms this module adds to the reward functions (not task rewards)."""
+    return isinstance(reward_func, SoftOverlongPunishment)
+
+
+def with_soft_overlong_punishment(reward_funcs, args, positional: tuple, kwargs: dict):
+    """The trainer's constructor arguments with the soft overlong punishment appended to the reward functions (and
+    to `reward_weights`, weight 1, and to the reward processing classes) when `overlong_buffer_length` is set."""
+    if getattr(args, "overlong_buffer_length", None) is None:
+        return reward_funcs, args, positional, kwargs
+    max_length = args.overlong_max_length or args.max_completion_length
+    punishment = SoftOverlongPunishment(max_length, args.overlong_buffer_length, args.overlong_penalty_factor)
+    funcs = [] if reward_funcs is None else list(reward_funcs) if isinstance(reward_funcs, list) else [reward_funcs]
+    if any(is_reward_shaping(fn) for fn in funcs):
+        return reward_funcs, args, positional, kwargs
+    if args.reward_weights is not None:
+        args = copy.copy(args)  # the caller's config keeps its own list
+        args.reward_weights = [*args.reward_weights, 1.0]
+    positional = list(positional)
+    processing_index = 3  # (train_dataset, eval_dataset, processing_class, reward_processing_classes, ...)
+    classes = positional[processing_index] if len(positional) > processing_index else kwargs.get("reward_processing_classes")
+    if classes is not None:
+        classes = [*classes, None] if isinstance(classes, list) else [classes] * len(funcs) + [None]
+        if len(positional) > processing_index:
+            positional[processing_index] = classes
+        else:
+            kwargs = {**kwargs, "reward_processing_classes": classes}
+    return [*funcs, punishment], args, tuple(positional), kwargs
