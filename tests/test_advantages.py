@@ -29,7 +29,7 @@ def one_thread():
 
 
 def estimate(name, rewards, num_generations=4, args=ARGS, **extras):
-    return trl_zoo.ADVANTAGES.get(name).obj(AdvantageInputs(rewards, num_generations, **extras), args)
+    return trl_zoo.ADVANTAGES.get(name).fn(AdvantageInputs(rewards, num_generations, **extras), args)
 
 
 def lora():

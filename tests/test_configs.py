@@ -47,7 +47,7 @@ def test_recipe_parses_and_trains(path, tmp_path, moe_model_dir):
     assert text.startswith("#"), "a recipe opens with a comment naming its source"
     recipe = yaml.safe_load(text)
     assert recipe["loss_type"] in LOSSES, LOSSES.unknown_message(recipe["loss_type"], "loss_type")
-    needs_moe = LOSSES.get(recipe["loss_type"]).options.get("requires_moe", False)
+    needs_moe = LOSSES.get(recipe["loss_type"]).spec.requires_moe
     group = recipe.get("num_generations", 8)
     shrink = {
         "max_steps": 2,

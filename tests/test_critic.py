@@ -161,7 +161,7 @@ def test_gae_estimator_whitens_over_tokens_and_keeps_nan_rows():
     _, values, mask, _ = random_batch(seed=7)
     rewards = torch.tensor([1.0, float("nan"), -1.0, 0.5, 2.0], dtype=torch.float64)
     inputs = AdvantageInputs(rewards, 5, mask=mask, values=values)
-    advantages = trl_zoo.ADVANTAGES.get("gae").obj(inputs, args(gae_whiten=True))
+    advantages = trl_zoo.ADVANTAGES.get("gae").fn(inputs, args(gae_whiten=True))
     assert torch.isnan(advantages[1][mask[1].bool()]).all()  # the trainer zeroes NaN advantages
     valid = mask.bool()
     valid[1] = False
@@ -171,7 +171,7 @@ def test_gae_estimator_whitens_over_tokens_and_keeps_nan_rows():
     raw = policy_gae(inputs, ARGS)[valid]
     torch.testing.assert_close(kept, (raw - raw.mean()) / raw.std(unbiased=False))
     with pytest.raises(ValueError, match="values"):
-        trl_zoo.ADVANTAGES.get("gae").obj(AdvantageInputs(rewards, 5, mask=mask), ARGS)
+        trl_zoo.ADVANTAGES.get("gae").fn(AdvantageInputs(rewards, 5, mask=mask), ARGS)
 
 
 # ---------------------------------------------------------------------------------------------------- losses

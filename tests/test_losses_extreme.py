@@ -49,7 +49,7 @@ def make_case(case: str, token_advantages: bool) -> PolicyBatch:
     return PolicyBatch(logps, logps.detach() - log_ratio, advantages, mask, ref_logps=logps.detach() + log_ratio)
 
 
-LOSS_NAMES = [name for name in LOSSES.names() if not LOSSES.get(name).options.get("requires_moe")]
+LOSS_NAMES = [name for name in LOSSES.names() if not LOSSES.get(name).spec.requires_moe]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -61,13 +61,13 @@ def test_finite_loss_and_gradients(name, case):
     for token_advantages in (False, True):
         batch = make_case(case, token_advantages)
         torch.manual_seed(0)
-        term = trl_zoo.LOSSES.get(name).obj(batch, args)
+        term = trl_zoo.LOSSES.get(name).fn(batch, args)
         assert torch.isfinite(term.loss).all(), (name, case)
         for metric in term.metrics.values():
             value = metric[1] if isinstance(metric, tuple) else metric
             assert torch.isfinite(value[batch.mask.expand_as(value) > 0] if value.shape == batch.mask.shape else value).all()
         for aggregation in AGGREGATIONS.names():
-            loss, _ = AGGREGATIONS.get(aggregation).obj(term.loss, batch.mask, AggregationContext(max_completion_length=5))
+            loss, _ = AGGREGATIONS.get(aggregation).fn(term.loss, batch.mask, AggregationContext(max_completion_length=5))
             (gradient,) = torch.autograd.grad(loss, batch.logps, retain_graph=True, allow_unused=True)
             assert torch.isfinite(loss), (name, case, aggregation)
             assert gradient is None or torch.isfinite(gradient).all(), (name, case, aggregation)

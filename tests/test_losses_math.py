@@ -45,8 +45,8 @@ def config(loss_type: str, **overrides):
 
 
 def aggregated(name_or_aggregation: str, terms: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    aggregation = LOSSES.get(name_or_aggregation).aggregation if name_or_aggregation in LOSSES else name_or_aggregation
-    return AGGREGATIONS.get(aggregation).obj(terms, mask, AggregationContext())[0]
+    aggregation = LOSSES.get(name_or_aggregation).spec.aggregation if name_or_aggregation in LOSSES else name_or_aggregation
+    return AGGREGATIONS.get(aggregation).fn(terms, mask, AggregationContext())[0]
 
 
 def token_gradient(loss: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
@@ -59,7 +59,7 @@ def token_gradient(loss: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
 def test_sapo_gate_slope_is_sech_squared(tau_pos, tau_neg):
     batch = make_batch(log_ratio=torch.linspace(-1.2, 1.2, B * T).view(B, T))
     args = SimpleNamespace(sapo_temperature_pos=tau_pos, sapo_temperature_neg=tau_neg, importance_sampling_level="token")
-    term = LOSSES.get("sapo").obj(batch, args)
+    term = LOSSES.get("sapo").fn(batch, args)
     gradient = token_gradient(term.loss.sum(), batch)  # = −f'(r)·r·Â per token
     ratio = torch.exp(batch.log_ratio.detach())
     advantages = batch.advantages.expand_as(ratio)
@@ -84,7 +84,7 @@ def gspo_batch(advantages=None) -> PolicyBatch:
 def test_gspo_gradient_weight_is_s_times_advantage_over_length():
     batch = gspo_batch()
     args = config("gspo", epsilon=0.2)
-    term = LOSSES.get("gspo").obj(batch, args)
+    term = LOSSES.get("gspo").fn(batch, args)
     assert term.loss.shape == (B, 1)
     gradient = token_gradient(aggregated("gspo", term.loss, batch.mask), batch)
     s = torch.tensor([1.05, 1.5, 0.5, 1.5])
@@ -103,8 +103,8 @@ def test_gspo_gradient_weight_is_s_times_advantage_over_length():
 
 def test_gspo_equals_sequence_level_grpo():
     batch = gspo_batch()
-    gspo = LOSSES.get("gspo").obj(batch, config("gspo"))
-    grpo = LOSSES.get("grpo").obj(batch, config("grpo", importance_sampling_level="sequence"))
+    gspo = LOSSES.get("gspo").fn(batch, config("gspo"))
+    grpo = LOSSES.get("grpo").fn(batch, config("grpo", importance_sampling_level="sequence"))
     torch.testing.assert_close(gspo.loss, grpo.loss)
     torch.testing.assert_close(
         token_gradient(aggregated("gspo", gspo.loss, batch.mask), batch),
@@ -115,8 +115,8 @@ def test_gspo_equals_sequence_level_grpo():
 def test_gspo_token_equals_gspo_with_sequence_advantages():
     sequence_batch = gspo_batch()
     token_batch = gspo_batch(advantages=sequence_batch.advantages.expand(B, T).clone())
-    gspo = LOSSES.get("gspo").obj(sequence_batch, config("gspo"))
-    gspo_token = LOSSES.get("gspo_token").obj(token_batch, config("gspo_token"))
+    gspo = LOSSES.get("gspo").fn(sequence_batch, config("gspo"))
+    gspo_token = LOSSES.get("gspo_token").fn(token_batch, config("gspo_token"))
     gspo_value = aggregated("gspo", gspo.loss, sequence_batch.mask)
     gspo_token_value = aggregated("gspo_token", gspo_token.loss, token_batch.mask)
     torch.testing.assert_close(gspo_token_value, gspo_value)
@@ -128,7 +128,7 @@ def test_gspo_token_equals_gspo_with_sequence_advantages():
 def test_gspo_token_gives_each_token_its_own_advantage():
     token_advantages = torch.randn(B, T, generator=torch.Generator().manual_seed(5))
     batch = make_batch(seed=6, log_ratio=0.02 * torch.randn(B, T), advantages=token_advantages)
-    gradient = token_gradient(aggregated("gspo_token", LOSSES.get("gspo_token").obj(batch, config("gspo_token")).loss, batch.mask), batch)
+    gradient = token_gradient(aggregated("gspo_token", LOSSES.get("gspo_token").fn(batch, config("gspo_token")).loss, batch.mask), batch)
     s = torch.exp((batch.log_ratio.detach() * batch.mask).sum(-1, keepdim=True) / batch.lengths)
     assert ((s > 0.8) & (s < 1.2)).all()  # nothing clipped
     torch.testing.assert_close(-gradient, s * token_advantages * batch.mask / batch.lengths / B, rtol=1e-5, atol=1e-7)
@@ -140,7 +140,7 @@ def test_cispo_never_zeroes_a_token_gradient(cispo_epsilon_low):
     log_ratio = torch.linspace(-3, 3, B * T)[torch.randperm(B * T, generator=torch.Generator().manual_seed(0))].view(B, T)
     batch = make_batch(log_ratio=log_ratio)
     args = config("cispo", epsilon_high=1.3, cispo_epsilon_low=cispo_epsilon_low)
-    term = LOSSES.get("cispo").obj(batch, args)
+    term = LOSSES.get("cispo").fn(batch, args)
     gradient = token_gradient(aggregated("cispo", term.loss, batch.mask), batch)
     ratio = torch.exp(batch.log_ratio.detach())
     floor = None if cispo_epsilon_low is None else 1 - cispo_epsilon_low
@@ -155,9 +155,9 @@ def test_cispo_never_zeroes_a_token_gradient(cispo_epsilon_low):
 def test_gmpo_objective_bounded_by_grpo_unclipped():
     """Per sequence, AM–GM: |ρ̄_i·Â_i| ≤ |(1/T_i) Σ_t r_{i,t}·Â_i|, equality only when the ratios are equal."""
     batch = make_batch(seed=7, log_ratio=0.8 * torch.randn(B, T, generator=torch.Generator().manual_seed(8)))
-    gmpo = -LOSSES.get("gmpo").obj(batch, config("gmpo", gmpo_epsilon=100.0)).loss.detach().squeeze(1)
+    gmpo = -LOSSES.get("gmpo").fn(batch, config("gmpo", gmpo_epsilon=100.0)).loss.detach().squeeze(1)
     wide = SimpleNamespace(epsilon=100.0, epsilon_high=100.0, importance_sampling_level="token")
-    grpo_terms = -LOSSES.get("grpo").obj(batch, wide).loss.detach()
+    grpo_terms = -LOSSES.get("grpo").fn(batch, wide).loss.detach()
     grpo = (grpo_terms * batch.mask).sum(-1) / batch.lengths.squeeze(1)
     log_ratio = batch.log_ratio.detach()
     torch.testing.assert_close(gmpo, torch.exp((log_ratio * batch.mask).sum(-1) / batch.lengths.squeeze(1)) * batch.advantages.squeeze(1))
@@ -169,7 +169,7 @@ def test_gmpo_objective_bounded_by_grpo_unclipped():
 
 # ---------------------------------------------------------------- the sanity law, for every registered loss
 def needs_special_inputs(name: str) -> bool:
-    return bool(LOSSES.get(name).options.get("requires_moe"))
+    return bool(LOSSES.get(name).spec.requires_moe)
 
 
 @pytest.mark.parametrize("name", LOSSES.names())
@@ -181,7 +181,7 @@ def test_on_policy_gradient_is_reinforce(name):
     # CISPO's cap is the absolute value epsilon_high (TRL's default 0.2 would scale every weight to 0.2; the
     # recommended cap is 5.0): the law holds for any cap ≥ 1.
     args = config(name, beta=0.0, **({"epsilon_high": 5.0} if name == "cispo" else {}))
-    term = LOSSES.get(name).obj(batch, args)
+    term = LOSSES.get(name).fn(batch, args)
     gradient = token_gradient(aggregated(name, term.loss, batch.mask), batch)
     reinforce = token_gradient(aggregated(name, -batch.advantages * batch.logps, batch.mask), batch)
     if name == "clip_cov":
@@ -218,7 +218,7 @@ def test_clip_cov_detaches_a_random_subset_of_the_covariance_window(ratio, expec
     batch = covariance_batch()
     args = config("clip_cov", epsilon=0.2, clip_cov_ratio=ratio, clip_cov_lower=0.5, clip_cov_upper=3.0)
     torch.manual_seed(0)
-    term = LOSSES.get("clip_cov").obj(batch, args)
+    term = LOSSES.get("clip_cov").fn(batch, args)
     selected = term.metrics["clip_cov/selected_fraction"].bool()
     ratio_t = torch.exp(batch.log_ratio.detach())
     advantages = batch.advantages.expand_as(ratio_t)
@@ -229,7 +229,7 @@ def test_clip_cov_detaches_a_random_subset_of_the_covariance_window(ratio, expec
     assert window.sum() > 4 and already_clipped[batch.mask.bool()].any()
     assert (selected <= window).all()
     assert selected.sum() == (window.sum() if expected_count is None else expected_count)
-    ppo = LOSSES.get("grpo").obj(batch, args)
+    ppo = LOSSES.get("grpo").fn(batch, args)
     torch.testing.assert_close(term.loss, ppo.loss)  # the value stays PPO's
     gradient = token_gradient(aggregated("clip_cov", term.loss, batch.mask), batch)
     ppo_gradient = token_gradient(aggregated("clip_cov", ppo.loss, batch.mask), batch)
@@ -241,8 +241,8 @@ def test_clip_cov_draws_uniformly_from_the_window():
     batch = covariance_batch()
     args = config("clip_cov", clip_cov_lower=0.5, clip_cov_upper=3.0)
     torch.manual_seed(1)
-    counts = sum(LOSSES.get("clip_cov").obj(batch, args).metrics["clip_cov/selected_fraction"] for _ in range(400))
-    window = LOSSES.get("clip_cov").obj(batch, args).metrics["clip_cov/candidate_fraction"].bool()
+    counts = sum(LOSSES.get("clip_cov").fn(batch, args).metrics["clip_cov/selected_fraction"] for _ in range(400))
+    window = LOSSES.get("clip_cov").fn(batch, args).metrics["clip_cov/candidate_fraction"].bool()
     assert counts.sum() == 400 and (counts[~window] == 0).all()
     expected = 400 / window.sum()
     assert ((counts[window] - expected).abs() < 5 * expected.sqrt()).all()
@@ -250,7 +250,7 @@ def test_clip_cov_draws_uniformly_from_the_window():
 
 def test_clip_cov_selects_nothing_when_no_token_qualifies():
     batch = covariance_batch()
-    term = LOSSES.get("clip_cov").obj(batch, config("clip_cov", clip_cov_lower=50.0, clip_cov_upper=60.0))
+    term = LOSSES.get("clip_cov").fn(batch, config("clip_cov", clip_cov_lower=50.0, clip_cov_upper=60.0))
     assert not term.metrics["clip_cov/selected_fraction"].any()
 
 
@@ -258,7 +258,7 @@ def test_clip_cov_selects_nothing_when_no_token_qualifies():
 def test_kl_cov_penalises_the_top_covariance_tokens(ratio, expected_count):
     batch = covariance_batch()
     args = config("kl_cov", kl_cov_ratio=ratio, kl_cov_coef=0.7)
-    term = LOSSES.get("kl_cov").obj(batch, args)
+    term = LOSSES.get("kl_cov").fn(batch, args)
     selected = term.metrics["kl_cov/selected_fraction"].bool()
     covariance = reference_covariance(batch).masked_fill(~batch.mask.bool(), float("-inf"))
     top = covariance.flatten().argsort(descending=True)[:expected_count]
@@ -276,7 +276,7 @@ def test_kl_cov_penalises_the_top_covariance_tokens(ratio, expected_count):
 # ---------------------------------------------------------------- PPO-KL
 def test_ppo_kl_term_is_ratio_advantage_minus_beta_kl():
     batch = make_batch(seed=11, state={BETA: 0.3})
-    term = LOSSES.get("ppo_kl").obj(batch, config("ppo_kl"))
+    term = LOSSES.get("ppo_kl").fn(batch, config("ppo_kl"))
     log_ratio = batch.log_ratio.detach()
     ratio = torch.exp(log_ratio)
     kl = ratio - 1 - log_ratio  # k3 of KL(π_old ‖ π_θ) on samples of π_old
@@ -299,17 +299,17 @@ def test_ppo_kl_beta_adapts_once_per_optimizer_step(target, expected_factor):
     args = config("ppo_kl", ppo_kl_beta=0.4, ppo_kl_target=step_kl if target == "measured" else target)
     window = StepMeans()  # what the trainer's loss step feeds from every training micro-batch's logged metrics
     for batch in micro_batches:
-        _add_to_window(window, entry.obj(batch, args), batch)
+        _add_to_window(window, entry.fn(batch, args), batch)
     with torch.no_grad():  # an evaluation forward does not count towards the step's KL
-        entry.obj(make_batch(seed=14, log_ratio=torch.full((B, T), 5.0), state=state), args)
+        entry.fn(make_batch(seed=14, log_ratio=torch.full((B, T), 5.0), state=state), args)
     assert state == {}  # the loss is pure: it reads β, never writes
-    logged = entry.on_optimizer_step(state, args, window.pop())
+    logged = entry.spec.on_optimizer_step(state, args, window.pop())
     assert logged["ppo_kl/step_kl"] == pytest.approx(step_kl, rel=1e-5)
     assert logged[BETA] == 0.4
     assert state[BETA] == pytest.approx(0.4 * expected_factor)
     assert set(state) == {BETA}
     batch = make_batch(seed=12, state=state)
-    term = entry.obj(batch, args)  # the next step uses the new β
+    term = entry.fn(batch, args)  # the next step uses the new β
     log_ratio = batch.log_ratio.detach()
     torch.testing.assert_close(
         term.loss, -(torch.exp(log_ratio) * batch.advantages - 0.4 * expected_factor * (torch.exp(log_ratio) - 1 - log_ratio))
@@ -324,8 +324,8 @@ def test_ppo_kl_beta_follows_the_rule_over_many_steps():
     for log_ratio_scale in (0.5, 0.5, 0.0, 0.12, 0.0):
         batch = make_batch(seed=15, log_ratio=torch.full((B, T), log_ratio_scale), state=state)
         window = StepMeans()
-        _add_to_window(window, entry.obj(batch, args), batch)
-        entry.on_optimizer_step(state, args, window.pop())
+        _add_to_window(window, entry.fn(batch, args), batch)
+        entry.spec.on_optimizer_step(state, args, window.pop())
         betas.append(state[BETA])
     # KL(0.5) ≈ 0.149 > 0.015 → ×2; KL(0) = 0 < 0.0067 → ÷2; KL(0.12) ≈ 0.0075 in the dead band → unchanged
     assert betas == [2.0, 4.0, 2.0, 2.0, 1.0]

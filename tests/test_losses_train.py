@@ -73,7 +73,7 @@ LORA = dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout
 
 @pytest.mark.parametrize("name", trl_zoo.LOSSES.names())
 def test_lora_training_and_adapter_roundtrip(name, tmp_path):
-    if trl_zoo.LOSSES.get(name).options.get("requires_moe"):
+    if trl_zoo.LOSSES.get(name).spec.requires_moe:
         pytest.skip(f"{name} needs a mixture-of-experts model (requires_moe)")
     trainer = make_trainer(
         trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=LoraConfig(**LORA), loss_type=name, num_iterations=2

@@ -84,7 +84,7 @@ def policy_batches(draw, on_policy: bool = False, token_advantages=None, with_ro
 
 
 def aggregate(name: str, aggregation: str, terms: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    loss, _ = AGGREGATIONS.get(aggregation).obj(terms, mask, AggregationContext(max_completion_length=MAX_WIDTH))
+    loss, _ = AGGREGATIONS.get(aggregation).fn(terms, mask, AggregationContext(max_completion_length=MAX_WIDTH))
     return loss
 
 
@@ -94,18 +94,18 @@ def gradient(loss: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
 
 
 def default_aggregation(name: str) -> str:
-    return LOSSES.get(name).options["aggregation"]
+    return LOSSES.get(name).spec.aggregation
 
 
 @pytest.mark.parametrize("name", LOSSES.names())
 def test_every_loss_stays_finite_under_every_aggregation(name):
-    with_router = bool(LOSSES.get(name).options.get("requires_moe"))
+    with_router = bool(LOSSES.get(name).spec.requires_moe)
 
     @PROPERTY
     @given(batch=policy_batches(with_router=with_router))
     def check(batch):
         torch.manual_seed(0)
-        term = LOSSES.get(name).obj(batch, config(name))
+        term = LOSSES.get(name).fn(batch, config(name))
         assert torch.isfinite(term.loss).all()
         for metric in term.metrics.values():
             value = (metric[1] if isinstance(metric, tuple) else metric).detach()
@@ -129,14 +129,14 @@ SEQUENCE_ADVANTAGE_LOSSES = {"gspo", "gmpo", "rspo"}
 @pytest.mark.parametrize("name", LOSSES.names())
 def test_on_policy_gradient_is_reinforce_for_every_input(name):
     """DESIGN.md §4 sanity law: θ = θ_old, β = 0 ⇒ ∇loss = ∇ of −Â·log π under the loss's own aggregation."""
-    with_router = bool(LOSSES.get(name).options.get("requires_moe"))
+    with_router = bool(LOSSES.get(name).spec.requires_moe)
     args = config(name, **ON_POLICY_ARGS.get(name, {}))
 
     @PROPERTY
     @given(batch=policy_batches(on_policy=True, with_router=with_router))
     def check(batch):
         torch.manual_seed(0)
-        term = LOSSES.get(name).obj(batch, args)
+        term = LOSSES.get(name).fn(batch, args)
         aggregation = default_aggregation(name)
         grad = gradient(aggregate(name, aggregation, term.loss, batch.mask), batch)
         advantages = sequence_advantages(batch) if name in SEQUENCE_ADVANTAGE_LOSSES else batch.advantages
@@ -156,8 +156,8 @@ def test_gspo_token_with_equal_token_advantages_is_gspo(batch):
     token_batch = PolicyBatch(
         batch.logps, batch.old_logps, batch.advantages.expand_as(batch.mask).contiguous(), batch.mask
     )
-    gspo = aggregate("gspo", "sequence_mean", LOSSES.get("gspo").obj(batch, args).loss, batch.mask)
-    gspo_token = aggregate("gspo_token", "sequence_mean", LOSSES.get("gspo_token").obj(token_batch, args).loss, batch.mask)
+    gspo = aggregate("gspo", "sequence_mean", LOSSES.get("gspo").fn(batch, args).loss, batch.mask)
+    gspo_token = aggregate("gspo_token", "sequence_mean", LOSSES.get("gspo_token").fn(token_batch, args).loss, batch.mask)
     scale = max(1.0, gspo.abs().item())
     torch.testing.assert_close(gspo_token, gspo, rtol=1e-5, atol=1e-6 * scale)
     torch.testing.assert_close(gradient(gspo_token, batch), gradient(gspo, batch), rtol=1e-5, atol=1e-6 * scale)
@@ -167,7 +167,7 @@ def test_gspo_token_with_equal_token_advantages_is_gspo(batch):
 @given(logps=st.lists(LOGP, min_size=1, max_size=40), ref=st.lists(LOGP, min_size=40, max_size=40))
 def test_kl_estimators_finite_k1_is_d_and_k2_k3_nonnegative(logps, ref):
     logps, ref = torch.tensor(logps), torch.tensor(ref[: len(logps)])
-    k1, k2, k3 = (KL_ESTIMATORS.get(name).obj(logps, ref) for name in ("k1", "k2", "k3"))
+    k1, k2, k3 = (KL_ESTIMATORS.get(name).fn(logps, ref) for name in ("k1", "k2", "k3"))
     assert torch.isfinite(torch.stack([k1, k2, k3])).all()
     assert torch.equal(k1, logps - ref)
     assert (k2 >= 0).all()
@@ -178,7 +178,7 @@ def test_kl_estimators_finite_k1_is_d_and_k2_k3_nonnegative(logps, ref):
 # ---------------------------------------------------------------------------------------------------- estimators
 GROUP_CENTRED = ("grpo", "dr_grpo", "rloo")
 BUILDABLE_EXTRAS = {"score_sq_norms", "values"}  # the declared extras (`needs=`) these tests know how to draw
-DECLARED_EXTRAS = {need for name in ADVANTAGES.names() for need in ADVANTAGES.get(name).options.get("needs", ())}
+DECLARED_EXTRAS = {need for name in ADVANTAGES.names() for need in ADVANTAGES.get(name).spec.needs}
 WEIGHTED_BASELINES = {"opo": "lengths", "optimal_baseline": "score_sq_norms"}
 
 
@@ -218,7 +218,7 @@ def estimator_args(scale_rewards: str):
 
 
 def run_estimator(name: str, inputs: AdvantageInputs, scale_rewards: str = "group") -> torch.Tensor:
-    return ADVANTAGES.get(name).obj(inputs, estimator_args(scale_rewards))
+    return ADVANTAGES.get(name).fn(inputs, estimator_args(scale_rewards))
 
 
 def scorable_counts(inputs: AdvantageInputs) -> torch.Tensor:
@@ -231,8 +231,8 @@ def scorable_counts(inputs: AdvantageInputs) -> torch.Tensor:
 def test_every_estimator_is_finite_wherever_a_completion_has_a_baseline(name):
     """No ±inf ever (the trainer maps NaN to 0 but inf to ±3e38); NaN only for unscorable completions, for a group's
     only scorable completion, or for a batch-whitened estimator with fewer than two scorable tokens."""
-    token_level = bool(ADVANTAGES.get(name).options.get("token_level"))
-    unknown = set(ADVANTAGES.get(name).options.get("needs", ())) - BUILDABLE_EXTRAS
+    token_level = bool(ADVANTAGES.get(name).spec.token_level)
+    unknown = set(ADVANTAGES.get(name).spec.needs) - BUILDABLE_EXTRAS
     if unknown:
         pytest.skip(f"{name} needs {sorted(unknown)}, which these tests cannot draw")
 
@@ -366,7 +366,7 @@ def test_resample_takes_the_first_groups_with_spread_then_fills(script, group_si
     session = ScriptedSession(script, group_size)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fill warning; its text is tested in test_sampling.py
-        sampled = SAMPLERS.get("resample").obj(session, args)
+        sampled = SAMPLERS.get("resample").fn(session, args)
     target = len(script[0])
     informative = [(r, g) for r, spread in enumerate(script[: len(session.rounds)]) for g, kept in enumerate(spread) if kept]
     picks = sampled.batch["picks"]
@@ -381,7 +381,7 @@ def test_resample_takes_the_first_groups_with_spread_then_fills(script, group_si
     if len(informative) < target:
         exhausted = SimpleNamespace(dynamic_sampling_max_rounds=len(script), dynamic_sampling_on_exhausted="raise")
         with pytest.raises(DynamicSamplingExhausted, match="^dynamic_sampling_max_rounds: "):
-            SAMPLERS.get("resample").obj(ScriptedSession(script, group_size), exhausted)
+            SAMPLERS.get("resample").fn(ScriptedSession(script, group_size), exhausted)
 
 
 @PROPERTY
@@ -389,7 +389,7 @@ def test_resample_takes_the_first_groups_with_spread_then_fills(script, group_si
 def test_reweight_zeroes_zero_spread_groups_and_scales_the_rest_finitely(spread, group_size):
     session = ScriptedSession([spread], group_size)
     advantages = session.rounds[0].batch["advantages"]
-    sampled = SAMPLERS.get("reweight").obj(session, SimpleNamespace())
+    sampled = SAMPLERS.get("reweight").fn(session, SimpleNamespace())
     kept = sum(spread)
     weights = torch.tensor(spread, dtype=torch.float32).repeat_interleave(group_size)
     scale = len(spread) / kept if kept else 0.0

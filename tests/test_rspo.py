@@ -49,9 +49,9 @@ def _loss_and_grad(loss_fn, batch):
 
 def test_registered_as_sequence_level_moe_loss():
     entry = LOSSES.get("rspo")
-    assert entry.options["aggregation"] == "sequence_mean"
-    assert entry.options["sequence_level"] is True
-    assert entry.options["requires_moe"] is True
+    assert entry.spec.aggregation == "sequence_mean"
+    assert entry.spec.sequence_level is True
+    assert entry.spec.requires_moe is True
 
 
 def test_gamma_matches_closed_form_with_floor():
@@ -179,7 +179,7 @@ def _spy_on_loss(trainer):
         seen.append({key: batch.extras[key].clone() for key in keys if key in batch.extras})
         return rspo_loss(batch, args)
 
-    trainer.loss_entry = replace(trainer.loss_entry, obj=spy)
+    trainer.loss_entry = replace(trainer.loss_entry, fn=spy)
     return seen
 
 

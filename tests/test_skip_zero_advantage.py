@@ -11,6 +11,7 @@ from tests.scripts.resample_two_processes import half_constant_reward
 from tests.tiny import make_trainer, relative_error
 from trl_zoo.hooks.skip_zero_advantage import zero_advantage_probe
 from trl_zoo.registry import AGGREGATIONS, LOSSES, Entry
+from trl_zoo.specs import LossSpec
 
 ROW_LOCAL_LOSSES = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "gmpo", "vespo"]
 COUPLED = "the other sequences' terms or gradients depend on the rows with Â = 0"
@@ -19,7 +20,7 @@ COUPLED = "the other sequences' terms or gradients depend on the rows with Â = 
 def _use_loss(trainer, name):
     trainer.args.loss_type = name
     trainer.loss_entry = LOSSES.get(name)
-    trainer.aggregate = AGGREGATIONS.get(trainer.loss_entry.options["aggregation"]).obj
+    trainer.aggregate = AGGREGATIONS.get(trainer.loss_entry.spec.aggregation).fn
 
 
 @pytest.fixture(scope="module")
@@ -119,14 +120,14 @@ def test_row_coupled_or_leaking_losses_are_refused(setup):
     assert zero_advantage_probe(leaks_when_advantage_is_zero, trainer.args) == "its term is not 0 where Â = 0"
     assert zero_advantage_probe(couples_rows, trainer.args) == COUPLED
     for name in ROW_LOCAL_LOSSES:
-        assert zero_advantage_probe(LOSSES.get(name).obj, trainer.args) is None
+        assert zero_advantage_probe(LOSSES.get(name).fn, trainer.args) is None
 
     entry = trainer.loss_entry
     try:
-        trainer.loss_entry = Entry("leaky", leaks_when_advantage_is_zero, "test loss")
+        trainer.loss_entry = Entry("leaky", leaks_when_advantage_is_zero, "test loss", spec=LossSpec())
         with pytest.raises(ValueError, match="^skip_zero_advantage: the loss 'leaky' is not inert for Â = 0"):
             trainer._check_zero_advantage_skip()
-        trainer.loss_entry = Entry("declared", couples_rows, "test loss", options={"zero_advantage_is_inert": False})
+        trainer.loss_entry = Entry("declared", couples_rows, "test loss", spec=LossSpec(zero_advantage_is_inert=False))
         with pytest.raises(ValueError, match="^skip_zero_advantage: the loss 'declared' declares"):
             trainer._check_zero_advantage_skip()
     finally:
@@ -155,13 +156,13 @@ def test_probe_tolerates_rounding_that_depends_on_the_batch_size(setup):
     trainer, _, _ = setup
     few_ulps = 1 + 4 * torch.finfo(torch.float32).eps
     for name in ["grpo", "sapo", "gspo", "cispo"]:
-        loss, perturbed = _rounded_differently_on_other_batch_sizes(LOSSES.get(name).obj, few_ulps)
+        loss, perturbed = _rounded_differently_on_other_batch_sizes(LOSSES.get(name).fn, few_ulps)
         assert zero_advantage_probe(loss, trainer.args) is None, name
         assert perturbed == [4], name  # the one call without the four Â = 0 rows was off by a few ulps
-        loss, _ = _rounded_differently_on_other_batch_sizes(LOSSES.get(name).obj, 1 + 1e-3)
+        loss, _ = _rounded_differently_on_other_batch_sizes(LOSSES.get(name).fn, 1 + 1e-3)
         assert zero_advantage_probe(loss, trainer.args) == COUPLED, name
 
-    for coupled in [couples_rows, divides_by_batch_tokens, LOSSES.get("clip_cov").obj, LOSSES.get("kl_cov").obj]:
+    for coupled in [couples_rows, divides_by_batch_tokens, LOSSES.get("clip_cov").fn, LOSSES.get("kl_cov").fn]:
         assert zero_advantage_probe(coupled, trainer.args) == COUPLED, coupled
         loss, _ = _rounded_differently_on_other_batch_sizes(coupled, few_ulps)
         assert zero_advantage_probe(loss, trainer.args) == COUPLED, coupled

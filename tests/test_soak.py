@@ -49,7 +49,7 @@ def load_moe_model(directory) -> torch.nn.Module:
 
 @pytest.mark.parametrize("name", LOSSES.names())
 def test_long_run_stays_finite_and_memory_flat(name, tmp_path):
-    moe = bool(LOSSES.get(name).options.get("requires_moe"))
+    moe = bool(LOSSES.get(name).spec.requires_moe)
     torch.manual_seed(0)
     args = trl_zoo.GRPOConfig(
         **tiny.config_kwargs(

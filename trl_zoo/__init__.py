@@ -4,14 +4,17 @@ from . import advantages, aggregation, critic, kl, losses, reward_shaping, sampl
 from .config import GRPOConfig
 from .losses.base import PolicyBatch, PolicyTerm
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS, TABLES, Registry
+from .specs import AdvantageSpec, LossSpec
 from .trainer import GRPOTrainer
 
 __version__ = "0.1.0"
 
 
-def register_loss(name: str, *, description: str, aggregation: str = "sequence_mean", source: str = "", override=False, **options):
-    """Decorator: add `fn(batch: PolicyBatch, args) -> PolicyTerm` to the loss table under `name`."""
-    return LOSSES.register(name, description=description, source=source, override=override, aggregation=aggregation, **options)
+def register_loss(name: str, *, description: str, source: str = "", override=False, **declarations):
+    """Decorator: add `fn(batch: PolicyBatch, args) -> PolicyTerm` to the loss table under `name`. `declarations`
+    are `LossSpec` fields (aggregation, sequence_level, ...); the others keep their defaults, as `LOSSES.register`
+    and a bare function registered through the `trl_zoo.losses` entry point do."""
+    return LOSSES.register(name, description=description, source=source, override=override, **declarations)
 
 
 def available_losses() -> dict[str, str]:
@@ -22,10 +25,12 @@ def available_losses() -> dict[str, str]:
 __all__ = [
     "ADVANTAGES",
     "AGGREGATIONS",
+    "AdvantageSpec",
     "GRPOConfig",
     "GRPOTrainer",
     "KL_ESTIMATORS",
     "LOSSES",
+    "LossSpec",
     "PolicyBatch",
     "PolicyTerm",
     "Registry",

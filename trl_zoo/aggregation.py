@@ -3,15 +3,17 @@
 Each aggregation returns ``(loss_to_backprop, policy_loss_for_logging)``. They reproduce TRL 1.16's normalisers
 exactly, so that a micro-batch's gradient is the same whether it comes from TRL's trainer or from trl_zoo's.
 
-==================  ============================================================  ======================
-name                formula (one micro-batch, before accumulation scaling)        used by
-==================  ============================================================  ======================
-sequence_mean       (1/B) Σ_i (1/T_i) Σ_t m ℓ                                     GRPO, SAPO, GSPO, GMPO
-token_mean_local    Σ m ℓ / Σ m  (this micro-batch)                               BNPO
-token_mean_global   Σ m ℓ / Σ m  (whole generation batch, all processes)          DAPO, CISPO, VESPO
-constant            Σ m ℓ / (B · T_max),  T_max = max_completion_length           Dr. GRPO
-sequence_sum        (1/B) Σ_i Σ_t m ℓ                                             LUSPO, sequence-sum
-==================  ============================================================  ======================
+==========================  ====================================================  =====================
+name                        formula (one micro-batch, before accumulation scaling)  used by
+==========================  ====================================================  =====================
+sequence_mean               (1/B) Σ_i (1/T_i) Σ_t m ℓ                             GRPO, SAPO, GSPO, GMPO
+token_mean_local            Σ m ℓ / Σ m  (this micro-batch)                       BNPO
+token_mean_global           Σ m ℓ / Σ m  (whole generation batch, all processes)  DAPO, CISPO, VESPO
+token_sum_over_max_length   Σ m ℓ / (B · T_max),  T_max = max_completion_length   Dr. GRPO
+sequence_sum                (1/B) Σ_i Σ_t m ℓ                                     LUSPO, sequence-sum
+==========================  ====================================================  =====================
+
+`token_sum_over_max_length` was named `constant` (its normaliser is); that name is still accepted.
 """
 
 from __future__ import annotations
@@ -66,11 +68,16 @@ def token_mean_global(terms: Tensor, mask: Tensor, ctx: AggregationContext):
     return loss, loss.detach()
 
 
-@AGGREGATIONS.register("constant", description="sum over tokens / (B · max_completion_length) (Dr. GRPO)")
-def constant(terms: Tensor, mask: Tensor, ctx: AggregationContext):
+@AGGREGATIONS.register(
+    "token_sum_over_max_length", description="sum over tokens / (B · max_completion_length) (Dr. GRPO)"
+)
+def token_sum_over_max_length(terms: Tensor, mask: Tensor, ctx: AggregationContext):
     return _scaled((terms * mask).sum() / (terms.size(0) * ctx.max_completion_length), ctx)
 
 
 @AGGREGATIONS.register("sequence_sum", description="mean over sequences of the per-sequence token sum (LUSPO)")
 def sequence_sum(terms: Tensor, mask: Tensor, ctx: AggregationContext):
     return _scaled((terms * mask).sum(-1).mean(), ctx)
+
+
+AGGREGATIONS.add_alias("constant", "token_sum_over_max_length")  # its earlier name, in existing configs

@@ -6,7 +6,6 @@ math). `loss_type` accepts any name in the loss table (`trl-zoo list`), not only
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig as TRLGRPOConfig
@@ -27,8 +26,8 @@ class GRPOConfig(TRLGRPOConfig):
 
     # --- loss table ---
     loss_aggregation: str | None = _help(
-        "Override the loss's own aggregation: sequence_mean, token_mean_local, token_mean_global, constant, "
-        "sequence_sum. None uses the loss's default (e.g. sequence_mean for grpo, token_mean_global for dapo)."
+        "Override the loss's own aggregation: sequence_mean, token_mean_local, token_mean_global, "
+        "token_sum_over_max_length (or its earlier name, constant), sequence_sum. None uses the loss's default (e.g. sequence_mean for grpo, token_mean_global for dapo)."
     )
     allow_sequence_loss_token_sum: bool = _help(
         "Allow a sequence-level loss (gspo, gmpo, ...) with a token-sum aggregation, which weights each sequence "
@@ -186,43 +185,10 @@ class GRPOConfig(TRLGRPOConfig):
                 f"epsilon / epsilon_high: clip ranges must be ≥ 0, got epsilon={self.epsilon}, "
                 f"epsilon_high={self.epsilon_high}."
             )
-        if self.loss_type not in ("cispo",) and self.epsilon >= 1:
-            raise ValueError(f"epsilon: {self.epsilon} makes the lower clip bound 1 − ε ≤ 0; use ε in [0, 1).")
-        upper_clip = self.epsilon_high if self.epsilon_high is not None else self.epsilon
-        if self.delta is not None and self.loss_type != "cispo" and self.delta < 1 + upper_clip:
-            raise ValueError(
-                f"delta: the two-sided cap δ={self.delta} is below the upper clip bound 1 + epsilon_high = "
-                f"{1 + upper_clip}, which inverts the clip; use δ ≥ 1 + epsilon_high, or None."
-            )
-        if self.loss_type == "cispo":
-            if upper_clip <= 0:
-                raise ValueError(
-                    f"epsilon_high: CISPO caps the IS weight at the absolute value epsilon_high (or epsilon), got "
-                    f"{upper_clip}, which zeroes every weight; use a cap > 0 (ScaleRL: 5.0)."
-                )
-            if upper_clip < 1:
-                warnings.warn(
-                    f"loss_type='cispo' caps the IS weight at the absolute value epsilon_high={upper_clip} (TRL falls "
-                    f"back to epsilon when epsilon_high is unset): below 1, even on-policy tokens (ratio 1) get weight "
-                    f"{upper_clip}, which only scales the gradient down. Set epsilon_high ≥ 1 (ScaleRL: 5.0), e.g. "
-                    f"via configs/cispo.yaml.",
-                    stacklevel=3,
-                )
-            if self.cispo_epsilon_low is not None and upper_clip < 1 - self.cispo_epsilon_low:
-                raise ValueError(
-                    f"cispo_epsilon_low: the IS-weight range [1 − {self.cispo_epsilon_low}, {upper_clip}] is inverted "
-                    f"(epsilon_high is CISPO's absolute cap); raise epsilon_high to ≥ {1 - self.cispo_epsilon_low}."
-                )
+        entry = LOSSES.get(self.loss_type)
+        entry.spec.validate(self)  # the loss's own fields and how it reads the shared ones (its file)
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ValueError(f"dual_clip: must be > 1, got {self.dual_clip}.")
-        if self.cispo_epsilon_low is not None and not 0 <= self.cispo_epsilon_low < 1:
-            raise ValueError(f"cispo_epsilon_low: must be in [0, 1), got {self.cispo_epsilon_low}.")
-        if self.gmpo_epsilon <= 0:
-            raise ValueError(f"gmpo_epsilon: must be > 0, got {self.gmpo_epsilon}.")
-        if self.sapo_temperature_pos <= 0 or self.sapo_temperature_neg <= 0:
-            raise ValueError("sapo_temperature_pos / sapo_temperature_neg: temperatures τ must be > 0.")
-        if self.ppo_kl_beta < 0 or (self.ppo_kl_target is not None and self.ppo_kl_target <= 0):
-            raise ValueError("ppo_kl_beta / ppo_kl_target: β must be ≥ 0 and the target KL > 0 (None keeps β fixed).")
         if not 0 < self.clip_cov_ratio <= 1 or not 0 < self.kl_cov_ratio <= 1:
             raise ValueError("clip_cov_ratio / kl_cov_ratio: token fractions must be in (0, 1].")
         if self.clip_cov_lower >= self.clip_cov_upper:
@@ -258,11 +224,10 @@ class GRPOConfig(TRLGRPOConfig):
                     f"overlong_buffer_length: L_cache={self.overlong_buffer_length} must be in (0, {max_length}] "
                     f"(the overlong max length)."
                 )
-        entry = LOSSES.get(self.loss_type)
-        aggregation = self.loss_aggregation or entry.options.get("aggregation")
+        aggregation = self.loss_aggregation or entry.spec.aggregation
         if (
-            entry.options.get("sequence_level")
-            and aggregation in ("token_mean_local", "token_mean_global", "constant")
+            entry.spec.sequence_level
+            and AGGREGATIONS.get(aggregation).name in ("token_mean_local", "token_mean_global", "token_sum_over_max_length")
             and not self.allow_sequence_loss_token_sum
         ):
             raise ValueError(
@@ -287,7 +252,7 @@ class GRPOConfig(TRLGRPOConfig):
                 raise ValueError(f"{name}: must be > 0 (or None), got {value}.")
         if self.vapo_value_warmup_steps < 0 or self.vapo_positive_nll_coef < 0:
             raise ValueError("vapo_value_warmup_steps / vapo_positive_nll_coef: must be ≥ 0.")
-        needs = ADVANTAGES.get(self.advantage_estimator).options.get("needs", ()) if self.advantage_estimator else ()
+        needs = ADVANTAGES.get(self.advantage_estimator).spec.needs if self.advantage_estimator else ()
         if "values" not in needs:
             for name, active in (
                 ("critic_model", self.critic_model is not None),

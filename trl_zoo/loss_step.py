@@ -40,7 +40,7 @@ class PolicyLossStep:
         """Once per optimizer step, after it: update persistent state (adaptive coefficients, reference resets)
         from the step's measured means. The seam of every per-step hook; here the loss entry's own
         `on_optimizer_step(state, args, step_means) -> metrics`, whose numbers are logged with the step."""
-        on_optimizer_step = self.loss_entry.options.get("on_optimizer_step")
+        on_optimizer_step = self.loss_entry.spec.on_optimizer_step
         if on_optimizer_step is not None:
             for name, value in (on_optimizer_step(self.zoo_state, self.args, step_means) or {}).items():
                 self._metrics["train"][name].append(value)
@@ -97,7 +97,7 @@ class PolicyLossStep:
         if self.top_entropy_quantile < 1.0:
             entropy_mask = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
 
-        term = self.loss_entry.obj(batch, self.args)
+        term = self.loss_entry.fn(batch, self.args)
         per_token_loss = term.loss
         if self.off_policy_mask_threshold is not None:
             sampling_logps = inputs.get("sampling_per_token_logps", batch.old_logps)
@@ -106,7 +106,7 @@ class PolicyLossStep:
             )
         if entropy_mask is not None:
             per_token_loss = per_token_loss * entropy_mask
-        if batch.sampling_ratio is not None and not self.loss_entry.options.get("applies_sampling_ratio"):
+        if batch.sampling_ratio is not None and not self.loss_entry.spec.applies_sampling_ratio:
             per_token_loss = per_token_loss * batch.sampling_ratio
 
         per_token_kl = None

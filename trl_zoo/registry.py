@@ -1,9 +1,10 @@
 """The plugin tables.
 
-A table maps a name to an entry (a function or a class) plus a one-line description and the paper it comes
-from. Entries are added with the table's decorator (``@LOSSES.register("name", ...)``) or, for third-party
-packages, through a package entry point in the table's group (``trl_zoo.losses`` for losses), loaded the first
-time the table is read.
+A table maps a name to an entry: a function, a one-line description, the paper it comes from and its typed spec
+(`trl_zoo/specs.py`: `LossSpec` for losses, `AdvantageSpec` for estimators), built from the declarations passed
+to `register`, defaults for the rest. Entries are added with the table's decorator
+(``@LOSSES.register("name", ...)``) or, for third-party packages, through a package entry point in the table's
+group (``trl_zoo.losses`` for losses), loaded the first time the table is read; a bare function gets the defaults.
 
 Looking up an unknown name raises a ``ValueError`` that lists the known names and the closest match; registering
 a name twice raises unless ``override=True`` is passed.
@@ -13,60 +14,70 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from importlib.metadata import entry_points
 from typing import Any
+
+from .specs import AdvantageSpec, LossSpec, Spec
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One row of a plugin table: the object itself plus what `trl-zoo list` shows about it."""
+    """One row of a plugin table: the function, what `trl-zoo list` shows about it, and its spec."""
 
     name: str
-    obj: Any
+    fn: Callable[..., Any]
     description: str
     source: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def __getattr__(self, item):  # options read as attributes: entry.aggregation, entry.level, ...
-        options = object.__getattribute__(self, "options")
-        if item in options:
-            return options[item]
-        raise AttributeError(item)
+    spec: Any = Spec()
 
 
 class Registry:
     """A named table of plugins, extensible by decorator and by package entry points."""
 
-    def __init__(self, kind: str, entry_point_group: str | None = None):
+    def __init__(self, kind: str, entry_point_group: str | None = None, spec_type: type = Spec):
         self.kind = kind
         self.entry_point_group = entry_point_group
+        self.spec_type = spec_type
         self._entries: dict[str, Entry] = {}
+        self._aliases: dict[str, str] = {}  # old name -> name
         self._entry_points_loaded = entry_point_group is None
 
     def register(
-        self, name: str, *, description: str, source: str = "", override: bool = False, **options
+        self, name: str, *, description: str, source: str = "", override: bool = False, **declarations
     ) -> Callable[[Any], Any]:
-        """Decorator: add the decorated function or class to the table under `name`."""
+        """Decorator: add the decorated function to the table under `name`, with its spec's `declarations`."""
 
-        def decorator(obj):
-            self.add(name, obj, description=description, source=source, override=override, **options)
-            return obj
+        def decorator(fn):
+            self.add(name, fn, description=description, source=source, override=override, **declarations)
+            return fn
 
         return decorator
 
-    def add(self, name: str, obj: Any, *, description: str, source: str = "", override: bool = False, **options):
+    def add(self, name: str, fn, *, description: str, source: str = "", override: bool = False, **declarations):
         if not name or not isinstance(name, str):
             raise ValueError(f"A {self.kind} name must be a non-empty string, got {name!r}.")
         if name in self._entries and not override:
             raise ValueError(
-                f"A {self.kind} named {name!r} is already registered ({self._entries[name].obj!r}). "
+                f"A {self.kind} named {name!r} is already registered ({self._entries[name].fn!r}). "
                 f"Pass override=True to replace it."
             )
-        self._entries[name] = Entry(name, obj, description.strip(), source, dict(options))
+        try:
+            spec = self.spec_type(**declarations)
+        except TypeError:
+            known = ", ".join(f.name for f in fields(self.spec_type)) or "none"
+            raise ValueError(
+                f"{self.kind} {name!r}: unknown declarations {sorted(declarations)}; known: {known}."
+            ) from None
+        self._entries[name] = Entry(name, fn, description.strip(), source, spec)
+
+    def add_alias(self, alias: str, name: str):
+        """Accept `alias` wherever `name` is accepted (a renamed entry's old name); `names()` lists only `name`."""
+        self._aliases[alias] = name
 
     def get(self, name: str) -> Entry:
         self._load_entry_points()
+        name = self._aliases.get(name, name)
         if name not in self._entries:
             raise ValueError(self.unknown_message(name))
         return self._entries[name]
@@ -87,7 +98,7 @@ class Registry:
 
     def __contains__(self, name: str) -> bool:
         self._load_entry_points()
-        return name in self._entries
+        return self._aliases.get(name, name) in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
@@ -103,9 +114,9 @@ class Registry:
                 self.add(entry_point.name, loaded, description=doc, source=entry_point.value)
 
 
-LOSSES = Registry("loss", "trl_zoo.losses")
+LOSSES = Registry("loss", "trl_zoo.losses", LossSpec)
 AGGREGATIONS = Registry("aggregation", "trl_zoo.aggregations")
-ADVANTAGES = Registry("advantage estimator", "trl_zoo.advantages")
+ADVANTAGES = Registry("advantage estimator", "trl_zoo.advantages", AdvantageSpec)
 KL_ESTIMATORS = Registry("KL estimator", "trl_zoo.kl_estimators")
 SAMPLERS = Registry("sampler", "trl_zoo.samplers")
 

@@ -62,8 +62,8 @@ class GRPOTrainer(
             args = GRPOConfig(f"{model_name.split('/')[-1]}-GRPO")
         args = to_zoo_config(args)
         self.loss_entry = LOSSES.get(args.loss_type)
-        self.aggregate = AGGREGATIONS.get(args.loss_aggregation or self.loss_entry.options["aggregation"]).obj
-        self.kl_estimator = KL_ESTIMATORS.get(args.kl_estimator).obj
+        self.aggregate = AGGREGATIONS.get(args.loss_aggregation or self.loss_entry.spec.aggregation).fn
+        self.kl_estimator = KL_ESTIMATORS.get(args.kl_estimator).fn
         self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
 

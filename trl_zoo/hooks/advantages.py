@@ -55,7 +55,7 @@ class AdvantageMixin:
                 "multi_objective_aggregation: advantage estimators work on the weighted sum of the rewards; "
                 "use 'sum_then_normalize' (or advantage_estimator=None with kl_placement='loss')."
             )
-        if "score_sq_norms" in self.advantage_entry.options.get("needs", ()):
+        if "score_sq_norms" in self.advantage_entry.spec.needs:
             self._squares_forward = self._fused_forward_with_squares()
 
     def _fused_forward_with_squares(self):
@@ -93,7 +93,7 @@ class AdvantageMixin:
 
         policy_logps = output.get("old_per_token_logps")
         norms = None
-        if "score_sq_norms" in self.advantage_entry.options.get("needs", ()):
+        if "score_sq_norms" in self.advantage_entry.spec.needs:
             pass_logps, norms = self._score_norm_pass(output, mask)
             policy_logps = pass_logps if policy_logps is None else policy_logps
             norms = self.accelerator.gather(norms)
@@ -109,7 +109,7 @@ class AdvantageMixin:
 
         global_mask = self._gather_padded(mask)
         values = None
-        if "values" in self.advantage_entry.options.get("needs", ()):
+        if "values" in self.advantage_entry.spec.needs:
             values = self._gather_padded(output["old_values"])  # set by the critic hook (hooks/critic.py)
         estimator_inputs = AdvantageInputs(
             rewards=rewards,
@@ -120,7 +120,7 @@ class AdvantageMixin:
             values=values,
         )
         self.last_advantage_inputs = estimator_inputs  # global; the critic derives its value targets from it
-        advantages = self.advantage_entry.obj(estimator_inputs, self.args)
+        advantages = self.advantage_entry.fn(estimator_inputs, self.args)
         advantages = torch.nan_to_num(advantages, nan=0.0)
         if advantages.dim() == 2:
             advantages = advantages * global_mask

@@ -96,7 +96,7 @@ class CriticMixin:
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         name = self.args.advantage_estimator
-        if name is None or "values" not in ADVANTAGES.get(name).options.get("needs", ()):
+        if name is None or "values" not in ADVANTAGES.get(name).spec.needs:
             return
         check_critic_distribution(self.accelerator, name)
         model = self._unwrapped()

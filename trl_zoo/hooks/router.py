@@ -33,7 +33,7 @@ class RouterStatsMixin:
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         entry = getattr(self, "loss_entry", None)
-        if entry is not None and entry.options.get("requires_moe"):
+        if entry is not None and entry.spec.requires_moe:
             self._routers = find_routers(self.model)
             if not self._routers:
                 raise ValueError(

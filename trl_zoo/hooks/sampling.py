@@ -51,7 +51,7 @@ class DynamicSamplingMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.sampler = SAMPLERS.get(self.args.dynamic_sampling).obj if self.args.dynamic_sampling else None
+        self.sampler = SAMPLERS.get(self.args.dynamic_sampling).fn if self.args.dynamic_sampling else None
 
     # ------------------------------------------------------------------ dynamic sampling
     def _generate_and_score_completions(self, inputs):

@@ -49,14 +49,14 @@ class ZeroAdvantageSkipMixin:
                 f"set skip_zero_advantage=False or remove them."
             )
         entry = self.loss_entry
-        declared = entry.options.get("zero_advantage_is_inert")
+        declared = entry.spec.zero_advantage_is_inert
         if declared is False:
             raise ValueError(
                 f"skip_zero_advantage: the loss {entry.name!r} declares that sequences with Â = 0 still change the "
                 f"loss; set skip_zero_advantage=False."
             )
         if declared is None:
-            problem = zero_advantage_probe(entry.obj, self.args)
+            problem = zero_advantage_probe(entry.fn, self.args)
             if problem:
                 raise ValueError(
                     f"skip_zero_advantage: the loss {entry.name!r} is not inert for Â = 0 ({problem}); set "

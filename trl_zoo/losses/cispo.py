@@ -7,11 +7,37 @@ above at the absolute value `epsilon_high` (TRL's variant; ScaleRL recommends 5.
 the seed's two-sided clip [1 − ε_low^IS, ε_high].
 """
 
+import warnings
+
 import torch
 
 from ..registry import LOSSES
 from .base import PolicyBatch, PolicyTerm, importance_log_weights, ratio_metrics
 from .ppo_clip import epsilon_bounds
+
+
+def validate_cispo(args) -> None:
+    """ε_high (or ε) is CISPO's absolute cap on the IS weight, not the clip range 1 ± ε."""
+    if args.cispo_epsilon_low is not None and not 0 <= args.cispo_epsilon_low < 1:
+        raise ValueError(f"cispo_epsilon_low: must be in [0, 1), got {args.cispo_epsilon_low}.")
+    _, cap = epsilon_bounds(args)
+    if cap <= 0:
+        raise ValueError(
+            f"epsilon_high: CISPO caps the IS weight at the absolute value epsilon_high (or epsilon), got {cap}, "
+            f"which zeroes every weight; use a cap > 0 (ScaleRL: 5.0)."
+        )
+    if cap < 1:
+        warnings.warn(
+            f"loss_type='cispo' caps the IS weight at the absolute value epsilon_high={cap} (TRL falls back to "
+            f"epsilon when epsilon_high is unset): below 1, even on-policy tokens (ratio 1) get weight {cap}, which "
+            f"only scales the gradient down. Set epsilon_high ≥ 1 (ScaleRL: 5.0), e.g. via configs/cispo.yaml.",
+            stacklevel=4,
+        )
+    if args.cispo_epsilon_low is not None and cap < 1 - args.cispo_epsilon_low:
+        raise ValueError(
+            f"cispo_epsilon_low: the IS-weight range [1 − {args.cispo_epsilon_low}, {cap}] is inverted "
+            f"(epsilon_high is CISPO's absolute cap); raise epsilon_high to ≥ {1 - args.cispo_epsilon_low}."
+        )
 
 
 @LOSSES.register(
@@ -20,6 +46,7 @@ from .ppo_clip import epsilon_bounds
     source="MiniMax-M1, arXiv:2506.13585",
     aggregation="token_mean_global",
     zero_advantage_is_inert=True,
+    validate=validate_cispo,
 )
 def cispo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     _, cap = epsilon_bounds(args)

@@ -15,6 +15,7 @@ The geometric mean is less sensitive to outlier tokens than GRPO's arithmetic me
 import torch
 
 from ..registry import LOSSES
+from ..specs import check_clip_range
 from .base import PolicyBatch, PolicyTerm, ratio_metrics
 from .gspo import sequence_advantages
 
@@ -32,6 +33,12 @@ def geometric_mean_ratio(log_ratio: torch.Tensor, batch: PolicyBatch) -> torch.T
     return torch.exp((log_ratio * batch.mask).sum(-1, keepdim=True) / batch.lengths)
 
 
+def validate_gmpo(args) -> None:
+    check_clip_range(args)
+    if args.gmpo_epsilon <= 0:
+        raise ValueError(f"gmpo_epsilon: must be > 0, got {args.gmpo_epsilon}.")
+
+
 @LOSSES.register(
     "gmpo",
     description="geometric mean of token ratios with sign-aware log-space clip (ε = 0.4)",
@@ -39,6 +46,7 @@ def geometric_mean_ratio(log_ratio: torch.Tensor, batch: PolicyBatch) -> torch.T
     aggregation="sequence_mean",
     sequence_level=True,
     zero_advantage_is_inert=True,
+    validate=validate_gmpo,
 )
 def gmpo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     clipped, is_clipped = clipped_log_ratio(batch, args.gmpo_epsilon)

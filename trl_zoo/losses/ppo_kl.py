@@ -17,6 +17,7 @@ import torch
 
 from ..kl import adaptive_kl_coefficient
 from ..registry import KL_ESTIMATORS, LOSSES
+from ..specs import check_clip_range
 from .base import PolicyBatch, PolicyTerm, ratio_metrics
 
 BETA = "ppo_kl/beta"
@@ -34,6 +35,12 @@ def adapt_beta(state: dict, args, step_means: dict[str, float]) -> dict[str, flo
     return {BETA: beta, "ppo_kl/step_kl": kl}
 
 
+def validate_ppo_kl(args) -> None:
+    check_clip_range(args)
+    if args.ppo_kl_beta < 0 or (args.ppo_kl_target is not None and args.ppo_kl_target <= 0):
+        raise ValueError("ppo_kl_beta / ppo_kl_target: β must be ≥ 0 and the target KL > 0 (None keeps β fixed).")
+
+
 @LOSSES.register(
     "ppo_kl",
     description="r·Â − β·KL(π_old‖π_θ), no clip; β doubles/halves around a target KL",
@@ -41,10 +48,11 @@ def adapt_beta(state: dict, args, step_means: dict[str, float]) -> dict[str, flo
     aggregation="sequence_mean",
     on_optimizer_step=adapt_beta,
     zero_advantage_is_inert=False,  # Â = 0 rows still carry the KL penalty and count in the measured KL
+    validate=validate_ppo_kl,
 )
 def ppo_kl_loss(batch: PolicyBatch, args) -> PolicyTerm:
     beta = batch.state.get(BETA, float(args.ppo_kl_beta))
-    kl_estimator = KL_ESTIMATORS.get(getattr(args, "kl_estimator", "k3")).obj
+    kl_estimator = KL_ESTIMATORS.get(getattr(args, "kl_estimator", "k3")).fn
     kl = kl_estimator(batch.old_logps, batch.logps)
     ratio = torch.exp(batch.log_ratio)
     metrics = {MEASURED_KL: kl.detach()}

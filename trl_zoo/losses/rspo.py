@@ -26,7 +26,7 @@ import torch
 
 from ..registry import LOSSES
 from .base import PolicyBatch, PolicyTerm, ratio_metrics
-from .gmpo import clipped_log_ratio, geometric_mean_ratio
+from .gmpo import clipped_log_ratio, geometric_mean_ratio, validate_gmpo
 from .gspo import sequence_advantages
 
 
@@ -62,6 +62,7 @@ def router_shift_weight(batch: PolicyBatch, gamma_min: float) -> tuple[torch.Ten
     aggregation="sequence_mean",
     sequence_level=True,
     requires_moe=True,
+    validate=validate_gmpo,
 )
 def rspo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     clipped, is_clipped = clipped_log_ratio(batch, args.gmpo_epsilon)

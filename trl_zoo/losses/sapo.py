@@ -9,7 +9,14 @@
 import torch
 
 from ..registry import LOSSES
+from ..specs import check_clip_range
 from .base import PolicyBatch, PolicyTerm, importance_log_weights, ratio_metrics
+
+
+def validate_sapo(args) -> None:
+    check_clip_range(args)
+    if args.sapo_temperature_pos <= 0 or args.sapo_temperature_neg <= 0:
+        raise ValueError("sapo_temperature_pos / sapo_temperature_neg: temperatures τ must be > 0.")
 
 
 @LOSSES.register(
@@ -18,6 +25,7 @@ from .base import PolicyBatch, PolicyTerm, importance_log_weights, ratio_metrics
     source="SAPO, arXiv:2511.20347",
     aggregation="sequence_mean",
     zero_advantage_is_inert=True,
+    validate=validate_sapo,
 )
 def sapo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     ratio = torch.exp(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))

@@ -1,0 +1,109 @@
+"""A third-party loss package, built and pip-installed into a fresh virtual environment, trains by name: one loss
+registered through the `trl_zoo.losses` entry point as a bare function (no declarations: the `LossSpec` defaults),
+one registered with `trl_zoo.register_loss` in the same module."""
+
+import json
+import os
+import site
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+PYPROJECT = """
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "zoo-plugin-example"
+version = "0.1.0"
+
+[project.entry-points."trl_zoo.losses"]
+bare_pg = "zoo_plugin_example:bare_pg"
+decorated_pg = "zoo_plugin_example:decorated_pg"
+
+[tool.setuptools]
+py-modules = ["zoo_plugin_example"]
+"""
+
+MODULE = '''
+"""Policy gradient −Â·log π, twice."""
+
+from trl_zoo import PolicyTerm, register_loss
+
+
+def bare_pg(batch, args):
+    """Policy gradient, a bare function."""
+    return PolicyTerm(-batch.advantages * batch.logps)
+
+
+@register_loss("decorated_pg", description="policy gradient, decorated", aggregation="token_mean_local")
+def decorated_pg(batch, args):
+    return PolicyTerm(-batch.advantages * batch.logps)
+'''
+
+TRAIN = """
+import json, sys
+import trl_zoo
+from tests.tiny import make_trainer
+
+results = {}
+for name in sys.argv[1:]:
+    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, loss_type=name)
+    trainer.train()
+    entry = trl_zoo.LOSSES.get(name)
+    results[name] = {
+        "steps": trainer.state.global_step,
+        "aggregation": entry.spec.aggregation,
+        "description": entry.description,
+        "losses": [log["loss"] for log in trainer.state.log_history if "loss" in log],
+    }
+print("RESULT " + json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def plugin_python(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plugin")
+    package = root / "zoo_plugin_example"
+    package.mkdir()
+    (package / "pyproject.toml").write_text(PYPROJECT)
+    (package / "zoo_plugin_example.py").write_text(textwrap.dedent(MODULE))
+    environment = root / "venv"
+    # Without pip of its own: the running environment's packages (torch, trl, pip, setuptools) are made visible
+    # through a .pth file, so only the plugin is installed into the new environment.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", environment], check=True)
+    python = environment / "bin" / "python"
+    new_site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    Path(new_site, "running_environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", package],
+        check=True,
+    )
+    return python
+
+
+def test_entry_point_losses_train_by_name(plugin_python):
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY), "OMP_NUM_THREADS": "1"}
+    completed = subprocess.run(
+        [plugin_python, "-c", TRAIN, "bare_pg", "decorated_pg"],
+        cwd=REPOSITORY, env=environment, capture_output=True, text=True, timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    line = next(line for line in completed.stdout.splitlines() if line.startswith("RESULT "))
+    results = json.loads(line.removeprefix("RESULT "))
+    bare, decorated = results["bare_pg"], results["decorated_pg"]
+    assert bare["steps"] == decorated["steps"] == 2
+    assert bare["aggregation"] == "sequence_mean"  # the LossSpec default
+    assert bare["description"] == "Policy gradient, a bare function."  # the docstring's first line
+    assert decorated["aggregation"] == "token_mean_local"
+    for result in (bare, decorated):
+        assert len(result["losses"]) == 2 and all(loss == loss for loss in result["losses"])  # logged, not NaN
+

@@ -1,0 +1,51 @@
+"""What a plugin declares besides its function: typed, frozen, every field with a default.
+
+A plain function registered by decorator or by entry point gets the defaults, so it is a complete plugin. A table
+builds its spec from the declarations passed to `register` (`@LOSSES.register("name", aggregation=...)`); an
+unknown declaration is an error at registration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+def check_clip_range(args) -> None:
+    """The PPO clip range [1 − ε_low, 1 + ε_high] and TRL's two-sided cap δ, as every loss but CISPO reads them."""
+    if args.epsilon >= 1:
+        raise ValueError(f"epsilon: {args.epsilon} makes the lower clip bound 1 − ε ≤ 0; use ε in [0, 1).")
+    upper_clip = args.epsilon_high if args.epsilon_high is not None else args.epsilon
+    if args.delta is not None and args.delta < 1 + upper_clip:
+        raise ValueError(
+            f"delta: the two-sided cap δ={args.delta} is below the upper clip bound 1 + epsilon_high = "
+            f"{1 + upper_clip}, which inverts the clip; use δ ≥ 1 + epsilon_high, or None."
+        )
+
+
+@dataclass(frozen=True)
+class Spec:
+    """No declarations (aggregations, KL estimators, samplers)."""
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """What the trainer needs to know about a loss `fn(batch: PolicyBatch, args) -> PolicyTerm`."""
+
+    aggregation: str = "sequence_mean"  # the aggregation table's name, unless the config sets loss_aggregation
+    sequence_level: bool = False  # one term per sequence: token-count aggregations would weight it by length
+    zero_advantage_is_inert: bool | None = None  # rows with Â = 0 add nothing; None: probed for skip_zero_advantage
+    requires_moe: bool = False  # needs router statistics (`batch.extras["router_logps"]`, a MoE model)
+    applies_sampling_ratio: bool = False  # applies vLLM's importance-sampling ratio itself
+    # once after every optimizer step: (persistent state, args, the step's token-mean metrics) -> metrics to log
+    on_optimizer_step: Callable[[dict, Any, dict[str, float]], dict[str, float] | None] | None = None
+    validate: Callable[[Any], None] = check_clip_range  # raise ValueError for settings this loss cannot use
+
+
+@dataclass(frozen=True)
+class AdvantageSpec:
+    """What an advantage estimator `fn(inputs: AdvantageInputs, args) -> advantages` declares."""
+
+    needs: tuple[str, ...] = ()  # AdvantageInputs fields beyond the rewards: "score_sq_norms", "values"
+    token_level: bool = False  # returns (N, T) per-token advantages
