@@ -1,4 +1,4 @@
-"""Closed forms of DESIGN.md §4, checked with autograd on small random tensors: no model, no trainer.
+"""Closed forms of docs/formulas.md, checked with autograd on small random tensors: no model, no trainer.
 
 Gradients are taken with respect to the per-token log-probabilities, so d loss / d log π_{i,t} is the weight each
 token's score function ∇log π_{i,t} gets in the policy gradient.

@@ -1,5 +1,5 @@
 """Numerical safety, property-based: random inputs with extremes, for every loss, every advantage estimator and the
-samplers' group filter. Losses and gradients stay finite and the identities of DESIGN.md §4 hold wherever they apply.
+samplers' group filter. Losses and gradients stay finite and the identities of docs/formulas.md hold wherever they apply.
 
 Input ranges (all float32, the trainer's dtype):
 - log-probs in [−50, 0] for π_θ, π_old and π_ref, so log-ratios reach ±50 (r = e^{±50});
@@ -121,14 +121,14 @@ def test_every_loss_stays_finite_under_every_aggregation(name):
 
 
 ON_POLICY_ARGS = {"cispo": dict(epsilon_high=5.0)}  # CISPO's cap is absolute: the law needs a cap ≥ 1
-# One term per sequence with Â_i the masked mean of token advantages (DESIGN.md §4: GSPO, GMPO, RSPO): their
+# One term per sequence with Â_i the masked mean of token advantages (docs/formulas.md: GSPO, GMPO, RSPO): their
 # REINFORCE gradient is that of the per-sequence advantage.
 SEQUENCE_ADVANTAGE_LOSSES = {"gspo", "gmpo", "rspo"}
 
 
 @pytest.mark.parametrize("name", LOSSES.names())
 def test_on_policy_gradient_is_reinforce_for_every_input(name):
-    """DESIGN.md §4 sanity law: θ = θ_old, β = 0 ⇒ ∇loss = ∇ of −Â·log π under the loss's own aggregation."""
+    """docs/formulas.md sanity law: θ = θ_old, β = 0 ⇒ ∇loss = ∇ of −Â·log π under the loss's own aggregation."""
     with_router = bool(LOSSES.get(name).spec.requires_moe)
     args = config(name, **ON_POLICY_ARGS.get(name, {}))
 

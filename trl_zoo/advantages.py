@@ -22,7 +22,7 @@ reinforce_batch_baseline  R_i − mean over the whole batch of R                
 reinforce_pp              Â_{i,t} = whiten_batch( R_i − β Σ_{s≥t} KL_{i,s} )               REINFORCE++, 2501.03262
 reinforce_pp_baseline     Â_{i,t} = whiten_batch( R_i − mean R − β Σ_{s≥t} KL_{i,s} )      REINFORCE++, 2501.03262
 opo                       R_i − Σ_j l_j R_j / Σ_j l_j                                      OPO, arXiv:2505.23585
-optimal_baseline          R_i − Σ_j ‖s_j‖² R_j / Σ_j ‖s_j‖²                                seed 000 §3.1
+optimal_baseline          R_i − Σ_j ‖s_j‖² R_j / Σ_j ‖s_j‖²                                Greensmith et al. 2004
 ========================  ===============================================================  ==========================
 
 whiten_batch(x) = (x − mean x) / (std x + ε) over every completion token of the batch (REINFORCE++'s global
@@ -32,7 +32,7 @@ through the baseline), and REINFORCE++ distributes it as a return-to-go per toke
 
 ‖s_j‖² is the squared norm of the score ∇ log π(y_j) taken in logit space: for the logits z_t of step t,
 ∇_{z_t} log π(y_t) = e_{y_t} − π_t, so ‖s_j‖² = Σ_t ‖e_{y_t} − π_t‖² = Σ_t (1 − 2π_t(y_t) + Σ_v π_t(v)²).
-b* = E[R ‖s‖²] / E[‖s‖²] is the variance-minimising baseline (seed 000, §3.1); in logit space it needs no
+b* = E[R ‖s‖²] / E[‖s‖²] is the variance-minimising baseline (Greensmith et al. 2004); in logit space it needs no
 gradient pass, only Σ_v π(v)² per token, which TRL's fused LM head computes without the full logits. OPO's
 length-weighted baseline is the same b* under the approximation ‖s_j‖² ∝ l_j.
 """
@@ -232,7 +232,7 @@ def opo_advantages(inputs: AdvantageInputs, args) -> Tensor:
 @ADVANTAGES.register(
     "optimal_baseline",
     description="R − b*, b* = Σ ‖s_j‖² R_j / Σ ‖s_j‖² (variance-minimising, score norm in logit space)",
-    source="seed 000 §3.1 (Weaver & Tao 2001; Greensmith et al. 2004)",
+    source="Weaver & Tao 2001; Greensmith et al. 2004",
     needs=("score_sq_norms",),
 )
 def optimal_baseline_advantages(inputs: AdvantageInputs, args) -> Tensor:

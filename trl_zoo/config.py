@@ -22,7 +22,7 @@ def _help(text: str, default=None, choices=None):
 
 @dataclass
 class GRPOConfig(TRLGRPOConfig):
-    r"""TRL's `GRPOConfig` with trl_zoo's fields. See the field help for each; DESIGN.md §4 for the formulas."""
+    r"""TRL's `GRPOConfig` with trl_zoo's fields. See the field help for each; docs/formulas.md for the formulas."""
 
     # --- loss table ---
     loss_aggregation: str | None = _help(

@@ -17,7 +17,7 @@ V_old is the critic at generation time (no grad); it builds δ and R̂ and ancho
 inside a completion (tool outputs) are not actions: the recursion passes over them, bootstrapping from the next
 action's value. Terminal reward and γ = 1 give R̂_t = G_t = R_i at every token for λ_critic = 1.
 
-VAPO (Yue et al. 2025, arXiv:2504.05118; seed 000 §7.3) adds, each an option:
+VAPO (Yue et al. 2025, arXiv:2504.05118) adds, each an option:
 
 - decoupled λ: λ_critic = 1 for the targets (unbiased), λ_policy for the advantages (``gae_lambda_critic``);
 - length-adaptive λ_policy,i = 1 − 1/(α·ℓ_i), clamped to [0, 1] (``vapo_length_alpha``; short completions, with

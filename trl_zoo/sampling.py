@@ -16,7 +16,7 @@ resample — DAPO (arXiv:2503.14476, "dynamic sampling")
     `dynamic_sampling_on_exhausted="fill"` completes the batch with the earliest zero-spread groups and warns,
     "raise" raises `DynamicSamplingExhausted`.
 
-reweight — filter and reweight (seed 003)
+reweight — filter and reweight (docs/formulas.md)
     No extra generation. With p the fraction of groups without spread,
 
         Â_i ← 0                  for the completions of a group without spread
@@ -148,7 +148,7 @@ def resample(session: SamplingSession, args) -> SampledBatch:
 @SAMPLERS.register(
     "reweight",
     description="zero the advantages of groups whose rewards are all equal, scale the rest by 1/(1−p)",
-    source="seed 003 (filter-and-reweight alternative to DAPO's dynamic sampling)",
+    source="filter-and-reweight alternative to DAPO's dynamic sampling, docs/formulas.md",
 )
 def reweight(session: SamplingSession, args) -> SampledBatch:
     scored = session.rounds[0]

@@ -4,7 +4,7 @@
 
 Every token keeps the gradient Â·w·∇log π with w > 0, whatever its ratio. By default the weight is only capped
 above at the absolute value `epsilon_high` (TRL's variant; ScaleRL recommends 5.0); set `cispo_epsilon_low` for
-the seed's two-sided clip [1 − ε_low^IS, ε_high].
+the two-sided clip of docs/formulas.md [1 − ε_low^IS, ε_high].
 """
 
 import warnings

@@ -1,4 +1,4 @@
-"""RSPO: router-shift policy optimisation for Mixture-of-Experts policies (seed 002 §8).
+"""RSPO: router-shift policy optimisation for Mixture-of-Experts policies (docs/formulas.md, RSPO).
 
 GMPO's sign-aware log-space token clip and geometric mean (see `gmpo.py`), with each token also weighted by how
 little its routing drifted between the policy that sampled it and the policy being trained:
@@ -10,10 +10,10 @@ little its routing drifted between the policy that sampled it and the policy bei
 
 δ̃ is GMPO's clipped log-ratio (range ±`gmpo_epsilon`), so γ is applied after the clip as in the paper.
 
-Sign choice. The seed writes S_i = [Π_t W_{i,t} γ_{i,t}]^{sgn(Â_i)/T_i}. For Â > 0 that is S_i above. For Â < 0 the
+Sign choice. The method's description writes S_i = [Π_t W_{i,t} γ_{i,t}]^{sgn(Â_i)/T_i}. For Â > 0 that is S_i above. For Â < 0 the
 exponent −1/T_i would turn γ into 1/γ ≥ 1 and *amplify* the tokens whose routing drifted, the opposite of what
 γ is for. Here γ enters with exponent +1/T_i for both signs, so Γ_i ∈ [γ_min, 1] always shrinks the sequence's term
-and its gradient: ∇J_i = Γ_i · ∇J_i^GMPO. A drifted token damps its whole sequence by γ_{i,t}^{1/T_i} (the seed's
+and its gradient: ∇J_i = Γ_i · ∇J_i^GMPO. A drifted token damps its whole sequence by γ_{i,t}^{1/T_i} (the description's
 multiplicative, geometric-mean form); with γ ≡ 1 RSPO is exactly GMPO.
 
 Inputs (in ``batch.extras``, (B, T, L, K) each, filled by the trainer's router hook):
@@ -58,7 +58,7 @@ def router_shift_weight(batch: PolicyBatch, gamma_min: float) -> tuple[torch.Ten
 @LOSSES.register(
     "rspo",
     description="GMPO with each token weighted by its MoE router shift γ = exp(−mean |Δ log p_router|) ≥ γ_min",
-    source="RSPO (router-shift policy optimisation), seed 002 §8",
+    source="RSPO (router-shift policy optimisation), docs/formulas.md",
     aggregation="sequence_mean",
     sequence_level=True,
     requires_moe=True,

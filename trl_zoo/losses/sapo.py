@@ -3,7 +3,7 @@
     f(r) = (4/τ)·σ(τ(r − 1)),  τ = τ_pos if Â > 0 else τ_neg      loss = −f(r)·Â
     ∂f/∂r = 4σ(1 − σ) = sech²(τ(r − 1)/2) ∈ (0, 1], equal to 1 at r = 1.
 
-(Seed 001's eq. 120 is garbled; this is the paper's gate.) Aggregated like GRPO.
+Aggregated like GRPO.
 """
 
 import torch
