@@ -79,9 +79,8 @@ def plugin_python(tmp_path_factory):
     # through a .pth file, so only the plugin is installed into the new environment.
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", environment], check=True)
     python = environment / "bin" / "python"
-    new_site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True, capture_output=True, text=True
-    ).stdout.strip()
+    purelib = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    new_site = subprocess.run([python, "-c", purelib], check=True, capture_output=True, text=True).stdout.strip()
     Path(new_site, "running_environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     subprocess.run(
         [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", package],

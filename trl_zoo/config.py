@@ -27,7 +27,8 @@ class GRPOConfig(TRLGRPOConfig):
     # --- loss table ---
     loss_aggregation: str | None = _help(
         "Override the loss's own aggregation: sequence_mean, token_mean_local, token_mean_global, "
-        "token_sum_over_max_length (or its earlier name, constant), sequence_sum. None uses the loss's default (e.g. sequence_mean for grpo, token_mean_global for dapo)."
+        "token_sum_over_max_length (or its earlier name, constant), sequence_sum. None uses the loss's default "
+        "(e.g. sequence_mean for grpo, token_mean_global for dapo)."
     )
     allow_sequence_loss_token_sum: bool = _help(
         "Allow a sequence-level loss (gspo, gmpo, ...) with a token-sum aggregation, which weights each sequence "

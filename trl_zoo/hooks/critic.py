@@ -12,9 +12,9 @@ The critic shares the frozen base model with the policy, in one of two forms (``
   in the backward, when the policy adapter is active again.
 - ``"head"`` (the fallback for a model without PEFT): an MLP head (one hidden layer) on the policy's own last hidden
   states, *detached*: the value regression never moves the policy, so the policy objective stays PPO's and the
-  trust region is not bypassed by a critic gradient. The hidden states are read from the policy's training forward
-  by a forward hook on the backbone (no extra forward); when that forward did not run over every row (value
-  pre-training, ``skip_zero_advantage``) a no-grad backbone pass supplies them.
+  trust region is not bypassed by a critic gradient. The hidden states are read from the loss's policy forward
+  (`_policy_forward`) by a forward hook on the backbone (no extra forward); when that forward did not run over
+  every row (value pre-training, ``skip_zero_advantage``) a no-grad backbone pass supplies them.
 
 Why the adapter is the default for PEFT policies: it is a critic with a representation of its own, as PPO's and
 VAPO's separate value model is, while a head on detached policy features is a probe whose inputs drift as the
@@ -36,7 +36,7 @@ the batch through TRL's shuffling and splitting and through dynamic sampling's r
 
 Loss side (`compute_loss`): the policy loss as the trainer computes it (skipped while
 ``state.global_step < vapo_value_warmup_steps``), plus ``value_coef`` × the clipped value loss, plus
-``vapo_positive_nll_coef`` × the positive-example NLL (on the log-probs of the policy forward, captured), each a
+``vapo_positive_nll_coef`` × the positive-example NLL (on the log-probs of the loss's policy forward), each a
 micro-batch token mean divided by the gradient-accumulation steps like the trainer's other auxiliary terms.
 
 The head is registered as a submodule of the model (``trl_zoo_value_head``), so gradient clipping and the logged

@@ -75,9 +75,10 @@ class RouterStatsMixin:
     def _policy_forward(self, model, inputs, compute_entropy: bool = True):
         if not self._routers or "old_router_experts" not in inputs:
             return super()._policy_forward(model, inputs, compute_entropy)
-        sequence_length = inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1)
+        completion_length = inputs["completion_ids"].size(1)
+        sequence_length = inputs["prompt_ids"].size(1) + completion_length
         experts = inputs["old_router_experts"]
-        with RouterLogpsRecorder(self._routers, sequence_length, inputs["completion_ids"].size(1), experts) as recorder:
+        with RouterLogpsRecorder(self._routers, sequence_length, completion_length, experts) as recorder:
             result = super()._policy_forward(model, inputs, compute_entropy)
         inputs["router_logps"] = recorder.scored()  # this loss call's own dict (see GRPOTrainer.compute_loss)
         return result

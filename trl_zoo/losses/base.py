@@ -1,8 +1,10 @@
 """The loss contract: what the trainer hands a loss, and what a loss hands back.
 
 A loss is a pure function ``loss(batch: PolicyBatch, args) -> PolicyTerm`` of tensors. It never touches the
-model. ``args`` is the trainer's config (any object with the hyperparameter attributes the loss reads), so a loss
-can be called in a test with a ``SimpleNamespace``.
+model and never writes ``batch.state``: a loss with state to update declares ``on_optimizer_step`` in its
+``LossSpec`` (``trl_zoo/specs.py``), which the trainer calls once per optimizer step. ``args`` is the trainer's
+config (any object with the hyperparameter attributes the loss reads), so a loss can be called in a test with a
+``SimpleNamespace``.
 
 The returned ``PolicyTerm.loss`` is the per-token (B, T) or per-sequence (B, 1) quantity to *minimise*
 (the negative objective). The trainer then applies TRL's masks (off-policy, entropy, vLLM importance-sampling
@@ -31,7 +33,7 @@ class PolicyBatch:
     entropies: Tensor | None = None  # (B, T) per-token entropy of π_θ
     sampling_ratio: Tensor | None = None  # (B, T) or (B, 1) vLLM importance-sampling correction, if any
     extras: dict[str, Any] = field(default_factory=dict)  # declared extra inputs (router statistics, ...)
-    state: dict[str, Any] = field(default_factory=dict)  # persistent per-trainer state (adaptive coefficients)
+    state: dict[str, Any] = field(default_factory=dict)  # persistent trainer state (adaptive coefficients), read-only
 
     @property
     def log_ratio(self) -> Tensor:
