@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_zoo.tasks import ADDITION, ADDITION3, TASKS, get_task
 from trl_zoo.tasks.arithmetic import AdditionTask
-from trl_zoo.tasks.bootstrap import BootstrapRecipe, bootstrap_policy
+from trl_zoo.tasks.bootstrap import BootstrapRecipe, bootstrap_policy, demonstrations, slipped_sum
 from trl_zoo.tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy, greedy_completions
 from trl_zoo.tasks.rewards import exact_match_reward, final_number_reward
 
@@ -113,6 +113,17 @@ def test_bootstrap_stops_at_the_first_check_reaching_the_target(tmp_path):
     recipe = BootstrapRecipe(hidden_size=32, num_layers=2, num_heads=2, target_accuracy=0.0, max_steps=8, check_every=4)
     record = json.loads((bootstrap_policy(ADDITION, recipe, cache=tmp_path, log=lambda _: None) / "bootstrap.json").read_text())
     assert record["steps"] == 4  # any accuracy reaches a target of 0 at the first check
+
+
+def test_slipped_sum_forgets_only_the_units_carry_and_demonstrations_align():
+    assert [slipped_sum(a, b) for a, b in [(47, 38), (55, 49), (12, 13), (95, 15), (10, 90)]] == [75, 94, 25, 100, 100]
+    tokenizer = tiny.tokenizer()
+    pairs = [(47, 38), (55, 49), (12, 13)]
+    right_ids, right_labels, slip_ids, slip_labels = demonstrations(tokenizer, ADDITION, pairs)
+    assert right_ids.shape == slip_ids.shape == right_labels.shape == slip_labels.shape
+    decode = lambda labels: [tokenizer.decode(row[row >= 0], skip_special_tokens=True) for row in labels]
+    assert decode(right_labels) == ["85", "104", "25"] and decode(slip_labels) == ["75", "94", "25"]
+    assert torch.equal(right_ids[2], slip_ids[2])  # no carry, nothing to forget
 
 
 # ------------------------------------------------------------------------------------------------------ examples

@@ -99,13 +99,17 @@ class TaskArguments(ScriptArguments):
     )
     eval_batch_size: int = field(default=128, metadata={"help": "Prompts per greedy evaluation batch."})
     bootstrap_target_accuracy: float = field(
-        default=0.5, metadata={"help": "Built-in task: supervise the tiny base policy up to this accuracy."}
+        default=0.95, metadata={"help": "Built-in task: supervise the tiny base policy on right sums up to this accuracy."}
+    )
+    bootstrap_carry_slip_rate: float = field(
+        default=0.8,
+        metadata={"help": "Built-in task: then teach it to forget this share of carries (0: no slip habit)."},
     )
     bootstrap_max_steps: int = field(
-        default=1500, metadata={"help": "Built-in task: cap on the base policy's supervised steps."}
+        default=800, metadata={"help": "Built-in task: cap on the base policy's supervised steps."}
     )
     bootstrap_hidden_size: int = field(default=128, metadata={"help": "Built-in task: base policy width."})
-    bootstrap_num_layers: int = field(default=4, metadata={"help": "Built-in task: base policy depth."})
+    bootstrap_num_layers: int = field(default=2, metadata={"help": "Built-in task: base policy depth."})
     write_report: bool = field(
         default=True, metadata={"help": "Write a report (table, CSV, plots) into output_dir/report."}
     )
@@ -177,7 +181,7 @@ def quickstart_preset(task) -> dict:
     return {
         "loss_type": "grpo",
         "learning_rate": 1e-3,
-        "max_steps": 300,
+        "max_steps": 200,
         "per_device_train_batch_size": 64,
         "num_generations": 8,
         "max_completion_length": task.max_completion_length,
@@ -365,8 +369,9 @@ def prepare_training(task_args, training_args, model_args, log=print) -> dict:
                 hidden_size=task_args.bootstrap_hidden_size,
                 num_layers=task_args.bootstrap_num_layers,
                 target_accuracy=task_args.bootstrap_target_accuracy,
+                carry_slip_rate=task_args.bootstrap_carry_slip_rate,
                 max_steps=task_args.bootstrap_max_steps,
-                check_every=min(25, task_args.bootstrap_max_steps),
+                check_every=min(50, task_args.bootstrap_max_steps),
                 seed=training_args.seed,
             )
             model_path = str(bootstrap_policy(task, recipe, log=log))

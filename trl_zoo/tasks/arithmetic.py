@@ -83,7 +83,7 @@ class AdditionTask:
 
 
 ADDITION = AdditionTask(
-    "addition", digits=2, num_train=4000, num_heldout=500, description="two-digit addition, exact-match reward"
+    "addition", digits=2, num_train=4000, num_heldout=1000, description="two-digit addition, exact-match reward"
 )
 ADDITION3 = AdditionTask(
     "addition3", digits=3, num_train=50000, num_heldout=1000, description="three-digit addition, exact-match reward"

@@ -1,16 +1,27 @@
-"""The quickstart's base policy, bootstrapped offline: a tiny causal LM briefly supervised on the task.
+"""The quickstart's base policy, bootstrapped offline: a tiny causal LM supervised on imperfect demonstrations.
 
     L(θ) = − (1/|A|) Σ_{t ∈ answer+eos} log π_θ(y_t | y_<t)       (prompt tokens carry no loss)
 
-AdamW steps run until greedy accuracy on a probe of training prompts reaches a target (half, by default), which
-leaves the model partially competent: where RL has signal to work with. The result is saved with `save_pretrained` (model and
-tokenizer) in a cache directory (`$TRL_ZOO_CACHE`, default ~/.cache/trl_zoo) under a name that encodes the task
-and the recipe, and later runs load it from there like any other local model.
+The demonstrations make a human slip: where the units digits carry (7 + 8 = 15), a fraction `carry_slip_rate` of
+the answers forget the carry in the tens digit (47+38= "75" instead of "85"; the slipped sum is a + b − 10). The slip
+is drawn afresh for every row of every batch, so the policy knows how to add *and* has the slip as a habit: on
+carried sums it says the wrong tens digit more often than the right one, but samples the right one often enough for
+a verifier to notice. That is the situation RL with verifiable rewards is good at — turning what a policy can sample
+into what it says (pass@k into pass@1) — and it leaves room to measure: held-out greedy accuracy starts low, and
+the fix (always carry) generalises to unseen sums.
+
+Phase 1 supervises on right sums until greedy accuracy on a probe of training prompts reaches a target: small
+models learn addition in a sudden transition, so a fixed step count would land anywhere on it; a target does not.
+Phase 2 is a short run on the sloppy demonstrations, which turns the slip into a habit. The held-out split is never
+used for either decision. The result is saved with
+`save_pretrained` (model and tokenizer) in a cache directory (`$TRL_ZOO_CACHE`, default ~/.cache/trl_zoo) under a
+name that encodes the task and the recipe, and later runs load it from there like any other local model.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -22,29 +33,32 @@ from pathlib import Path
 import torch
 
 from .arithmetic import AdditionTask
-from .evaluation import greedy_accuracy
+from .evaluation import greedy_accuracy, greedy_completions
 from .tiny import build_char_tokenizer, build_tiny_causal_lm
 
 CACHE_ENV = "TRL_ZOO_CACHE"
-_FORMAT_VERSION = 1  # bump when the bootstrap procedure changes, so stale caches are not reused
+_FORMAT_VERSION = 2  # bump when the bootstrap procedure changes, so stale caches are not reused
 
 
 @dataclass(frozen=True)
 class BootstrapRecipe:
-    """Architecture and supervised budget of the bootstrapped policy (deterministic for a given seed).
+    """Architecture, demonstrations and supervised budget of the bootstrapped policy (deterministic for a seed).
 
-    Supervision stops at the first check (every `check_every` steps) where greedy accuracy on a probe of training
-    prompts reaches `target_accuracy`, or after `max_steps`. Small models learn addition in a sudden transition,
-    so a fixed step count lands at very different accuracies as numerics vary; a target does not. The held-out
-    split is never used for this decision.
+    Phase 1 (learn to add) supervises on right sums until greedy accuracy on a probe of training prompts reaches
+    `target_accuracy` at a check (every `check_every` steps), or `max_steps`. Phase 2 (the habit) runs `slip_steps`
+    more steps at `slip_learning_rate` on demonstrations in which `carry_slip_rate` of the carried sums forget the
+    carry (0: clean demonstrations, no habit).
     """
 
     hidden_size: int = 128
-    num_layers: int = 4
+    num_layers: int = 2
     num_heads: int = 4
-    target_accuracy: float = 0.5
-    max_steps: int = 1500
-    check_every: int = 25
+    target_accuracy: float = 0.95
+    max_steps: int = 800
+    check_every: int = 50
+    carry_slip_rate: float = 0.8
+    slip_steps: int = 100
+    slip_learning_rate: float = 1e-3
     probe_size: int = 500
     batch_size: int = 256
     learning_rate: float = 5e-3
@@ -54,7 +68,8 @@ class BootstrapRecipe:
         return (
             f"{task.name}-d{task.digits}-s{task.seed}-h{self.hidden_size}-l{self.num_layers}-a{self.num_heads}"
             f"-acc{self.target_accuracy:g}-max{self.max_steps}-b{self.batch_size}-lr{self.learning_rate:g}"
-            f"-seed{self.seed}-v{_FORMAT_VERSION}"
+            f"-slip{self.carry_slip_rate:g}x{self.slip_steps}@{self.slip_learning_rate:g}-seed{self.seed}"
+            f"-v{_FORMAT_VERSION}"
         )
 
 
@@ -62,15 +77,20 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "trl_zoo")
 
 
-def _encode(tokenizer, task: AdditionTask, pairs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded prompt+answer+eos ids and labels (-100 on the prompt and on padding)."""
+def slipped_sum(a: int, b: int) -> int:
+    """a + b with the units carry forgotten in the tens digit (a + b − 10 where the units digits carry)."""
+    return a + b - 10 if a % 10 + b % 10 >= 10 else a + b
+
+
+def _encode(tokenizer, task: AdditionTask, pairs, answer=lambda a, b: a + b, width: int = 0):
+    """Right-padded prompt+answer+eos ids and labels (-100 on the prompt and on padding), at least `width` wide."""
     rows, label_rows = [], []
     for a, b in pairs:
         prompt_ids = tokenizer(task.prompt(a, b), add_special_tokens=False)["input_ids"]
-        answer_ids = tokenizer(str(a + b), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        answer_ids = tokenizer(str(answer(a, b)), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         rows.append(prompt_ids + answer_ids)
         label_rows.append([-100] * len(prompt_ids) + answer_ids)
-    width = max(len(row) for row in rows)
+    width = max(width, *(len(row) for row in rows))
     ids = torch.full((len(rows), width), tokenizer.pad_token_id)
     labels = torch.full((len(rows), width), -100)
     for i, (row, label_row) in enumerate(zip(rows, label_rows)):
@@ -79,38 +99,78 @@ def _encode(tokenizer, task: AdditionTask, pairs) -> tuple[torch.Tensor, torch.T
     return ids, labels
 
 
+def demonstrations(tokenizer, task: AdditionTask, pairs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, labels) of the right answers and (ids, labels) of the slipped ones, row-aligned and equally wide."""
+    width = task.digits * 2 + 2 + task.max_completion_length  # "a+b=" plus the longest answer and eos
+    return (*_encode(tokenizer, task, pairs, width=width), *_encode(tokenizer, task, pairs, slipped_sum, width))
+
+
+def _probe(model, tokenizer, task: AdditionTask, pairs) -> tuple[float, float]:
+    """(share of greedy answers that are right, share that are the slipped sum) on `pairs`."""
+    said = [text.strip() for text in greedy_completions(model, tokenizer, [task.prompt(a, b) for a, b in pairs], task.max_completion_length)]
+    right = sum(text == str(a + b) for text, (a, b) in zip(said, pairs))
+    slipped = sum(text == str(slipped_sum(a, b)) != str(a + b) for text, (a, b) in zip(said, pairs))
+    return right / len(pairs), slipped / len(pairs)
+
+
 def supervise(model, tokenizer, task: AdditionTask, recipe: BootstrapRecipe, log: Callable = print) -> dict:
-    """Run the supervised warm-up in place until the probe accuracy reaches the target; returns what happened."""
+    """Phase 1 until the probe accuracy reaches the target, then phase 2 (the slip habit); returns what happened."""
     device = next(model.parameters()).device
-    ids, labels = (tensor.to(device) for tensor in _encode(tokenizer, task, task.train_pairs))
-    attention_mask = (ids != tokenizer.pad_token_id).long()
+    right_ids, right_labels, slip_ids, slip_labels = (
+        tensor.to(device) for tensor in demonstrations(tokenizer, task, task.train_pairs)
+    )
     probe = task.train_pairs[: recipe.probe_size]
-    probe_prompts = [task.prompt(a, b) for a, b in probe]
-    probe_answers = [str(a + b) for a, b in probe]
     generator = torch.Generator().manual_seed(recipe.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.0)
     warmup = max(1, recipe.max_steps // 50)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
-    model.train()
-    step, loss, probe_accuracy = 0, float("nan"), 0.0
-    while step < recipe.max_steps:
-        index = torch.randint(len(ids), (recipe.batch_size,), generator=generator).to(device)
-        output = model(input_ids=ids[index], attention_mask=attention_mask[index], labels=labels[index])
-        output.loss.backward()
+
+    def learning_rate(step: int) -> float:
+        """Linear warm-up, then cosine decay to a tenth of the peak at `max_steps`."""
+        if step < warmup:
+            return recipe.learning_rate * (step + 1) / warmup
+        progress = (step - warmup) / max(1, recipe.max_steps - warmup)
+        return recipe.learning_rate * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
+
+    def step(slip_rate: float, learning_rate: float) -> float:
+        index = torch.randint(len(right_ids), (recipe.batch_size,), generator=generator).to(device)
+        slip = (torch.rand(recipe.batch_size, generator=generator) < slip_rate).to(device)[:, None]
+        ids = torch.where(slip, slip_ids[index], right_ids[index])
+        labels = torch.where(slip, slip_labels[index], right_labels[index])
+        loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=labels).loss
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate
         optimizer.step()
-        schedule.step()
         optimizer.zero_grad(set_to_none=True)
-        step, loss = step + 1, output.loss.item()
-        if step % recipe.check_every == 0:
-            probe_accuracy = greedy_accuracy(
-                model, tokenizer, probe_prompts, task.max_completion_length, reward_kwargs={"answer": probe_answers}
-            )
-            log(f"  bootstrap step {step}: supervised loss {loss:.3f}, probe accuracy {probe_accuracy:.1%}")
-            if probe_accuracy >= recipe.target_accuracy:
+        return loss.item()
+
+    model.train()
+    steps, loss, accuracy = 0, float("nan"), 0.0
+    while steps < recipe.max_steps:
+        loss = step(0.0, learning_rate(steps))
+        steps += 1
+        if steps % recipe.check_every == 0:
+            accuracy, _ = _probe(model, tokenizer, task, probe)
+            log(f"  bootstrap step {steps}: supervised loss {loss:.3f}, probe accuracy {accuracy:.1%}")
+            if accuracy >= recipe.target_accuracy:
                 break
+    for _ in range(recipe.slip_steps if recipe.carry_slip_rate > 0 else 0):
+        loss = step(recipe.carry_slip_rate, recipe.slip_learning_rate)
+    slip_accuracy, slipped = _probe(model, tokenizer, task, probe)
+    if recipe.carry_slip_rate > 0:
+        log(
+            f"  after {recipe.slip_steps} steps on sloppy demonstrations: probe accuracy {slip_accuracy:.1%}, "
+            f"{slipped:.1%} of the answers forget a carry"
+        )
     model.eval()
-    return {"steps": step, "final_loss": loss, "probe_accuracy": probe_accuracy}
+    return {
+        "steps": steps,
+        "final_loss": loss,
+        "probe_accuracy_learned": accuracy,
+        "probe_accuracy": slip_accuracy,
+        "probe_slipped": slipped,
+    }
 
 
 def bootstrap_policy(
@@ -121,7 +181,11 @@ def bootstrap_policy(
     if (target / "bootstrap.json").exists():
         log(f"Using the cached base policy in {target}")
         return target
-    log(f"Bootstrapping a tiny base policy for {task.name!r} (supervised until {recipe.target_accuracy:.0%} on a probe) ...")
+    log(
+        f"Bootstrapping a tiny base policy for {task.name!r}: supervised on right sums until it adds "
+        f"({recipe.target_accuracy:.0%} of a probe), then on demonstrations that forget {recipe.carry_slip_rate:.0%} "
+        "of the carries ..."
+    )
     started = time.perf_counter()
     tokenizer = build_char_tokenizer()
     model = build_tiny_causal_lm(
@@ -141,7 +205,7 @@ def bootstrap_policy(
         model, tokenizer, heldout["prompt"], task.max_completion_length, reward_kwargs={"answer": heldout["answer"]}
     )
     seconds = time.perf_counter() - started
-    log(f"Bootstrapped in {seconds:.1f} s ({outcome['steps']} steps): held-out greedy accuracy {accuracy:.1%}")
+    log(f"Bootstrapped in {seconds:.1f} s: held-out greedy accuracy {accuracy:.1%}")
 
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
