@@ -54,7 +54,7 @@ class BootstrapRecipe:
     num_layers: int = 2
     num_heads: int = 4
     target_accuracy: float = 0.95
-    max_steps: int = 800
+    max_steps: int = 1500
     check_every: int = 50
     carry_slip_rate: float = 0.8
     slip_steps: int = 100
@@ -62,6 +62,8 @@ class BootstrapRecipe:
     probe_size: int = 500
     batch_size: int = 256
     learning_rate: float = 5e-3
+    weight_decay: float = 0.0
+    adam_beta2: float = 0.95
     seed: int = 0
 
     def cache_name(self, task: AdditionTask) -> str:
@@ -121,7 +123,9 @@ def supervise(model, tokenizer, task: AdditionTask, recipe: BootstrapRecipe, log
     )
     probe = task.train_pairs[: recipe.probe_size]
     generator = torch.Generator().manual_seed(recipe.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=recipe.learning_rate, betas=(0.9, recipe.adam_beta2), weight_decay=recipe.weight_decay
+    )
     warmup = max(1, recipe.max_steps // 50)
 
     def learning_rate(step: int) -> float:
