@@ -124,15 +124,17 @@ def test_compare_two_losses_writes_table_csv_and_png(tmp_path, capsys):
     assert summaries["grpo"]["model"] == summaries["dapo"]["model"]  # same base policy, task and seed
     assert summaries["grpo"]["seed"] == summaries["dapo"]["seed"] == 0 and summaries["grpo"]["task"] == "addition"
     assert summaries["grpo"]["accuracy_before"] == summaries["dapo"]["accuracy_before"]
-    assert summaries["grpo"]["heldout_size"] == summaries["dapo"]["heldout_size"] == ADDITION.num_heldout == 500
+    assert summaries["grpo"]["heldout_size"] == summaries["dapo"]["heldout_size"] == ADDITION.num_heldout
 
     table = (report_dir / "results.md").read_text()
     for name, summary in summaries.items():
         row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
         assert f"{summary['accuracy_after']:.1%}" in row
-    # The barely bootstrapped policy solves no sum under either loss, so the report must call it a tie.
-    assert all(s["accuracy_after"] == s["best_accuracy"] == 0.0 for s in summaries.values())
-    assert "**No winner: " in table and " tied** at 0.0% final and 0.0% best held-out accuracy" in table
+    # The barely bootstrapped policy samples no right sum in two steps (every advantage 0), so neither loss moves it
+    # off its starting accuracy and the report must call it a tie.
+    accuracy = summaries["grpo"]["accuracy_before"]
+    assert all(s["accuracy_after"] == s["best_accuracy"] == accuracy for s in summaries.values())
+    assert "**No winner: " in table and f" tied** at {accuracy:.1%} final and {accuracy:.1%} best held-out" in table
     assert "One seed cannot separate losses whose gap is below the seed-to-seed spread" in table
     assert "evaluation noise" not in table  # a zero gap: nothing to weigh against the evaluation noise
 
