@@ -13,7 +13,8 @@ from PIL import Image
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_zoo import TABLES
-from trl_zoo.cli import TaskArguments, main
+from trl_zoo.arguments import TaskArguments
+from trl_zoo.cli import main
 from trl_zoo.report import Run, write_report
 from trl_zoo.tasks import ADDITION
 from trl_zoo.tasks.evaluation import greedy_accuracy
