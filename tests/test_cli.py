@@ -93,8 +93,8 @@ def test_train_builtin_task_end_to_end(tmp_path, capsys):
     assert f"{summary['accuracy_before']:.1%}" in printed and str(out) in printed
 
 
-@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
-def test_train_local_model_and_local_dataset_file(tmp_path, suffix):
+def local_sums(tmp_path, suffix: str = "jsonl") -> list[str]:
+    """Train flags for the tiny local model on 40 sums in a local file (column "question"), 8 of them held out."""
     rows = [{"question": f"{a}+{a + 3}=", "answer": str(2 * a + 3)} for a in range(10, 50)]
     data = tmp_path / f"sums.{suffix}"
     if suffix == "jsonl":
@@ -104,14 +104,51 @@ def test_train_local_model_and_local_dataset_file(tmp_path, suffix):
             writer = csv.DictWriter(handle, fieldnames=["question", "answer"])
             writer.writeheader()
             writer.writerows(rows)
+    return ["--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--prompt_column", "question",
+            "--num_heldout", "8", "--max_completion_length", "6", "--write_report", "false"]
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+def test_train_local_model_and_local_dataset_file(tmp_path, suffix):
+    data = tmp_path / f"sums.{suffix}"
     out = tmp_path / "run"
-    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--prompt_column",
-            "question", "--num_heldout", "8", "--max_completion_length", "6", *TINY_RL, "--output_dir", str(out), "--write_report", "false"]
-    assert main(argv) == 0
+    assert main(["train", *local_sums(tmp_path, suffix), *TINY_RL, "--output_dir", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == tiny.model_dir() and summary["task"] == str(data) and summary["steps"] == 2
     assert (out / "adapter_config.json").exists()
     assert not (out / "report").exists()
+
+
+def test_train_resumes_from_the_last_checkpoint_and_continues_the_run_log(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", *local_sums(tmp_path), *TINY_RL, "--save_strategy", "steps", "--save_steps", "2",
+            "--output_dir", str(out)]
+    assert main([*argv, "--max_steps", "4"]) == 0
+    first = read_records(out)
+    capsys.readouterr()
+
+    assert main([*argv, "--max_steps", "6", "--resume_from_checkpoint", "true"]) == 0
+    assert f"Resuming from {out / 'checkpoint-4'} (step 4)." in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 6
+    records = read_records(out)
+    assert records[: len(first)] == first  # the first run's log is kept as it was, and continued
+    steps = lambda kind: [r["step"] for r in records if r["kind"] == kind]  # noqa: E731
+    assert steps("train") == [1, 2, 3, 4, 5, 6]  # steps 1-4 were not trained again
+    assert steps("eval") == [0, 1, 2, 3, 4, 5, 6] and steps("end") == [4, 6]
+    assert summary["accuracy_before"] == first[0]["heldout_accuracy"] and first[0]["step"] == 0
+
+    # A checkpoint by path: the records after its step belong to the steps trained again, and are replaced by them,
+    # the same numbers (the checkpoint restores the weights, the optimizer and the random state).
+    assert main([*argv, "--max_steps", "4", "--resume_from_checkpoint", str(out / "checkpoint-2")]) == 0
+    again = read_records(out)
+    assert again[: sum(r["step"] <= 2 for r in first)] == [r for r in first if r["step"] <= 2]
+    assert [r["step"] for r in again if r["kind"] == "train"] == [1, 2, 3, 4]
+    redone = {r["step"]: r for r in again if r["kind"] == "train" and r["step"] > 2}
+    for record in first:
+        if record["kind"] == "train" and record["step"] > 2:
+            assert redone[record["step"]]["reward"] == pytest.approx(record["reward"])
+            assert redone[record["step"]]["loss"] == pytest.approx(record["loss"], abs=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------------ compare
@@ -284,6 +321,8 @@ BAD_CONFIGS = {
     "dataset without model": (lambda p: ["--dataset_name", "x.jsonl"], ["model_name_or_path"]),
     "missing data file": (lambda p: ["--dataset_name", "x.jsonl", "--model_name_or_path", "m"], ["dataset_name"]),
     "qlora without gpu": (lambda p: ["--load_in_4bit", "--model_name_or_path", tiny.model_dir()], ["load_in_4bit"]),
+    "resume without checkpoint": (lambda p: ["--resume_from_checkpoint", "true"], ["resume_from_checkpoint", "no "]),
+    "resume from elsewhere": (lambda p: ["--resume_from_checkpoint", str(p)], ["resume_from_checkpoint", "not a "]),
 }
 
 

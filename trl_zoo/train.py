@@ -21,11 +21,13 @@ from pathlib import Path
 import torch
 from datasets import DatasetDict, load_dataset
 from transformers import AutoTokenizer, TrainerCallback
-from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
+from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer import TRAINER_STATE_NAME
 from trl import get_peft_config, get_quantization_config
 
 from .arguments import ConfigError, one_line, parse_train_args
-from .report import SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
+from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from .tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy
@@ -45,6 +47,7 @@ class TrainingSetup:
     model_path: str  # the base policy: model_name_or_path or the bootstrapped tiny policy's directory
     heldout_size: int
     reward_names: tuple[str, ...]
+    checkpoint: str | None  # the checkpoint folder the run resumes from, None for a fresh run
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,25 @@ class RunSummary:
 
     def to_json(self) -> dict:
         return {key: value for key, value in dataclasses.asdict(self).items() if key != "report"}
+
+
+def resume_checkpoint(value: str | bool | None, output_dir: str) -> str | None:
+    """The checkpoint folder `resume_from_checkpoint` names, read as `trl grpo` users write it: a checkpoint path,
+    or `true` for the last `checkpoint-N` folder in output_dir; None or `false` for a fresh run."""
+    if value is None or str(value).lower() == "false":
+        return None
+    if str(value).lower() == "true":
+        last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        if last is None:
+            raise ConfigError(f"resume_from_checkpoint: no checkpoint-N folder in {output_dir} to resume from.")
+        return last
+    if not os.path.isfile(os.path.join(value, TRAINER_STATE_NAME)):
+        raise ConfigError(f"resume_from_checkpoint: {value} is not a checkpoint folder (no {TRAINER_STATE_NAME}).")
+    return value
+
+
+def checkpoint_step(checkpoint: str) -> int:
+    return TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).global_step
 
 
 def resolve_reward(name: str):
@@ -166,7 +188,10 @@ class ConciseProgress(TrainerCallback):
 
 
 def prepare_training(task_args, training_args, model_args, log=print) -> TrainingSetup:
-    """Everything up to `trainer.train()`: model, data, rewards, callbacks. Raises ConfigError on bad input."""
+    """Everything up to `trainer.train()`: model, data, rewards, callbacks. Raises ConfigError on bad input.
+
+    A resumed run continues its run log: the records up to the checkpoint's step stay, and the held-out accuracy
+    history starts from their evaluations."""
     if model_args.load_in_4bit or model_args.load_in_8bit:
         flag = "load_in_4bit" if model_args.load_in_4bit else "load_in_8bit"
         try:
@@ -177,6 +202,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             raise ConfigError(f"{flag}: QLoRA needs a CUDA GPU; drop --{flag} to train with plain LoRA here.")
         if not model_args.use_peft:
             raise ConfigError(f"{flag}: a quantized model can only be fine-tuned with an adapter; set use_peft true.")
+    checkpoint = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
 
     if task_args.dataset_name is None:
         task = get_task(task_args.task)
@@ -230,7 +256,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
 
     output_dir = Path(training_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    run_log = RunLog(output_dir / "metrics.jsonl")
+    run_log = RunLog(output_dir / METRICS_FILE, resume_step=checkpoint_step(checkpoint) if checkpoint else None)
     heldout_columns = {name: heldout[name] for name in heldout.column_names if name != "prompt"}
 
     def evaluate(model) -> float:
@@ -247,7 +273,10 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     def record(step: int, accuracy: float):
         run_log.write({"kind": "eval", "step": step, "heldout_accuracy": accuracy})
 
-    accuracy_callback = HeldOutAccuracyCallback(evaluate, task_args.eval_every_steps, on_result=record)
+    earlier = [(record["step"], record["heldout_accuracy"]) for record in run_log.kept if record["kind"] == "eval"]
+    accuracy_callback = HeldOutAccuracyCallback(
+        evaluate, task_args.eval_every_steps, on_result=record, history=earlier
+    )
     try:
         trainer = GRPOTrainer(
             model=model_path,
@@ -270,18 +299,27 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         model_path=model_path,
         heldout_size=len(heldout),
         reward_names=tuple(reward_names),
+        checkpoint=checkpoint,
     )
 
 
 def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
-    """Prepare, measure held-out accuracy, train with RL, measure again, save the adapter and a report."""
+    """Prepare, measure held-out accuracy, train with RL, measure again, save the adapter and a report.
+
+    A resumed run takes its accuracy before RL from the run log (step 0) and trains on from the checkpoint;
+    `train_seconds` and `total_seconds` count this process only."""
     started = time.perf_counter()
     try:
         prepared = prepare_training(task_args, training_args, model_args, log)
     except (ValueError, TypeError) as error:  # bad input found while setting up: one line, no traceback
         raise ConfigError(one_line(error)) from None
     trainer, accuracy = prepared.trainer, prepared.accuracy
-    before = accuracy.measure(trainer.model, 0)
+    if prepared.checkpoint:
+        log(f"Resuming from {prepared.checkpoint} (step {checkpoint_step(prepared.checkpoint)}).")
+    if accuracy.history and accuracy.history[0][0] == 0:
+        before = accuracy.history[0][1]  # measured before the checkpoint was written
+    else:
+        before = accuracy.measure(trainer.model, 0)
     length = (
         f"{training_args.max_steps} steps" if training_args.max_steps > 0 else f"{training_args.num_train_epochs:g} epochs"
     )
@@ -291,7 +329,7 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         f"fine-tuning, {length} ..."
     )
     train_started = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=prepared.checkpoint)
     train_seconds = time.perf_counter() - train_started
     trainer.save_model(training_args.output_dir)
     history = accuracy.history
