@@ -13,7 +13,7 @@ from PIL import Image
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_zoo import TABLES
-from trl_zoo.arguments import TaskArguments
+from trl_zoo.arguments import TaskArguments, parse_train_args
 from trl_zoo.cli import main
 from trl_zoo.report import Run, write_report
 from trl_zoo.tasks import ADDITION
@@ -151,6 +151,40 @@ def test_train_resumes_from_the_last_checkpoint_and_continues_the_run_log(tmp_pa
             assert redone[record["step"]]["loss"] == pytest.approx(record["loss"], abs=1e-6)
 
 
+def test_default_output_dir_is_named_by_the_preset(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    dirs = {}
+    for preset in ("dapo", "prorl", "vapo"):  # three presets with loss_type dapo
+        _, training_args, _ = parse_train_args(["--config", f"configs/{preset}.yaml"])
+        assert training_args.loss_type == "dapo"
+        dirs[preset] = training_args.output_dir
+    assert dirs == {preset: f"runs/addition-{preset}" for preset in dirs}
+    assert parse_train_args([]).training.output_dir == "runs/addition-grpo"  # no preset: the loss names the run
+    assert parse_train_args(["--loss_type", "gspo", "--task", "addition3"]).training.output_dir == "runs/addition3-gspo"
+
+
+def test_train_never_replaces_an_earlier_run_silently(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", *local_sums(tmp_path), *TINY_RL, "--output_dir", str(out)]
+    assert main(argv) == 0
+    finished = (out / "summary.json").read_text()
+    capsys.readouterr()
+
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == (f"trl-zoo train: error: output_dir: {out} already holds a finished run (summary.json); give "
+                     "--output_dir NEW, --resume_from_checkpoint true to continue it, or --overwrite_output_dir true "
+                     "to replace it.")  # TRL saved checkpoint-2 at the end of the run
+    assert (out / "summary.json").read_text() == finished
+
+    (out / "summary.json").unlink()  # as if the run had been interrupted after its checkpoint
+    assert main(argv) == 2
+    assert f"output_dir: {out} already holds an unfinished run (checkpoint-2); give" in capsys.readouterr().err
+
+    assert main([*argv, "--overwrite_output_dir", "true"]) == 0
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+
+
 # ------------------------------------------------------------------------------------------------------ compare
 def test_compare_two_losses_writes_table_csv_and_png(tmp_path, capsys):
     report_dir = tmp_path / "cmp"
@@ -218,7 +252,7 @@ def fake_training(finals: dict, before: dict, commands: list):
         commands.append(command)
         flag = lambda name: command[command.index(name) + 1]  # noqa: E731
         loss, seed, output = flag("--loss_type"), int(flag("--seed")), Path(flag("--output_dir"))
-        output.mkdir(parents=True)
+        output.mkdir(parents=True, exist_ok=True)
         summary = {"accuracy_before": before[seed], "accuracy_after": finals[loss, seed], "train_seconds": 1.0,
                    "loss_type": loss, "seed": seed, "task": "addition", "model": "base"}
         (output / "summary.json").write_text(json.dumps(summary))
@@ -253,6 +287,19 @@ def test_compare_over_seeds_runs_every_loss_per_seed_and_ranks_by_the_mean(tmp_p
                "seed); grpo ahead on 1 of 2. The interval includes 0, so grpo's first place (mean final held-out "
                "accuracy grpo 60.0%, dapo 57.5%) is within seed noise.")
     assert verdict in text and verdict in capsys.readouterr().out
+
+
+def test_compare_refuses_a_report_dir_with_finished_runs(tmp_path, monkeypatch, capsys):
+    commands = []
+    monkeypatch.setattr(subprocess, "run", fake_training({("grpo", 0): 0.5, ("dapo", 0): 0.6}, {0: 0.4}, commands))
+    argv = ["compare", "--losses", "grpo,dapo", "--seeds", "0", "--report_dir", str(tmp_path / "cmp")]
+    assert main(argv) == 0 and len(commands) == 2
+    assert main(argv) == 2 and len(commands) == 2  # nothing ran again
+    assert capsys.readouterr().err.strip() == (
+        f"trl-zoo compare: error: report_dir: {tmp_path / 'cmp'} already holds finished runs (grpo seed 0, dapo seed "
+        "0); give --report_dir NEW or --overwrite_output_dir true to replace them.")
+    assert main([*argv, "--overwrite_output_dir", "true"]) == 0 and len(commands) == 4
+    assert commands[-1][commands[-1].index("--overwrite_output_dir") + 1] == "true"  # passed on to train
 
 
 def test_compare_on_a_built_in_task_defaults_to_three_seeds(tmp_path, monkeypatch, capsys):

@@ -20,6 +20,7 @@ import dataclasses
 import difflib
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -91,6 +92,14 @@ class TaskArguments(ScriptArguments):
     write_report: bool = field(
         default=True, metadata={"help": "Write a report (table, CSV, plots) into output_dir/report."}
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start a fresh run in an output_dir that holds an earlier run (summary.json or checkpoints); "
+            "without it `train` stops rather than replace that run. The earlier run's files that the new run "
+            "does not write again stay."
+        },
+    )
 
 
 class StrictTrlParser(TrlParser):
@@ -151,7 +160,9 @@ def trl_zoo_defaults() -> dict:
     return defaults
 
 
-DEFAULT_OUTPUT_DIR = "runs/{task}-{loss_type}"  # filled in once the loss is known (YAML or flag may set it)
+# Filled in once the task and the run's name are known: the config file's stem (the preset) if there is one, else
+# the loss_type, so presets that share a loss_type (dapo, prorl, vapo) get their own folders.
+DEFAULT_OUTPUT_DIR = "runs/{task}-{run_name}"
 
 
 def quickstart_preset(task) -> dict:
@@ -235,6 +246,7 @@ def parse_train_args(argv: list[str]) -> ParsedArguments:
         hint = f" Did you mean {close[0]}?" if close else ""
         raise ConfigError(f"{flag.lstrip('-')}: unknown argument {flag}.{hint}")
     if training_args.output_dir == DEFAULT_OUTPUT_DIR:
-        training_args.output_dir = DEFAULT_OUTPUT_DIR.format(task=task_args.task, loss_type=training_args.loss_type)
+        run_name = Path(config_file).stem if config_file else training_args.loss_type
+        training_args.output_dir = DEFAULT_OUTPUT_DIR.format(task=task_args.task, run_name=run_name)
     return ParsedArguments(task_args, training_args, model_args)
 

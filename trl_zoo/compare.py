@@ -4,7 +4,8 @@ the comparison report (`report.py`).
     trl-zoo compare --losses grpo,dapo [--seeds 0,1,2] [--report_dir DIR] [train flags ...]
 
 Runs go to `<report_dir>/<loss>` (one seed) or `<report_dir>/<loss>/seed<s>`; a loss may also be a YAML config
-path, named by its file stem.
+path, named by its file stem. A report_dir that already holds finished runs is refused before anything runs, unless
+`--overwrite_output_dir true` is given.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .arguments import CONFIG_SUFFIXES, ConfigError, config_path, read_config
+from .arguments import CONFIG_SUFFIXES, ConfigError, config_path, make_train_parser, read_config
 from .registry import LOSSES
-from .report import headline, load_run, write_report
+from .report import SUMMARY_FILE, headline, load_run, write_report
 
 DEFAULT_COMPARE_SEEDS = "0,1,2"
 
@@ -110,7 +111,8 @@ def compare_runs(
         raise ConfigError(f"losses: names must be distinct, got {', '.join(names)}.")
     config_paths = [path for path in [config_path(train_argv)] if path]
     config_paths += [selection[1] for _, selection in selections if selection[0] == "--config"]
-    seed_list, default_message = compare_seeds(seeds, train_argv, [read_config(path) for path in config_paths])
+    configs = [read_config(path) for path in config_paths]
+    seed_list, default_message = compare_seeds(seeds, train_argv, configs)
     if default_message:
         log(default_message)
 
@@ -125,6 +127,13 @@ def compare_runs(
             else:
                 seeded = [*selection, "--seed", str(seed)]
                 runs.append((f"{name} seed {seed}", name, directory / name / f"seed{seed}", seeded))
+    earlier = [run_name for run_name, _, output_dir, _ in runs if (output_dir / SUMMARY_FILE).is_file()]
+    overwrite = make_train_parser().parse_known_args(train_argv)[0].overwrite_output_dir
+    if earlier and not (overwrite or any(config.get("overwrite_output_dir") for config in configs)):
+        raise ConfigError(
+            f"report_dir: {directory} already holds finished runs ({', '.join(earlier)}); give --report_dir NEW or "
+            f"--overwrite_output_dir true to replace them."
+        )
     failed, finished = [], {}
     for run_name, loss_name, output_dir, selection in runs:
         log(f"=== {run_name} ===")

@@ -91,6 +91,21 @@ def resume_checkpoint(value: str | bool | None, output_dir: str) -> str | None:
     return value
 
 
+def check_output_dir(output_dir: str, overwrite: bool):
+    """A fresh run never replaces an earlier one silently: an output_dir holding a finished run (summary.json) or
+    an unfinished run's checkpoints is reused only to resume it or with `overwrite_output_dir`."""
+    finished = os.path.isfile(os.path.join(output_dir, SUMMARY_FILE))
+    last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    if overwrite or not (finished or last):
+        return
+    earlier = "a finished run (summary.json)" if finished else f"an unfinished run ({Path(last).name})"
+    resume = " --resume_from_checkpoint true to continue it," if last else ""
+    raise ConfigError(
+        f"output_dir: {output_dir} already holds {earlier}; give --output_dir NEW,{resume} or "
+        f"--overwrite_output_dir true to replace it."
+    )
+
+
 def checkpoint_step(checkpoint: str) -> int:
     return TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).global_step
 
@@ -203,6 +218,8 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         if not model_args.use_peft:
             raise ConfigError(f"{flag}: a quantized model can only be fine-tuned with an adapter; set use_peft true.")
     checkpoint = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    if checkpoint is None:
+        check_output_dir(training_args.output_dir, task_args.overwrite_output_dir)
 
     if task_args.dataset_name is None:
         task = get_task(task_args.task)
@@ -256,6 +273,8 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
 
     output_dir = Path(training_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    if checkpoint is None:
+        (output_dir / SUMMARY_FILE).unlink(missing_ok=True)  # an earlier run's; this run writes its own at the end
     run_log = RunLog(output_dir / METRICS_FILE, resume_step=checkpoint_step(checkpoint) if checkpoint else None)
     heldout_columns = {name: heldout[name] for name in heldout.column_names if name != "prompt"}
 
