@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +13,9 @@ from peft import PeftModel
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_zoo import TABLES
+from trl_zoo import LOSSES, TABLES
 from trl_zoo.arguments import TaskArguments, parse_train_args
-from trl_zoo.cli import main
+from trl_zoo.cli import COMMANDS, main
 from trl_zoo.report import Run, write_report
 from trl_zoo.tasks import ADDITION
 from trl_zoo.tasks.evaluation import greedy_accuracy
@@ -60,6 +61,27 @@ def test_list_shows_every_plugin_with_description_and_source(capsys):
         assert [row.split()[0] for row in rows] == table.names()
         for row, entry in zip(rows, table.entries()):
             assert entry.description in row and entry.source in row
+
+
+# ------------------------------------------------------------------------------------------------------ help
+def test_help_points_to_the_commands_and_version_prints_the_project_version(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"trl-zoo {command} " in out for command in COMMANDS) and "trl-zoo COMMAND --help" in out
+    assert main(["--version"]) == 0
+    version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.MULTILINE).group(1)
+    assert capsys.readouterr().out == f"trl-zoo {version}\n"
+    assert main(["list", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: trl-zoo list\n\nEvery plugin table")
+
+
+def test_train_help_lists_trl_zoos_losses(capsys):
+    with pytest.raises(SystemExit) as exited:  # argparse prints the help and exits
+        main(["train", "--help"])
+    assert exited.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--loss_type LOSS_TYPE, --loss-type LOSS_TYPE Policy loss, a name in trl_zoo's loss table: " in out
+    assert ", ".join(LOSSES.names()) in out and "Supported values are 'grpo'" not in out
 
 
 # ------------------------------------------------------------------------------------------------------ train

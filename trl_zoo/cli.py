@@ -4,6 +4,8 @@
     trl-zoo list                                                    every plugin table: name, description, paper
     trl-zoo compare --losses grpo,dapo [--report_dir DIR] [train flags ...]
 
+`trl-zoo COMMAND --help` shows a command's options; `trl-zoo --version` the version.
+
 This module only dispatches: `arguments.py` parses the train arguments and config files, `train.py` runs
 `train`, `compare.py` runs `compare`. Bad configuration exits with status 2 and a one-line message naming the
 field, never a traceback.
@@ -14,16 +16,33 @@ from __future__ import annotations
 import difflib
 import sys
 import warnings
+from importlib import metadata
 
+from . import __version__
 from .arguments import ConfigError, one_line
 from .compare import compare_command
 from .registry import TABLES
 from .train import train_command
 
-USAGE = __doc__.split("\n\n")[1]
+USAGE = "\n\n".join(__doc__.split("\n\n")[1:3])
+LIST_USAGE = """usage: trl-zoo list
+
+Every plugin table (losses, aggregations, advantage estimators, KL estimators, samplers, plugins included): each
+entry's name, one-line description and source paper."""
+
+
+def package_version() -> str:
+    """The installed distribution's version; trl_zoo.__version__ when running from a source tree."""
+    try:
+        return metadata.version("trl-zoo")
+    except metadata.PackageNotFoundError:
+        return __version__
 
 
 def list_command(argv: list[str]) -> int:
+    if argv in (["-h"], ["--help"]):
+        print(LIST_USAGE)
+        return 0
     if argv:
         raise ConfigError(f"list: takes no arguments, got {' '.join(argv)}.")
     for table_name, table in TABLES.items():
@@ -46,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         warnings.filterwarnings("ignore", category=category)
     if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
+        return 0
+    if argv and argv[0] == "--version":
+        print(f"trl-zoo {package_version()}")
         return 0
     command, rest = ("train", argv) if not argv or argv[0].startswith("-") else (argv[0], argv[1:])
     if command not in COMMANDS:
