@@ -13,6 +13,7 @@ from peft import PeftModel
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import trl_zoo.train
 from trl_zoo import LOSSES, TABLES
 from trl_zoo.arguments import TaskArguments, parse_train_args
 from trl_zoo.cli import COMMANDS, main
@@ -115,8 +116,9 @@ def test_train_builtin_task_end_to_end(tmp_path, capsys):
     assert f"{summary['accuracy_before']:.1%}" in printed and str(out) in printed
 
 
-def local_sums(tmp_path, suffix: str = "jsonl") -> list[str]:
-    """Train flags for the tiny local model on 40 sums in a local file (column "question"), 8 of them held out."""
+def local_sums(tmp_path, suffix: str = "jsonl", num_heldout: int | None = 8) -> list[str]:
+    """Train flags for the tiny local model on 40 sums in a local file (column "question"), `num_heldout` of them
+    held out (None: the default share)."""
     rows = [{"question": f"{a}+{a + 3}=", "answer": str(2 * a + 3)} for a in range(10, 50)]
     data = tmp_path / f"sums.{suffix}"
     if suffix == "jsonl":
@@ -126,8 +128,9 @@ def local_sums(tmp_path, suffix: str = "jsonl") -> list[str]:
             writer = csv.DictWriter(handle, fieldnames=["question", "answer"])
             writer.writeheader()
             writer.writerows(rows)
+    heldout = [] if num_heldout is None else ["--num_heldout", str(num_heldout)]
     return ["--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--prompt_column", "question",
-            "--num_heldout", "8", "--max_completion_length", "6", "--write_report", "false"]
+            *heldout, "--max_completion_length", "6", "--write_report", "false"]
 
 
 @pytest.mark.parametrize("suffix", ["jsonl", "csv"])
@@ -139,6 +142,28 @@ def test_train_local_model_and_local_dataset_file(tmp_path, suffix):
     assert summary["model"] == tiny.model_dir() and summary["task"] == str(data) and summary["steps"] == 2
     assert (out / "adapter_config.json").exists()
     assert not (out / "report").exists()
+
+
+def test_dataset_run_says_what_it_holds_out_and_reports_its_last_step(tmp_path, capsys, monkeypatch):
+    lengths = []
+
+    def recording_accuracy(*args, max_new_tokens, **kwargs):
+        lengths.append(max_new_tokens)
+        return greedy_accuracy(*args, max_new_tokens=max_new_tokens, **kwargs)
+
+    monkeypatch.setattr(trl_zoo.train, "greedy_accuracy", recording_accuracy)
+    out = tmp_path / "run"
+    argv = ["train", *local_sums(tmp_path, num_heldout=None), *TINY_RL, "--logging_steps", "10",
+            "--output_dir", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    # 40 rows, no test split: 10% held out, and the log says so
+    assert f"{tmp_path / 'sums.jsonl'}: no 'test' split, so 4 of its 40 rows are held out for the greedy" in printed
+    assert json.loads((out / "summary.json").read_text())["heldout_size"] == 4
+    assert lengths == [6, 6, 6]  # before RL and after steps 1 and 2, at the run's max_completion_length
+    # 2 steps with logging_steps 10: the last step is still logged, shown and recorded
+    assert "  step    2/2  reward " in printed
+    assert [r["step"] for r in read_records(out) if r["kind"] == "train"] == [2]
 
 
 def test_train_resumes_from_the_last_checkpoint_and_continues_the_run_log(tmp_path, capsys):
@@ -182,7 +207,8 @@ def test_default_output_dir_is_named_by_the_preset(monkeypatch):
         dirs[preset] = training_args.output_dir
     assert dirs == {preset: f"runs/addition-{preset}" for preset in dirs}
     assert parse_train_args([]).training.output_dir == "runs/addition-grpo"  # no preset: the loss names the run
-    assert parse_train_args(["--loss_type", "gspo", "--task", "addition3"]).training.output_dir == "runs/addition3-gspo"
+    assert parse_train_args(["--loss_type", "gspo", "--task", "addition3"]).training.output_dir == (
+        "runs/addition3-gspo")
 
 
 def test_train_never_replaces_an_earlier_run_silently(tmp_path, capsys):
@@ -398,7 +424,9 @@ BAD_CONFIGS = {
 @pytest.mark.parametrize("case", list(BAD_CONFIGS))
 def test_bad_config_exits_nonzero_with_one_line_naming_the_field(case, tmp_path, capsys):
     make_argv, expected = BAD_CONFIGS[case]
-    assert main(["train", *make_argv(tmp_path), "--output_dir", str(tmp_path / "run")]) == 2
+    argv = make_argv(tmp_path)
+    capsys.readouterr()  # building the tiny model may print progress bars
+    assert main(["train", *argv, "--output_dir", str(tmp_path / "run")]) == 2
     captured = capsys.readouterr()
     error = captured.err.strip()
     assert error.count("\n") == 0, error

@@ -69,9 +69,12 @@ class TaskArguments(ScriptArguments):
     system_prompt: str | None = field(
         default=None, metadata={"help": "System message for conversational prompts."}
     )
-    num_heldout: int = field(
-        default=200,
-        metadata={"help": "Held-out prompts split off the training data when the dataset has no test split."},
+    num_heldout: int | None = field(
+        default=None,
+        metadata={
+            "help": "Held-out prompts split off the training data when the dataset has no test split. None: a tenth "
+            "of the rows, at most 200 and at least 1."
+        },
     )
     eval_every_steps: int = field(
         default=50, metadata={"help": "Measure greedy held-out accuracy every N optimizer steps."}

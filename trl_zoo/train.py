@@ -130,7 +130,14 @@ def resolve_reward(name: str):
     )
 
 
-def _load_dataset_splits(task_args, seed: int):
+def heldout_count(num_heldout: int | None, rows: int) -> int:
+    """Rows to hold out of a split of `rows` rows: num_heldout when given, else max(1, min(200, ⌊rows / 10⌋))."""
+    if num_heldout is not None:
+        return num_heldout
+    return max(1, min(200, rows // 10))
+
+
+def _load_dataset_splits(task_args, seed: int, log=print):
     source = task_args.dataset_name
     suffix = Path(source).suffix.lower()
     if suffix in DATA_FILE_BUILDERS and not os.path.isfile(source):
@@ -158,9 +165,14 @@ def _load_dataset_splits(task_args, seed: int):
     if task_args.dataset_test_split in dataset:
         heldout = dataset[task_args.dataset_test_split]
     else:
-        if not 0 < task_args.num_heldout < len(train):
+        count = heldout_count(task_args.num_heldout, len(train))
+        if not 0 < count < len(train):
             raise ConfigError(f"num_heldout: must be between 1 and {len(train) - 1} for this dataset.")
-        split = train.train_test_split(test_size=task_args.num_heldout, seed=seed)
+        log(
+            f"{source}: no {task_args.dataset_test_split!r} split, so {count} of its {len(train)} rows are held out "
+            f"for the greedy evaluation (num_heldout)."
+        )
+        split = train.train_test_split(test_size=count, seed=seed)
         train, heldout = split["train"], split["test"]
     for column_arg, target in (("prompt_column", "prompt"), ("answer_column", "answer")):
         column = getattr(task_args, column_arg)
@@ -182,7 +194,8 @@ def _conversational_prompts(dataset, system_prompt: str | None):
 
 
 class ConciseProgress(TrainerCallback):
-    """One line per logging step: step, sampled reward, latest held-out accuracy, elapsed time."""
+    """One line per logging step: step, sampled reward, latest held-out accuracy, elapsed time. The trainer also
+    logs the last step, so a run shorter than logging_steps (or not a multiple of it) shows and records its end."""
 
     def __init__(self, accuracy_callback: HeldOutAccuracyCallback, log=print):
         self.accuracy_callback = accuracy_callback
@@ -191,6 +204,11 @@ class ConciseProgress(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= state.max_steps:
+            control.should_log = True
+        return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "reward" in logs:
@@ -240,7 +258,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     else:
         if model_args.model_name_or_path is None:
             raise ConfigError("model_name_or_path: required with dataset_name (a hub name or a local directory).")
-        train, heldout = _load_dataset_splits(task_args, training_args.seed)
+        train, heldout = _load_dataset_splits(task_args, training_args.seed, log)
         source, model_path = task_args.dataset_name, model_args.model_name_or_path
 
     try:
