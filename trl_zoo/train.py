@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 from datasets import DatasetDict, load_dataset
 from transformers import AutoTokenizer, TrainerCallback
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 from transformers.trainer_utils import get_last_checkpoint
-from transformers.trainer import TRAINER_STATE_NAME
 from trl import get_peft_config, get_quantization_config
 
 from .arguments import ConfigError, one_line, parse_train_args
