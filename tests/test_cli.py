@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,10 @@ from peft import PeftModel
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_zoo import TABLES
-from trl_zoo.cli import TaskArguments, main
+import trl_zoo.train
+from trl_zoo import LOSSES, TABLES
+from trl_zoo.arguments import TaskArguments, parse_train_args
+from trl_zoo.cli import COMMANDS, main
 from trl_zoo.report import Run, write_report
 from trl_zoo.tasks import ADDITION
 from trl_zoo.tasks.evaluation import greedy_accuracy
@@ -61,6 +64,27 @@ def test_list_shows_every_plugin_with_description_and_source(capsys):
             assert entry.description in row and entry.source in row
 
 
+# ------------------------------------------------------------------------------------------------------ help
+def test_help_points_to_the_commands_and_version_prints_the_project_version(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"trl-zoo {command} " in out for command in COMMANDS) and "trl-zoo COMMAND --help" in out
+    assert main(["--version"]) == 0
+    version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.MULTILINE).group(1)
+    assert capsys.readouterr().out == f"trl-zoo {version}\n"
+    assert main(["list", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: trl-zoo list\n\nEvery plugin table")
+
+
+def test_train_help_lists_trl_zoos_losses(capsys):
+    with pytest.raises(SystemExit) as exited:  # argparse prints the help and exits
+        main(["train", "--help"])
+    assert exited.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--loss_type LOSS_TYPE, --loss-type LOSS_TYPE Policy loss, a name in trl_zoo's loss table: " in out
+    assert ", ".join(LOSSES.names()) in out and "Supported values are 'grpo'" not in out
+
+
 # ------------------------------------------------------------------------------------------------------ train
 def test_train_builtin_task_end_to_end(tmp_path, capsys):
     # A barely bootstrapped policy never gets a sum right, so exact match would give no signal; the fraction of
@@ -92,8 +116,9 @@ def test_train_builtin_task_end_to_end(tmp_path, capsys):
     assert f"{summary['accuracy_before']:.1%}" in printed and str(out) in printed
 
 
-@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
-def test_train_local_model_and_local_dataset_file(tmp_path, suffix):
+def local_sums(tmp_path, suffix: str = "jsonl", num_heldout: int | None = 8) -> list[str]:
+    """Train flags for the tiny local model on 40 sums in a local file (column "question"), `num_heldout` of them
+    held out (None: the default share)."""
     rows = [{"question": f"{a}+{a + 3}=", "answer": str(2 * a + 3)} for a in range(10, 50)]
     data = tmp_path / f"sums.{suffix}"
     if suffix == "jsonl":
@@ -103,14 +128,109 @@ def test_train_local_model_and_local_dataset_file(tmp_path, suffix):
             writer = csv.DictWriter(handle, fieldnames=["question", "answer"])
             writer.writeheader()
             writer.writerows(rows)
+    heldout = [] if num_heldout is None else ["--num_heldout", str(num_heldout)]
+    return ["--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--prompt_column", "question",
+            *heldout, "--max_completion_length", "6", "--write_report", "false"]
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+def test_train_local_model_and_local_dataset_file(tmp_path, suffix):
+    data = tmp_path / f"sums.{suffix}"
     out = tmp_path / "run"
-    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--prompt_column",
-            "question", "--num_heldout", "8", "--max_completion_length", "6", *TINY_RL, "--output_dir", str(out), "--write_report", "false"]
-    assert main(argv) == 0
+    assert main(["train", *local_sums(tmp_path, suffix), *TINY_RL, "--output_dir", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == tiny.model_dir() and summary["task"] == str(data) and summary["steps"] == 2
     assert (out / "adapter_config.json").exists()
     assert not (out / "report").exists()
+
+
+def test_dataset_run_says_what_it_holds_out_and_reports_its_last_step(tmp_path, capsys, monkeypatch):
+    lengths = []
+
+    def recording_accuracy(*args, max_new_tokens, **kwargs):
+        lengths.append(max_new_tokens)
+        return greedy_accuracy(*args, max_new_tokens=max_new_tokens, **kwargs)
+
+    monkeypatch.setattr(trl_zoo.train, "greedy_accuracy", recording_accuracy)
+    out = tmp_path / "run"
+    argv = ["train", *local_sums(tmp_path, num_heldout=None), *TINY_RL, "--logging_steps", "10",
+            "--output_dir", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    # 40 rows, no test split: 10% held out, and the log says so
+    assert f"{tmp_path / 'sums.jsonl'}: no 'test' split, so 4 of its 40 rows are held out for the greedy" in printed
+    assert json.loads((out / "summary.json").read_text())["heldout_size"] == 4
+    assert lengths == [6, 6, 6]  # before RL and after steps 1 and 2, at the run's max_completion_length
+    # 2 steps with logging_steps 10: the last step is still logged, shown and recorded
+    assert "  step    2/2  reward " in printed
+    assert [r["step"] for r in read_records(out) if r["kind"] == "train"] == [2]
+
+
+def test_train_resumes_from_the_last_checkpoint_and_continues_the_run_log(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", *local_sums(tmp_path), *TINY_RL, "--save_strategy", "steps", "--save_steps", "2",
+            "--output_dir", str(out)]
+    assert main([*argv, "--max_steps", "4"]) == 0
+    first = read_records(out)
+    capsys.readouterr()
+
+    assert main([*argv, "--max_steps", "6", "--resume_from_checkpoint", "true"]) == 0
+    assert f"Resuming from {out / 'checkpoint-4'} (step 4)." in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 6
+    records = read_records(out)
+    assert records[: len(first)] == first  # the first run's log is kept as it was, and continued
+    steps = lambda kind: [r["step"] for r in records if r["kind"] == kind]  # noqa: E731
+    assert steps("train") == [1, 2, 3, 4, 5, 6]  # steps 1-4 were not trained again
+    assert steps("eval") == [0, 1, 2, 3, 4, 5, 6] and steps("end") == [4, 6]
+    assert summary["accuracy_before"] == first[0]["heldout_accuracy"] and first[0]["step"] == 0
+
+    # A checkpoint by path: the records after its step belong to the steps trained again, and are replaced by them,
+    # the same numbers (the checkpoint restores the weights, the optimizer and the random state).
+    assert main([*argv, "--max_steps", "4", "--resume_from_checkpoint", str(out / "checkpoint-2")]) == 0
+    again = read_records(out)
+    assert again[: sum(r["step"] <= 2 for r in first)] == [r for r in first if r["step"] <= 2]
+    assert [r["step"] for r in again if r["kind"] == "train"] == [1, 2, 3, 4]
+    redone = {r["step"]: r for r in again if r["kind"] == "train" and r["step"] > 2}
+    for record in first:
+        if record["kind"] == "train" and record["step"] > 2:
+            assert redone[record["step"]]["reward"] == pytest.approx(record["reward"])
+            assert redone[record["step"]]["loss"] == pytest.approx(record["loss"], abs=1e-6)
+
+
+def test_default_output_dir_is_named_by_the_preset(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    dirs = {}
+    for preset in ("dapo", "prorl", "vapo"):  # three presets with loss_type dapo
+        _, training_args, _ = parse_train_args(["--config", f"configs/{preset}.yaml"])
+        assert training_args.loss_type == "dapo"
+        dirs[preset] = training_args.output_dir
+    assert dirs == {preset: f"runs/addition-{preset}" for preset in dirs}
+    assert parse_train_args([]).training.output_dir == "runs/addition-grpo"  # no preset: the loss names the run
+    assert parse_train_args(["--loss_type", "gspo", "--task", "addition3"]).training.output_dir == (
+        "runs/addition3-gspo")
+
+
+def test_train_never_replaces_an_earlier_run_silently(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", *local_sums(tmp_path), *TINY_RL, "--output_dir", str(out)]
+    assert main(argv) == 0
+    finished = (out / "summary.json").read_text()
+    capsys.readouterr()
+
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == (f"trl-zoo train: error: output_dir: {out} already holds a finished run (summary.json); give "
+                     "--output_dir NEW, --resume_from_checkpoint true to continue it, or --overwrite_output_dir true "
+                     "to replace it.")  # TRL saved checkpoint-2 at the end of the run
+    assert (out / "summary.json").read_text() == finished
+
+    (out / "summary.json").unlink()  # as if the run had been interrupted after its checkpoint
+    assert main(argv) == 2
+    assert f"output_dir: {out} already holds an unfinished run (checkpoint-2); give" in capsys.readouterr().err
+
+    assert main([*argv, "--overwrite_output_dir", "true"]) == 0
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
 
 
 # ------------------------------------------------------------------------------------------------------ compare
@@ -124,15 +244,17 @@ def test_compare_two_losses_writes_table_csv_and_png(tmp_path, capsys):
     assert summaries["grpo"]["model"] == summaries["dapo"]["model"]  # same base policy, task and seed
     assert summaries["grpo"]["seed"] == summaries["dapo"]["seed"] == 0 and summaries["grpo"]["task"] == "addition"
     assert summaries["grpo"]["accuracy_before"] == summaries["dapo"]["accuracy_before"]
-    assert summaries["grpo"]["heldout_size"] == summaries["dapo"]["heldout_size"] == ADDITION.num_heldout == 500
+    assert summaries["grpo"]["heldout_size"] == summaries["dapo"]["heldout_size"] == ADDITION.num_heldout
 
     table = (report_dir / "results.md").read_text()
     for name, summary in summaries.items():
         row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
         assert f"{summary['accuracy_after']:.1%}" in row
-    # The barely bootstrapped policy solves no sum under either loss, so the report must call it a tie.
-    assert all(s["accuracy_after"] == s["best_accuracy"] == 0.0 for s in summaries.values())
-    assert "**No winner: " in table and " tied** at 0.0% final and 0.0% best held-out accuracy" in table
+    # The barely bootstrapped policy samples no right sum in two steps (every advantage 0), so neither loss moves it
+    # off its starting accuracy and the report must call it a tie.
+    accuracy = summaries["grpo"]["accuracy_before"]
+    assert all(s["accuracy_after"] == s["best_accuracy"] == accuracy for s in summaries.values())
+    assert "**No winner: " in table and f" tied** at {accuracy:.1%} final and {accuracy:.1%} best held-out" in table
     assert "One seed cannot separate losses whose gap is below the seed-to-seed spread" in table
     assert "evaluation noise" not in table  # a zero gap: nothing to weigh against the evaluation noise
 
@@ -178,7 +300,7 @@ def fake_training(finals: dict, before: dict, commands: list):
         commands.append(command)
         flag = lambda name: command[command.index(name) + 1]  # noqa: E731
         loss, seed, output = flag("--loss_type"), int(flag("--seed")), Path(flag("--output_dir"))
-        output.mkdir(parents=True)
+        output.mkdir(parents=True, exist_ok=True)
         summary = {"accuracy_before": before[seed], "accuracy_after": finals[loss, seed], "train_seconds": 1.0,
                    "loss_type": loss, "seed": seed, "task": "addition", "model": "base"}
         (output / "summary.json").write_text(json.dumps(summary))
@@ -213,6 +335,19 @@ def test_compare_over_seeds_runs_every_loss_per_seed_and_ranks_by_the_mean(tmp_p
                "seed); grpo ahead on 1 of 2. The interval includes 0, so grpo's first place (mean final held-out "
                "accuracy grpo 60.0%, dapo 57.5%) is within seed noise.")
     assert verdict in text and verdict in capsys.readouterr().out
+
+
+def test_compare_refuses_a_report_dir_with_finished_runs(tmp_path, monkeypatch, capsys):
+    commands = []
+    monkeypatch.setattr(subprocess, "run", fake_training({("grpo", 0): 0.5, ("dapo", 0): 0.6}, {0: 0.4}, commands))
+    argv = ["compare", "--losses", "grpo,dapo", "--seeds", "0", "--report_dir", str(tmp_path / "cmp")]
+    assert main(argv) == 0 and len(commands) == 2
+    assert main(argv) == 2 and len(commands) == 2  # nothing ran again
+    assert capsys.readouterr().err.strip() == (
+        f"trl-zoo compare: error: report_dir: {tmp_path / 'cmp'} already holds finished runs (grpo seed 0, dapo seed "
+        "0); give --report_dir NEW or --overwrite_output_dir true to replace them.")
+    assert main([*argv, "--overwrite_output_dir", "true"]) == 0 and len(commands) == 4
+    assert commands[-1][commands[-1].index("--overwrite_output_dir") + 1] == "true"  # passed on to train
 
 
 def test_compare_on_a_built_in_task_defaults_to_three_seeds(tmp_path, monkeypatch, capsys):
@@ -281,13 +416,17 @@ BAD_CONFIGS = {
     "dataset without model": (lambda p: ["--dataset_name", "x.jsonl"], ["model_name_or_path"]),
     "missing data file": (lambda p: ["--dataset_name", "x.jsonl", "--model_name_or_path", "m"], ["dataset_name"]),
     "qlora without gpu": (lambda p: ["--load_in_4bit", "--model_name_or_path", tiny.model_dir()], ["load_in_4bit"]),
+    "resume without checkpoint": (lambda p: ["--resume_from_checkpoint", "true"], ["resume_from_checkpoint", "no "]),
+    "resume from elsewhere": (lambda p: ["--resume_from_checkpoint", str(p)], ["resume_from_checkpoint", "not a "]),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD_CONFIGS))
 def test_bad_config_exits_nonzero_with_one_line_naming_the_field(case, tmp_path, capsys):
     make_argv, expected = BAD_CONFIGS[case]
-    assert main(["train", *make_argv(tmp_path), "--output_dir", str(tmp_path / "run")]) == 2
+    argv = make_argv(tmp_path)
+    capsys.readouterr()  # building the tiny model may print progress bars
+    assert main(["train", *argv, "--output_dir", str(tmp_path / "run")]) == 2
     captured = capsys.readouterr()
     error = captured.err.strip()
     assert error.count("\n") == 0, error

@@ -12,7 +12,8 @@ import yaml
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from trl_zoo import LOSSES
-from trl_zoo.cli import parse_train_args, run_train
+from trl_zoo.arguments import parse_train_args
+from trl_zoo.train import run_train
 
 from . import tiny
 
@@ -71,4 +72,4 @@ def test_recipe_parses_and_trains(path, tmp_path, moe_model_dir):
         assert parsed == pytest.approx(value) if isinstance(value, float) else parsed == value, key
 
     summary = run_train(task_args, training_args, model_args, log=lambda *_: None)
-    assert summary["steps"] == 2 and summary["loss_type"] == recipe["loss_type"]
+    assert summary.steps == 2 and summary.loss_type == recipe["loss_type"]

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from trl_zoo.cli import compare_seeds
+from trl_zoo.compare import compare_seeds
 from trl_zoo.report import Run, headline, paired_difference, t_quantile_975, write_report
 
 

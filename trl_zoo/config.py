@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig as TRLGRPOConfig
 
+from . import losses  # noqa: F401  (registers the built-in losses, which loss_type's help lists)
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
 
 
@@ -25,6 +26,12 @@ class GRPOConfig(TRLGRPOConfig):
     r"""TRL's `GRPOConfig` with trl_zoo's fields. See the field help for each; docs/formulas.md for the formulas."""
 
     # --- loss table ---
+    loss_type: str = _help(  # TRL's field with TRL's default; the help lists trl_zoo's table instead of TRL's names
+        f"Policy loss, a name in trl_zoo's loss table: {', '.join(LOSSES.names(plugins=False))}; or one that a "
+        "plugin registers. `trl-zoo list` shows each with its paper. For the names TRL also ships, the loss and its "
+        "default aggregation are TRL's.",
+        TRLGRPOConfig.loss_type,
+    )
     loss_aggregation: str | None = _help(
         "Override the loss's own aggregation: sequence_mean, token_mean_local, token_mean_global, "
         "token_sum_over_max_length (or its earlier name, constant), sequence_sum. None uses the loss's default "

@@ -89,8 +89,10 @@ class Registry:
         where = f"{field_name}: " if field_name else ""
         return f"{where}unknown {self.kind} {name!r}.{hint} Known: {', '.join(known)}."
 
-    def names(self) -> list[str]:
-        self._load_entry_points()
+    def names(self, plugins: bool = True) -> list[str]:
+        """Every name in the table; `plugins=False`: only those registered so far, without importing entry points."""
+        if plugins:
+            self._load_entry_points()
         return sorted(self._entries)
 
     def entries(self) -> list[Entry]:

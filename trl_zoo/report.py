@@ -51,13 +51,24 @@ TRAIN_METRICS = {
 }
 
 
-class RunLog:
-    """Appends JSON records to a run's metrics file."""
+def read_records(path: str | Path) -> list[dict]:
+    """The JSON records of a metrics file, one per line."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
-    def __init__(self, path: str | Path):
+
+class RunLog:
+    """Appends JSON records to a run's metrics file.
+
+    A new run starts the file empty. A resumed run (`resume_step`: the checkpoint's global step) keeps the records
+    up to that step, `kept`, and appends after them; later records belong to steps the resumed run does again.
+    """
+
+    def __init__(self, path: str | Path, resume_step: int | None = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("")
+        earlier = read_records(self.path) if resume_step is not None and self.path.is_file() else []
+        self.kept = [record for record in earlier if record["step"] <= resume_step]
+        self.path.write_text("".join(json.dumps(record) + "\n" for record in self.kept))
 
     def write(self, record: dict):
         with self.path.open("a") as handle:
@@ -117,7 +128,7 @@ class Run:
 def load_run(directory: str | Path, name: str | None = None) -> Run:
     directory = Path(directory)
     summary = json.loads((directory / SUMMARY_FILE).read_text())
-    records = [json.loads(line) for line in (directory / METRICS_FILE).read_text().splitlines() if line.strip()]
+    records = read_records(directory / METRICS_FILE)
     return Run(name or summary.get("name") or directory.name, summary, records)
 
 

@@ -82,16 +82,17 @@ class HeldOutAccuracyCallback(TrainerCallback):
     """Every `every_steps` optimizer steps (and at the last step) measure greedy held-out accuracy.
 
     `evaluate(model) -> float` does the measuring; `on_result(step, accuracy)` receives each number (the CLI writes
-    it to the run's metrics file). `history` keeps (step, accuracy) pairs.
+    it to the run's metrics file). `history` keeps (step, accuracy) pairs, starting from `history` (a resumed run's
+    earlier measurements).
     """
 
-    def __init__(self, evaluate: Callable, every_steps: int, on_result: Callable | None = None):
+    def __init__(self, evaluate: Callable, every_steps: int, on_result: Callable | None = None, history=()):
         if every_steps < 1:
             raise ValueError(f"eval_every_steps: must be ≥ 1, got {every_steps}.")
         self.evaluate = evaluate
         self.every_steps = every_steps
         self.on_result = on_result
-        self.history: list[tuple[int, float]] = []
+        self.history: list[tuple[int, float]] = list(history)
 
     def measure(self, model, step: int) -> float:
         accuracy = self.evaluate(model)

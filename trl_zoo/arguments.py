@@ -1,0 +1,255 @@
+"""The `trl-zoo train` arguments: TRL's parser over dataclasses, config files, and the layered defaults.
+
+`train` follows TRL's conventions (`trl grpo`): TRL's `TrlParser` over dataclasses — trl_zoo's `GRPOConfig`,
+TRL's `ModelConfig` and `TaskArguments` below — so a YAML file gives values and `--field value` flags override
+them. Precedence, lowest first:
+
+    TRL's defaults  <  trl_zoo's defaults  <  quickstart preset (built-in task only)  <  YAML  <  flags
+
+trl_zoo's defaults: LoRA on (`use_peft`); fp32 (`bf16` off) and no pinned memory when no GPU is present. The
+quickstart preset fits the built-in tasks' tiny policy (learning rate, group size, completion length, steps).
+
+Bad configuration (unknown loss, misspelt key, wrong type) raises `ConfigError`, which the CLI prints as one line
+naming the field (exit status 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import yaml
+from trl import ModelConfig, ScriptArguments, TrlParser
+
+from .config import GRPOConfig
+from .tasks import get_task
+
+CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+class ConfigError(Exception):
+    """A configuration problem, reported as one line naming the field."""
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+@dataclass
+class TaskArguments(ScriptArguments):
+    """What to train on: a built-in task, or a dataset by name or local file, and how to score it."""
+
+    task: str = field(
+        default="addition",
+        metadata={"help": "Built-in task (addition, addition3), used when no dataset_name is given."},
+    )
+    prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the prompt."})
+    answer_column: str = field(
+        default="answer", metadata={"help": "Dataset column holding the reference answer (for the reward)."}
+    )
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Reward functions: exact_match (default), final_number (GSM8K-style), a TRL reward "
+            "(accuracy_reward, think_format_reward, ...) or a dotted import path 'package.module.function'."
+        },
+    )
+    conversational: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Wrap prompts as chat messages. None: yes when the tokenizer has a chat template."
+        },
+    )
+    system_prompt: str | None = field(
+        default=None, metadata={"help": "System message for conversational prompts."}
+    )
+    num_heldout: int | None = field(
+        default=None,
+        metadata={
+            "help": "Held-out prompts split off the training data when the dataset has no test split. None: a tenth "
+            "of the rows, at most 200 and at least 1."
+        },
+    )
+    eval_every_steps: int = field(
+        default=50, metadata={"help": "Measure greedy held-out accuracy every N optimizer steps."}
+    )
+    eval_batch_size: int = field(default=128, metadata={"help": "Prompts per greedy evaluation batch."})
+    bootstrap_target_accuracy: float = field(
+        default=0.95, metadata={"help": "Built-in task: supervise the tiny base policy on right sums up to this accuracy."}
+    )
+    bootstrap_carry_slip_rate: float = field(
+        default=0.8,
+        metadata={"help": "Built-in task: then teach it to forget this share of carries (0: no slip habit)."},
+    )
+    bootstrap_max_steps: int = field(
+        default=800, metadata={"help": "Built-in task: cap on the base policy's supervised steps."}
+    )
+    bootstrap_hidden_size: int = field(default=128, metadata={"help": "Built-in task: base policy width."})
+    bootstrap_num_layers: int = field(default=2, metadata={"help": "Built-in task: base policy depth."})
+    write_report: bool = field(
+        default=True, metadata={"help": "Write a report (table, CSV, plots) into output_dir/report."}
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start a fresh run in an output_dir that holds an earlier run (summary.json or checkpoints); "
+            "without it `train` stops rather than replace that run. The earlier run's files that the new run "
+            "does not write again stay."
+        },
+    )
+
+
+class StrictTrlParser(TrlParser):
+    """TrlParser that reports errors as exceptions and checks every YAML key and value against the fields."""
+
+    def error(self, message):  # argparse would print the whole usage and exit
+        raise ConfigError(message)
+
+    def set_defaults_with_config(self, **kwargs) -> list[str]:
+        actions = {action.dest: action for action in self._actions}
+        field_types = {f.name: f.type for cls in self.dataclass_types for f in dataclasses.fields(cls)}
+        checked = {}
+        for key, value in kwargs.items():
+            if key not in actions:
+                close = difflib.get_close_matches(key, list(actions), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"{key}: unknown key in the config file.{hint}")
+            checked[key] = _coerce_config_value(key, value, actions[key], str(field_types.get(key, "")))
+        return super().set_defaults_with_config(**checked)
+
+
+def _coerce_config_value(key: str, value, action, field_type: str):
+    """Convert a YAML value the way the flag `--key value` would be converted; raise naming the key if it can't."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        if "dict" in field_type:
+            return value
+        raise ConfigError(f"{key}: expected a single value, got a mapping {value!r}.")
+    if action.nargs in ("+", "*"):
+        return [_coerce_scalar(key, item, action) for item in (value if isinstance(value, list) else [value])]
+    if isinstance(value, list):
+        raise ConfigError(f"{key}: expected a single value, got a list {value!r}.")
+    return _coerce_scalar(key, value, action)
+
+
+def _coerce_scalar(key: str, value, action):
+    convert = action.type
+    if convert is not None:
+        try:
+            value = convert(value if isinstance(value, (str, bool)) else str(value))
+        except (TypeError, ValueError, argparse.ArgumentTypeError):
+            expected = getattr(convert, "__name__", "a valid value")
+            raise ConfigError(f"{key}: expected {expected}, got {value!r}.") from None
+    if action.choices is not None and value not in action.choices:
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(str, action.choices))}.")
+    return value
+
+
+def make_train_parser() -> StrictTrlParser:
+    return StrictTrlParser((TaskArguments, GRPOConfig, ModelConfig), prog="trl-zoo train")
+
+
+def trl_zoo_defaults() -> dict:
+    defaults = {"use_peft": True}
+    if not torch.cuda.is_available():
+        defaults.update(bf16=False, dataloader_pin_memory=False)
+    return defaults
+
+
+# Filled in once the task and the run's name are known: the config file's stem (the preset) if there is one, else
+# the loss_type, so presets that share a loss_type (dapo, prorl, vapo) get their own folders.
+DEFAULT_OUTPUT_DIR = "runs/{task}-{run_name}"
+
+
+def quickstart_preset(task) -> dict:
+    """Hyperparameters for the built-in tasks' tiny policy (measured: see docs/quickstart.md)."""
+    return {
+        "loss_type": "grpo",
+        "learning_rate": 1e-3,
+        "max_steps": 200,
+        "per_device_train_batch_size": 64,
+        "num_generations": 8,
+        "max_completion_length": task.max_completion_length,
+        "temperature": 1.0,
+        "beta": 0.0,
+        "logging_steps": 10,
+        "save_strategy": "no",
+        "report_to": "none",
+        "seed": 0,
+        "lora_r": 16,
+        "lora_alpha": 32,
+        "lora_dropout": 0.0,
+        "lora_target_modules": ["all-linear"],
+        "gradient_checkpointing": False,  # TRL turns it on; on a tiny model recomputation only costs time
+        "output_dir": DEFAULT_OUTPUT_DIR,
+    }
+
+
+def config_path(argv: list[str]) -> str | None:
+    if "--config" not in argv:
+        return None
+    index = argv.index("--config")
+    if index + 1 >= len(argv):
+        raise ConfigError("--config: expected a YAML file path.")
+    return argv[index + 1]
+
+
+def read_config(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise ConfigError(f"--config: no such file {path!r}.")
+    try:
+        with open(path) as handle:
+            config = yaml.safe_load(handle)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"--config: {path} is not valid YAML ({one_line(error)}).") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"--config: {path} must contain a mapping of field: value.")
+    config.pop("env", None)
+    return config
+
+
+class ParsedArguments(NamedTuple):
+    """The three argument dataclasses of `trl-zoo train`; unpacks as (task_args, training_args, model_args)."""
+
+    task: TaskArguments
+    training: GRPOConfig
+    model: ModelConfig
+
+
+def parse_train_args(argv: list[str]) -> ParsedArguments:
+    """The arguments from YAML and flags, with the layered defaults described above."""
+    argv = list(argv)
+    config_file = config_path(argv)
+    peek = make_train_parser()
+    peek.set_defaults(**trl_zoo_defaults())
+    if config_file:
+        peek.set_defaults_with_config(**read_config(config_file))
+    without_config = [a for i, a in enumerate(argv) if a != "--config" and (i == 0 or argv[i - 1] != "--config")]
+    namespace, _ = peek.parse_known_args(without_config)
+
+    parser = make_train_parser()
+    parser.set_defaults(**trl_zoo_defaults())
+    if namespace.dataset_name is None:
+        parser.set_defaults(**quickstart_preset(get_task(namespace.task)))
+    try:
+        task_args, training_args, model_args, unknown = parser.parse_args_and_config(argv, return_remaining_strings=True)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(one_line(error)) from None
+    if unknown:
+        flag = next((item for item in unknown if item.startswith("--")), unknown[0])
+        known = [f"--{action.dest}" for action in parser._actions]
+        close = difflib.get_close_matches(flag.split("=")[0], known, n=1)
+        hint = f" Did you mean {close[0]}?" if close else ""
+        raise ConfigError(f"{flag.lstrip('-')}: unknown argument {flag}.{hint}")
+    if training_args.output_dir == DEFAULT_OUTPUT_DIR:
+        run_name = Path(config_file).stem if config_file else training_args.loss_type
+        training_args.output_dir = DEFAULT_OUTPUT_DIR.format(task=task_args.task, run_name=run_name)
+    return ParsedArguments(task_args, training_args, model_args)
+

@@ -1,0 +1,411 @@
+"""`trl-zoo train`: set up the trainer from the parsed arguments, train, measure, save and report.
+
+    prepare_training(...)  ->  TrainingSetup   the trainer, its held-out accuracy callback, what was loaded
+    run_train(...)         ->  RunSummary      held-out accuracy before and after RL, written to summary.json
+
+Bad input found while setting up raises `ConfigError` (one line naming the field). Errors during training itself
+are not configuration errors and keep their traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from datasets import DatasetDict, load_dataset
+from transformers import AutoTokenizer, TrainerCallback
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
+from transformers.trainer_utils import get_last_checkpoint
+from trl import get_peft_config, get_quantization_config
+
+from .arguments import ConfigError, one_line, parse_train_args
+from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
+from .tasks import get_task
+from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
+from .tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy
+from .tasks.rewards import REWARDS
+from .trainer import GRPOTrainer
+
+DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """What `prepare_training` built: everything `run_train` needs around `trainer.train()`."""
+
+    trainer: GRPOTrainer
+    accuracy: HeldOutAccuracyCallback  # measures greedy held-out accuracy; keeps the (step, accuracy) history
+    source: str  # the built-in task's name or the dataset_name
+    model_path: str  # the base policy: model_name_or_path or the bootstrapped tiny policy's directory
+    heldout_size: int
+    reward_names: tuple[str, ...]
+    checkpoint: str | None  # the checkpoint folder the run resumes from, None for a fresh run
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A finished run, as written to output_dir/summary.json (`to_json`); `report` is where the run's own report
+    went, when one was written (it is not in summary.json, which the report reads)."""
+
+    name: str
+    loss_type: str
+    task: str
+    model: str
+    reward_funcs: tuple[str, ...]
+    seed: int
+    steps: int
+    accuracy_before: float
+    accuracy_after: float
+    heldout_size: int
+    best_accuracy: float
+    best_step: int
+    train_seconds: float
+    total_seconds: float
+    adapter_dir: str
+    report: str | None = None
+
+    def to_json(self) -> dict:
+        return {key: value for key, value in dataclasses.asdict(self).items() if key != "report"}
+
+
+def resume_checkpoint(value: str | bool | None, output_dir: str) -> str | None:
+    """The checkpoint folder `resume_from_checkpoint` names, read as `trl grpo` users write it: a checkpoint path,
+    or `true` for the last `checkpoint-N` folder in output_dir; None or `false` for a fresh run."""
+    if value is None or str(value).lower() == "false":
+        return None
+    if str(value).lower() == "true":
+        last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        if last is None:
+            raise ConfigError(f"resume_from_checkpoint: no checkpoint-N folder in {output_dir} to resume from.")
+        return last
+    if not os.path.isfile(os.path.join(value, TRAINER_STATE_NAME)):
+        raise ConfigError(f"resume_from_checkpoint: {value} is not a checkpoint folder (no {TRAINER_STATE_NAME}).")
+    return value
+
+
+def check_output_dir(output_dir: str, overwrite: bool):
+    """A fresh run never replaces an earlier one silently: an output_dir holding a finished run (summary.json) or
+    an unfinished run's checkpoints is reused only to resume it or with `overwrite_output_dir`."""
+    finished = os.path.isfile(os.path.join(output_dir, SUMMARY_FILE))
+    last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    if overwrite or not (finished or last):
+        return
+    earlier = "a finished run (summary.json)" if finished else f"an unfinished run ({Path(last).name})"
+    resume = " --resume_from_checkpoint true to continue it," if last else ""
+    raise ConfigError(
+        f"output_dir: {output_dir} already holds {earlier}; give --output_dir NEW,{resume} or "
+        f"--overwrite_output_dir true to replace it."
+    )
+
+
+def checkpoint_step(checkpoint: str) -> int:
+    return TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).global_step
+
+
+def resolve_reward(name: str):
+    if name in REWARDS:
+        return REWARDS[name]
+    import trl.rewards
+
+    if hasattr(trl.rewards, name):
+        return getattr(trl.rewards, name)
+    if "." in name:
+        module_name, function_name = name.rsplit(".", 1)
+        sys.path.insert(0, os.getcwd())
+        try:
+            return getattr(importlib.import_module(module_name), function_name)
+        except (ImportError, AttributeError) as error:
+            raise ConfigError(f"reward_funcs: cannot import {name!r} ({one_line(error)}).") from None
+    raise ConfigError(
+        f"reward_funcs: unknown reward {name!r}; use one of {', '.join(REWARDS)}, a TRL reward such as "
+        f"accuracy_reward, or a dotted import path."
+    )
+
+
+def heldout_count(num_heldout: int | None, rows: int) -> int:
+    """Rows to hold out of a split of `rows` rows: num_heldout when given, else max(1, min(200, ⌊rows / 10⌋))."""
+    if num_heldout is not None:
+        return num_heldout
+    return max(1, min(200, rows // 10))
+
+
+def _load_dataset_splits(task_args, seed: int, log=print):
+    source = task_args.dataset_name
+    suffix = Path(source).suffix.lower()
+    if suffix in DATA_FILE_BUILDERS and not os.path.isfile(source):
+        raise ConfigError(f"dataset_name: no such file {source!r}.")
+    try:
+        if os.path.isfile(source):
+            if suffix not in DATA_FILE_BUILDERS:
+                raise ConfigError(
+                    f"dataset_name: cannot read {suffix or 'extension-less'} files; use {', '.join(DATA_FILE_BUILDERS)}."
+                )
+            dataset = load_dataset(DATA_FILE_BUILDERS[suffix], data_files=source)
+        else:
+            dataset = load_dataset(source, name=task_args.dataset_config)
+    except ConfigError:
+        raise
+    except Exception as error:  # hub, file-format and network errors all mean "this dataset cannot be loaded"
+        raise ConfigError(f"dataset_name: cannot load {source!r} ({one_line(error)}).") from None
+    if not isinstance(dataset, DatasetDict):
+        dataset = DatasetDict({task_args.dataset_train_split: dataset})
+    if task_args.dataset_train_split not in dataset:
+        raise ConfigError(
+            f"dataset_train_split: no split {task_args.dataset_train_split!r}; the dataset has {', '.join(dataset)}."
+        )
+    train = dataset[task_args.dataset_train_split]
+    if task_args.dataset_test_split in dataset:
+        heldout = dataset[task_args.dataset_test_split]
+    else:
+        count = heldout_count(task_args.num_heldout, len(train))
+        if not 0 < count < len(train):
+            raise ConfigError(f"num_heldout: must be between 1 and {len(train) - 1} for this dataset.")
+        log(
+            f"{source}: no {task_args.dataset_test_split!r} split, so {count} of its {len(train)} rows are held out "
+            f"for the greedy evaluation (num_heldout)."
+        )
+        split = train.train_test_split(test_size=count, seed=seed)
+        train, heldout = split["train"], split["test"]
+    for column_arg, target in (("prompt_column", "prompt"), ("answer_column", "answer")):
+        column = getattr(task_args, column_arg)
+        if column not in train.column_names:
+            if target == "answer":
+                continue  # a custom reward may not need one
+            raise ConfigError(f"{column_arg}: no column {column!r}; the dataset has {', '.join(train.column_names)}.")
+        if column != target:
+            train, heldout = (d.rename_column(column, target) if target not in d.column_names else d for d in (train, heldout))
+    return train, heldout
+
+
+def _conversational_prompts(dataset, system_prompt: str | None):
+    def wrap(prompt):
+        messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        return messages + [{"role": "user", "content": prompt}]
+
+    return dataset.map(lambda row: {"prompt": wrap(row["prompt"])})
+
+
+class ConciseProgress(TrainerCallback):
+    """One line per logging step: step, sampled reward, latest held-out accuracy, elapsed time. The trainer also
+    logs the last step, so a run shorter than logging_steps (or not a multiple of it) shows and records its end."""
+
+    def __init__(self, accuracy_callback: HeldOutAccuracyCallback, log=print):
+        self.accuracy_callback = accuracy_callback
+        self.log = log
+        self.started = time.perf_counter()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= state.max_steps:
+            control.should_log = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "reward" in logs:
+            history = self.accuracy_callback.history
+            accuracy = f"{history[-1][1]:.1%}" if history else "—"
+            self.log(
+                f"  step {state.global_step:>4}/{state.max_steps}  reward {logs['reward']:.3f}  "
+                f"held-out {accuracy}  ({time.perf_counter() - self.started:.0f} s)"
+            )
+
+
+def prepare_training(task_args, training_args, model_args, log=print) -> TrainingSetup:
+    """Everything up to `trainer.train()`: model, data, rewards, callbacks. Raises ConfigError on bad input.
+
+    A resumed run continues its run log: the records up to the checkpoint's step stay, and the held-out accuracy
+    history starts from their evaluations."""
+    if model_args.load_in_4bit or model_args.load_in_8bit:
+        flag = "load_in_4bit" if model_args.load_in_4bit else "load_in_8bit"
+        try:
+            importlib.import_module("bitsandbytes")
+        except ImportError:
+            raise ConfigError(f"{flag}: QLoRA needs bitsandbytes; pip install 'trl-zoo[quantization]'.") from None
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{flag}: QLoRA needs a CUDA GPU; drop --{flag} to train with plain LoRA here.")
+        if not model_args.use_peft:
+            raise ConfigError(f"{flag}: a quantized model can only be fine-tuned with an adapter; set use_peft true.")
+    checkpoint = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    if checkpoint is None:
+        check_output_dir(training_args.output_dir, task_args.overwrite_output_dir)
+
+    if task_args.dataset_name is None:
+        task = get_task(task_args.task)
+        train, heldout = task.train_dataset(), task.heldout_dataset()
+        source = task.name
+        model_path = model_args.model_name_or_path
+        if model_path is None:
+            recipe = BootstrapRecipe(
+                hidden_size=task_args.bootstrap_hidden_size,
+                num_layers=task_args.bootstrap_num_layers,
+                target_accuracy=task_args.bootstrap_target_accuracy,
+                carry_slip_rate=task_args.bootstrap_carry_slip_rate,
+                max_steps=task_args.bootstrap_max_steps,
+                check_every=min(50, task_args.bootstrap_max_steps),
+                seed=training_args.seed,
+            )
+            model_path = str(bootstrap_policy(task, recipe, log=log))
+    else:
+        if model_args.model_name_or_path is None:
+            raise ConfigError("model_name_or_path: required with dataset_name (a hub name or a local directory).")
+        train, heldout = _load_dataset_splits(task_args, training_args.seed, log)
+        source, model_path = task_args.dataset_name, model_args.model_name_or_path
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"model_name_or_path: cannot load a tokenizer from {model_path!r} ({one_line(error)}).") from None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    conversational = task_args.conversational
+    if conversational is None:
+        conversational = getattr(tokenizer, "chat_template", None) is not None
+    if conversational:
+        train, heldout = (_conversational_prompts(d, task_args.system_prompt) for d in (train, heldout))
+
+    reward_names = task_args.reward_funcs or ["exact_match"]
+    rewards = [resolve_reward(name) for name in reward_names]
+    model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+        **(training_args.model_init_kwargs or {}),
+    }
+    if model_args.load_in_4bit or model_args.load_in_8bit:
+        model_init_kwargs["device_map"] = {"": torch.cuda.current_device()}  # quantized weights live on this GPU
+    training_args.model_init_kwargs = model_init_kwargs
+
+    peft_config = get_peft_config(model_args)
+    if peft_config is not None and peft_config.target_modules == {"all-linear"}:
+        peft_config.target_modules = "all-linear"  # peft's shorthand must be a string, not a one-item list
+
+    output_dir = Path(training_args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if checkpoint is None:
+        (output_dir / SUMMARY_FILE).unlink(missing_ok=True)  # an earlier run's; this run writes its own at the end
+    run_log = RunLog(output_dir / METRICS_FILE, resume_step=checkpoint_step(checkpoint) if checkpoint else None)
+    heldout_columns = {name: heldout[name] for name in heldout.column_names if name != "prompt"}
+
+    def evaluate(model) -> float:
+        return greedy_accuracy(
+            model,
+            tokenizer,
+            heldout["prompt"],
+            max_new_tokens=training_args.max_completion_length,
+            reward=rewards[0],
+            reward_kwargs=heldout_columns,
+            batch_size=task_args.eval_batch_size,
+        )
+
+    def record(step: int, accuracy: float):
+        run_log.write({"kind": "eval", "step": step, "heldout_accuracy": accuracy})
+
+    earlier = [(record["step"], record["heldout_accuracy"]) for record in run_log.kept if record["kind"] == "eval"]
+    accuracy_callback = HeldOutAccuracyCallback(
+        evaluate, task_args.eval_every_steps, on_result=record, history=earlier
+    )
+    try:
+        trainer = GRPOTrainer(
+            model=model_path,
+            reward_funcs=rewards,
+            args=training_args,
+            train_dataset=train,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            quantization_config=get_quantization_config(model_args),
+            callbacks=[accuracy_callback, TrainLogRecorder(run_log), ConciseProgress(accuracy_callback, log)],
+        )
+    except (OSError, ValueError, TypeError) as error:
+        raise ConfigError(one_line(error)) from None
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    return TrainingSetup(
+        trainer=trainer,
+        accuracy=accuracy_callback,
+        source=source,
+        model_path=model_path,
+        heldout_size=len(heldout),
+        reward_names=tuple(reward_names),
+        checkpoint=checkpoint,
+    )
+
+
+def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
+    """Prepare, measure held-out accuracy, train with RL, measure again, save the adapter and a report.
+
+    A resumed run takes its accuracy before RL from the run log (step 0) and trains on from the checkpoint;
+    `train_seconds` and `total_seconds` count this process only."""
+    started = time.perf_counter()
+    try:
+        prepared = prepare_training(task_args, training_args, model_args, log)
+    except (ValueError, TypeError) as error:  # bad input found while setting up: one line, no traceback
+        raise ConfigError(one_line(error)) from None
+    trainer, accuracy = prepared.trainer, prepared.accuracy
+    if prepared.checkpoint:
+        log(f"Resuming from {prepared.checkpoint} (step {checkpoint_step(prepared.checkpoint)}).")
+    if accuracy.history and accuracy.history[0][0] == 0:
+        before = accuracy.history[0][1]  # measured before the checkpoint was written
+    else:
+        before = accuracy.measure(trainer.model, 0)
+    length = (
+        f"{training_args.max_steps} steps" if training_args.max_steps > 0 else f"{training_args.num_train_epochs:g} epochs"
+    )
+    log(
+        f"Held-out greedy accuracy before RL: {before:.1%} ({prepared.heldout_size} prompts). "
+        f"Training with loss_type={training_args.loss_type!r}, {'LoRA' if model_args.use_peft else 'full'} "
+        f"fine-tuning, {length} ..."
+    )
+    train_started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=prepared.checkpoint)
+    train_seconds = time.perf_counter() - train_started
+    trainer.save_model(training_args.output_dir)
+    history = accuracy.history
+    best_step, best = max(history, key=lambda point: (point[1], -point[0]))
+    summary = RunSummary(
+        name=Path(training_args.output_dir).name,
+        loss_type=training_args.loss_type,
+        task=prepared.source,
+        model=prepared.model_path,
+        reward_funcs=prepared.reward_names,
+        seed=training_args.seed,
+        steps=trainer.state.global_step,
+        accuracy_before=before,
+        accuracy_after=history[-1][1],
+        heldout_size=prepared.heldout_size,
+        best_accuracy=best,
+        best_step=best_step,
+        train_seconds=train_seconds,
+        total_seconds=time.perf_counter() - started,
+        adapter_dir=str(training_args.output_dir),
+    )
+    Path(training_args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary.to_json(), indent=2))
+    log(
+        f"Held-out greedy accuracy after RL: {summary.accuracy_after:.1%} (before {before:.1%}, best "
+        f"{best:.1%} at step {best_step}); RL took {train_seconds:.0f} s, the whole run {summary.total_seconds:.0f} s."
+    )
+    log(f"{'Adapter' if model_args.use_peft else 'Model'} saved to {training_args.output_dir}")
+    if task_args.write_report:
+        report = write_report(Path(training_args.output_dir) / "report", [load_run(training_args.output_dir)])
+        summary = dataclasses.replace(summary, report=str(report))
+        log(f"Report: {report}")
+    return summary
+
+
+def train_command(argv: list[str]) -> int:
+    try:
+        task_args, training_args, model_args = parse_train_args(argv)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(one_line(error)) from None
+    run_train(task_args, training_args, model_args)
+    return 0
+
