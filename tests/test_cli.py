@@ -198,17 +198,28 @@ def test_train_resumes_from_the_last_checkpoint_and_continues_the_run_log(tmp_pa
             assert redone[record["step"]]["loss"] == pytest.approx(record["loss"], abs=1e-6)
 
 
-def test_default_output_dir_is_named_by_the_preset(monkeypatch):
-    monkeypatch.chdir(ROOT)
+def test_default_output_dir_is_named_by_the_preset(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     dirs = {}
     for preset in ("dapo", "prorl", "vapo"):  # three presets with loss_type dapo
-        _, training_args, _ = parse_train_args(["--config", f"configs/{preset}.yaml"])
+        _, training_args, _ = parse_train_args(["--config", str(ROOT / "configs" / f"{preset}.yaml")])
         assert training_args.loss_type == "dapo"
         dirs[preset] = training_args.output_dir
     assert dirs == {preset: f"runs/addition-{preset}" for preset in dirs}
     assert parse_train_args([]).training.output_dir == "runs/addition-grpo"  # no preset: the loss names the run
     assert parse_train_args(["--loss_type", "gspo", "--task", "addition3"]).training.output_dir == (
         "runs/addition3-gspo")
+
+
+def test_running_the_quickstart_again_starts_a_new_default_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("runs/addition-grpo").mkdir(parents=True)
+    assert parse_train_args([]).training.output_dir == "runs/addition-grpo-2"
+    Path("runs/addition-grpo-2").mkdir()
+    assert parse_train_args([]).training.output_dir == "runs/addition-grpo-3"
+    # resuming, or replacing on purpose, keeps the named directory
+    assert parse_train_args(["--resume_from_checkpoint", "true"]).training.output_dir == "runs/addition-grpo"
+    assert parse_train_args(["--overwrite_output_dir", "true"]).training.output_dir == "runs/addition-grpo"
 
 
 def test_train_never_replaces_an_earlier_run_silently(tmp_path, capsys):

@@ -29,6 +29,7 @@ from trl import ModelConfig, ScriptArguments, TrlParser
 
 from .config import GRPOConfig
 from .tasks import get_task
+from .tasks.bootstrap import BootstrapRecipe
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
@@ -81,17 +82,22 @@ class TaskArguments(ScriptArguments):
     )
     eval_batch_size: int = field(default=128, metadata={"help": "Prompts per greedy evaluation batch."})
     bootstrap_target_accuracy: float = field(
-        default=0.95, metadata={"help": "Built-in task: supervise the tiny base policy on right sums up to this accuracy."}
+        default=BootstrapRecipe.target_accuracy,
+        metadata={"help": "Built-in task: supervise the tiny base policy on right sums up to this probe accuracy."},
     )
     bootstrap_carry_slip_rate: float = field(
-        default=0.8,
+        default=BootstrapRecipe.carry_slip_rate,
         metadata={"help": "Built-in task: then teach it to forget this share of carries (0: no slip habit)."},
     )
     bootstrap_max_steps: int = field(
-        default=800, metadata={"help": "Built-in task: cap on the base policy's supervised steps."}
+        default=BootstrapRecipe.max_steps, metadata={"help": "Built-in task: cap on the base policy's supervised steps."}
     )
-    bootstrap_hidden_size: int = field(default=128, metadata={"help": "Built-in task: base policy width."})
-    bootstrap_num_layers: int = field(default=2, metadata={"help": "Built-in task: base policy depth."})
+    bootstrap_hidden_size: int = field(
+        default=BootstrapRecipe.hidden_size, metadata={"help": "Built-in task: base policy width."}
+    )
+    bootstrap_num_layers: int = field(
+        default=BootstrapRecipe.num_layers, metadata={"help": "Built-in task: base policy depth."}
+    )
     write_report: bool = field(
         default=True, metadata={"help": "Write a report (table, CSV, plots) into output_dir/report."}
     )
@@ -250,6 +256,18 @@ def parse_train_args(argv: list[str]) -> ParsedArguments:
         raise ConfigError(f"{flag.lstrip('-')}: unknown argument {flag}.{hint}")
     if training_args.output_dir == DEFAULT_OUTPUT_DIR:
         run_name = Path(config_file).stem if config_file else training_args.loss_type
-        training_args.output_dir = DEFAULT_OUTPUT_DIR.format(task=task_args.task, run_name=run_name)
+        output_dir = DEFAULT_OUTPUT_DIR.format(task=task_args.task, run_name=run_name)
+        fresh = not training_args.resume_from_checkpoint and not task_args.overwrite_output_dir
+        training_args.output_dir = next_free_directory(output_dir) if fresh else output_dir
     return ParsedArguments(task_args, training_args, model_args)
+
+
+def next_free_directory(path: str) -> str:
+    """`path`, or `path-2`, `path-3`, ... : the first that does not exist yet. Only for the default output_dir, so
+    that running the quickstart again starts a new run beside the old one; a directory the user names is theirs."""
+    candidate, number = path, 1
+    while os.path.exists(candidate):
+        number += 1
+        candidate = f"{path}-{number}"
+    return candidate
 
