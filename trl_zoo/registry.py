@@ -7,12 +7,15 @@ to `register`, defaults for the rest. Entries are added with the table's decorat
 group (``trl_zoo.losses`` for losses), loaded the first time the table is read; a bare function gets the defaults.
 
 Looking up an unknown name raises a ``ValueError`` that lists the known names and the closest match; registering
-a name twice raises unless ``override=True`` is passed.
+a name twice raises unless ``override=True`` is passed. An entry point that fails to load (its module or attribute
+is missing, its import raises) is reported once in a warning and skipped; only looking its name up fails, with
+the same reason.
 """
 
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from importlib.metadata import entry_points
@@ -41,6 +44,7 @@ class Registry:
         self.spec_type = spec_type
         self._entries: dict[str, Entry] = {}
         self._aliases: dict[str, str] = {}  # old name -> name
+        self._broken: dict[str, str] = {}  # entry-point name -> why it could not be loaded
         self._entry_points_loaded = entry_point_group is None
 
     def register(
@@ -79,14 +83,16 @@ class Registry:
         self._load_entry_points()
         name = self._aliases.get(name, name)
         if name not in self._entries:
-            raise ValueError(self.unknown_message(name))
+            raise ValueError(self._broken.get(name) or self.unknown_message(name))
         return self._entries[name]
 
     def unknown_message(self, name: str, field_name: str | None = None) -> str:
+        where = f"{field_name}: " if field_name else ""
+        if name in self._broken:
+            return where + self._broken[name]
         known = self.names()
         close = difflib.get_close_matches(str(name), known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        where = f"{field_name}: " if field_name else ""
         return f"{where}unknown {self.kind} {name!r}.{hint} Known: {', '.join(known)}."
 
     def names(self, plugins: bool = True) -> list[str]:
@@ -110,10 +116,24 @@ class Registry:
             return
         self._entry_points_loaded = True
         for entry_point in entry_points(group=self.entry_point_group):
-            loaded = entry_point.load()  # importing the module runs its @register decorators
+            try:
+                loaded = entry_point.load()  # importing the module runs its @register decorators
+            except Exception as error:  # a broken plugin must not break the other entries
+                self._skip_broken(entry_point, error)
+                continue
             if entry_point.name not in self._entries and callable(loaded):
                 doc = (loaded.__doc__ or entry_point.value).strip().splitlines()[0]
                 self.add(entry_point.name, loaded, description=doc, source=entry_point.value)
+
+    def _skip_broken(self, entry_point, error: Exception):
+        dist = getattr(entry_point, "dist", None)
+        package = f"package {dist.name!r}" if dist is not None else "an installed package"
+        why = " ".join(f"{type(error).__name__}: {error}".split())
+        self._broken[entry_point.name] = (
+            f"{self.kind} {entry_point.name!r} from {package} (entry point group {self.entry_point_group!r}, "
+            f"{entry_point.value}) could not be loaded: {why}"
+        )
+        warnings.warn(self._broken[entry_point.name] + "; skipped.", stacklevel=2)
 
 
 LOSSES = Registry("loss", "trl_zoo.losses", LossSpec)
