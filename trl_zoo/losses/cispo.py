@@ -3,8 +3,9 @@
     J = Σ_{i,t} sg( clip(r_{i,t}, 1 − ε_low^IS, ε_max) ) · Â_{i,t} · log π_θ(y_{i,t}) / Σ_i T_i
 
 Every token keeps the gradient Â·w·∇log π with w > 0, whatever its ratio. By default the weight is only capped
-above at the absolute value `epsilon_high` (TRL's variant; ScaleRL recommends 5.0); set `cispo_epsilon_low` for
-the two-sided clip of docs/formulas.md [1 − ε_low^IS, ε_high].
+above at the absolute value `epsilon_high`, as in the paper's §3 (no lower bound) and TRL; TRL recommends a cap of
+5.0 (ScaleRL, arXiv:2510.13786, found 4, 5 and 8 alike). `cispo_epsilon_low` adds a floor, the two-sided clip
+[1 − ε_low^IS, ε_high] of docs/formulas.md.
 """
 
 import warnings
@@ -24,13 +25,13 @@ def validate_cispo(args) -> None:
     if cap <= 0:
         raise ValueError(
             f"epsilon_high: CISPO caps the IS weight at the absolute value epsilon_high (or epsilon), got {cap}, "
-            f"which zeroes every weight; use a cap > 0 (ScaleRL: 5.0)."
+            f"which zeroes every weight; use a cap > 0 (TRL recommends 5.0)."
         )
     if cap < 1:
         warnings.warn(
             f"loss_type='cispo' caps the IS weight at the absolute value epsilon_high={cap} (TRL falls back to "
             f"epsilon when epsilon_high is unset): below 1, even on-policy tokens (ratio 1) get weight {cap}, which "
-            f"only scales the gradient down. Set epsilon_high ≥ 1 (ScaleRL: 5.0), e.g. via configs/cispo.yaml.",
+            f"only scales the gradient down. Set epsilon_high ≥ 1 (TRL recommends 5.0), e.g. via configs/cispo.yaml.",
             stacklevel=4,
         )
     if args.cispo_epsilon_low is not None and cap < 1 - args.cispo_epsilon_low:
