@@ -1,4 +1,4 @@
-"""RSPO: router-shift policy optimisation for Mixture-of-Experts policies (docs/formulas.md, RSPO).
+"""RSPO: router-shift policy optimisation for Mixture-of-Experts policies (arXiv:2510.23027; docs/formulas.md, RSPO).
 
 GMPO's sign-aware log-space token clip and geometric mean (see `gmpo.py`), with each token also weighted by how
 little its routing drifted between the policy that sampled it and the policy being trained:
@@ -8,13 +8,19 @@ little its routing drifted between the policy that sampled it and the policy bei
     S_i     = exp( (1/T_i) Σ_t m (δ̃_{i,t} + log γ_{i,t}) ) = ρ̄_i · Γ_i,      Γ_i = geometric mean of γ_{i,t}
     J       = (1/G) Σ_i S_i · Â_i                                             loss_i = −S_i · Â_i
 
-δ̃ is GMPO's clipped log-ratio (range ±`gmpo_epsilon`), so γ is applied after the clip as in the paper.
+Against the paper's formula S_i = [Π_t W_{i,t} γ_{i,t}]^{sgn(Â_i)/T_i}, ours differs in γ's exponent and fixes
+where γ sits relative to the clip:
 
-Sign choice. The method's description writes S_i = [Π_t W_{i,t} γ_{i,t}]^{sgn(Â_i)/T_i}. For Â > 0 that is S_i above. For Â < 0 the
-exponent −1/T_i would turn γ into 1/γ ≥ 1 and *amplify* the tokens whose routing drifted, the opposite of what
-γ is for. Here γ enters with exponent +1/T_i for both signs, so Γ_i ∈ [γ_min, 1] always shrinks the sequence's term
-and its gradient: ∇J_i = Γ_i · ∇J_i^GMPO. A drifted token damps its whole sequence by γ_{i,t}^{1/T_i} (the description's
-multiplicative, geometric-mean form); with γ ≡ 1 RSPO is exactly GMPO.
+- γ's exponent for Â < 0. The paper's exponent −1/T_i would turn γ into 1/γ ≥ 1 and *amplify* the tokens whose
+  routing drifted, the opposite of what γ is for. Here γ enters with exponent +1/T_i for both signs, so
+  Γ_i ∈ [γ_min, 1] always shrinks the sequence's term and its gradient: ∇J_i = Γ_i · ∇J_i^GMPO. For Â > 0 the two
+  agree.
+- γ after the clip. δ̃ is GMPO's clipped log-ratio (range ±`gmpo_epsilon`) and log γ is added to it afterwards:
+  γ is never clipped, and a damped token is not pulled back inside the clip range. Clipping the γ-weighted ratio
+  instead would leave a token with a large drift and a ratio near the upper bound unclipped.
+
+A drifted token damps its whole sequence by γ_{i,t}^{1/T_i} (the multiplicative, geometric-mean form); with γ ≡ 1
+RSPO is exactly GMPO.
 
 Inputs (in ``batch.extras``, (B, T, L, K) each, filled by the trainer's router hook):
 ``old_router_logps`` log p_φold^ℓ(e_k) recorded with the old policy's log-probs, and ``router_logps`` log p_φ^ℓ(e_k)
@@ -58,7 +64,7 @@ def router_shift_weight(batch: PolicyBatch, gamma_min: float) -> tuple[torch.Ten
 @LOSSES.register(
     "rspo",
     description="GMPO with each token weighted by its MoE router shift γ = exp(−mean |Δ log p_router|) ≥ γ_min",
-    source="RSPO (router-shift policy optimisation), docs/formulas.md",
+    source="RSPO, arXiv:2510.23027",
     aggregation="sequence_mean",
     sequence_level=True,
     requires_moe=True,
