@@ -83,6 +83,7 @@ def test_dapo_recipe_scales_the_paper_lengths():
     recipe = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "dapo.yaml").read_text())
     config = trl_zoo.GRPOConfig(output_dir=TEST_OUTPUT_DIR, use_cpu=True, report_to="none", **recipe)
     assert (config.loss_type, config.epsilon, config.epsilon_high, config.beta) == ("dapo", 0.2, 0.28, 0.0)
-    assert config.dynamic_sampling == "resample" and config.mask_truncated_completions
+    assert config.dynamic_sampling == "resample"
+    assert not config.mask_truncated_completions  # soft punishment without overlong filtering, as the best runs
     assert config.overlong_buffer_length / config.max_completion_length == 4096 / 20480  # paper: L_cache / L_max
     assert config.overlong_max_length is None  # L_max = max_completion_length
