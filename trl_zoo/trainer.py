@@ -24,6 +24,8 @@ docs/architecture.md for the pipeline of one step.
 
 from __future__ import annotations
 
+import re
+
 from trl import GRPOTrainer as TRLGRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
@@ -37,7 +39,28 @@ from .hooks.router import RouterStatsMixin
 from .hooks.sampling import DynamicSamplingMixin
 from .hooks.skip_zero_advantage import ZeroAdvantageSkipMixin
 from .loss_step import PolicyLossStep
-from .registry import AGGREGATIONS, KL_ESTIMATORS, LOSSES
+from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
+
+
+def training_method(args) -> tuple[str, dict]:
+    """The model card's method (TRL's `_name`, `_paper`): the loss, advantage estimator and sampler used, cited."""
+    loss = LOSSES.get(args.loss_type)
+    parts = [f"loss `{loss.name}` ({loss.source or 'no paper'})"]
+    if args.advantage_estimator is None:
+        parts.append("TRL's group-normalised advantages (DeepSeekMath, arXiv:2402.03300)")
+    else:
+        estimator = ADVANTAGES.get(args.advantage_estimator)
+        parts.append(f"advantage estimator `{estimator.name}` ({estimator.source or 'no paper'})")
+    if args.dynamic_sampling is not None:
+        sampler = SAMPLERS.get(args.dynamic_sampling)
+        parts.append(f"dynamic sampler `{sampler.name}` ({sampler.source or 'no paper'})")
+    name = "trl_zoo's GRPOTrainer with " + ", ".join(parts[:-1]) + " and " + parts[-1]
+    arxiv_ids = dict.fromkeys(re.findall(r"arXiv:(\d{4}\.\d{4,5})", name))
+    citation = "\n\n".join(
+        f"@misc{{arxiv{arxiv_id},\n    eprint        = {{{arxiv_id}}},\n    archivePrefix = {{arXiv}},\n}}"
+        for arxiv_id in arxiv_ids
+    )
+    return name, {"citation": citation} if citation else {}
 
 
 class GRPOTrainer(
@@ -66,6 +89,7 @@ class GRPOTrainer(
         self.kl_estimator = KL_ESTIMATORS.get(args.kl_estimator).fn
         self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        self._name, self._paper = training_method(self.args)  # what TRL's model card names and cites
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # A dict of this call's own: hooks add what the policy forward produced (router statistics, hidden states)
