@@ -151,6 +151,19 @@ def test_reweight_zeroes_zero_spread_groups_and_scales_the_rest():
     assert trainer._metrics["train"]["dynamic_sampling/samples_generated_per_sample_trained"][-1] == pytest.approx(1 / (1 - dropped))
 
 
+def test_reweight_on_batches_without_spread_logs_numbers_only():
+    trainer = make_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, reward_funcs=constant_reward, dynamic_sampling="reweight",
+        logging_steps=1,
+    )
+    trainer.train()
+    logged = [log for log in trainer.state.log_history if "dynamic_sampling/kept_fraction" in log]
+    assert len(logged) == 2 and all(log["dynamic_sampling/kept_fraction"] == 0 for log in logged)
+    for log in logged:
+        assert "dynamic_sampling/samples_generated_per_sample_trained" not in log  # no group trained: no ratio
+        assert all(value is not None and value == value for value in log.values())
+
+
 def test_unknown_sampler_is_a_config_error():
     with pytest.raises(ValueError, match="dynamic_sampling: unknown sampler 'resampel'. Did you mean 'resample'"):
         trl_zoo.GRPOConfig(output_dir=TEST_OUTPUT_DIR, dynamic_sampling="resampel", use_cpu=True, report_to="none")

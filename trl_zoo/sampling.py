@@ -33,7 +33,8 @@ reweight — filter and reweight (docs/formulas.md)
 A sampler is `fn(session: SamplingSession, args) -> SampledBatch`; the trainer's mixin provides the session
 (generation, scoring, moving rows between processes). Metrics (all logged under `dynamic_sampling/`):
 `kept_fraction` (groups with spread / groups generated), `generation_rounds`, `samples_generated_per_sample_trained`
-(samples generated / samples of groups with spread trained on) and, for resample, `filled_groups`.
+(samples generated / samples of groups with spread trained on; not logged for a batch with no such group) and, for
+resample, `filled_groups`.
 """
 
 from __future__ import annotations
@@ -92,11 +93,13 @@ def group_reward_spread(rewards: Tensor, group_size: int) -> Tensor:
 def _metrics(generated_groups: int, informative_groups: int, trained_informative: int, rounds: int, group_size: int):
     generated = generated_groups * group_size
     trained = trained_informative * group_size
-    return {
+    metrics = {
         "dynamic_sampling/kept_fraction": informative_groups / generated_groups,
         "dynamic_sampling/generation_rounds": float(rounds),
-        "dynamic_sampling/samples_generated_per_sample_trained": generated / trained if trained else float("nan"),
     }
+    if trained:  # a batch with no group of spread has no ratio; a NaN would be logged as None
+        metrics["dynamic_sampling/samples_generated_per_sample_trained"] = generated / trained
+    return metrics
 
 
 @SAMPLERS.register(
