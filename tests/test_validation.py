@@ -151,3 +151,13 @@ def test_cispo_cap_below_one_warns_and_a_cap_above_one_does_not():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         build(loss_type="cispo", epsilon_high=5.0)
+
+
+def test_cispo_cap_warning_shows_once_when_the_trainer_validates_the_config_again():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's own: once per place it is issued
+        trainer = trl_zoo.GRPOTrainer(model=tiny.model(0), reward_funcs=tiny.digit_reward,
+                                      args=build(loss_type="cispo"), train_dataset=tiny.prompts_dataset(),
+                                      processing_class=tiny.tokenizer())
+    assert trainer.args.loss_type == "cispo"
+    assert sum("epsilon_high=0.2" in str(warning.message) for warning in caught) == 1

@@ -32,7 +32,7 @@ def validate_cispo(args) -> None:
             f"loss_type='cispo' caps the IS weight at the absolute value epsilon_high={cap} (TRL falls back to "
             f"epsilon when epsilon_high is unset): below 1, even on-policy tokens (ratio 1) get weight {cap}, which "
             f"only scales the gradient down. Set epsilon_high ≥ 1 (TRL recommends 5.0), e.g. via configs/cispo.yaml.",
-            stacklevel=4,
+            stacklevel=2,  # GRPOConfig.validate: one place however often a config is validated, so it shows once
         )
     if args.cispo_epsilon_low is not None and cap < 1 - args.cispo_epsilon_low:
         raise ValueError(
