@@ -23,7 +23,7 @@ import torch
 from transformers import TrainerCallback
 
 from .aggregation import AggregationContext
-from .losses.base import PolicyBatch, importance_log_weights
+from .losses.base import PolicyBatch, importance_log_weights, importance_ratio
 from .model_inputs import forward_inputs, loss_mask
 
 
@@ -113,7 +113,7 @@ class PolicyLossStep:
         if self.beta != 0.0 and batch.ref_logps is not None:
             per_token_kl = self.kl_estimator(logps, batch.ref_logps)
             if self.args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * torch.exp(importance_log_weights(batch, self.importance_sampling_level))
+                per_token_kl = per_token_kl * importance_ratio(importance_log_weights(batch, self.importance_sampling_level))
             if self.args.kl_placement == "loss":
                 per_token_loss = per_token_loss + self.kl_coefficient * per_token_kl
 

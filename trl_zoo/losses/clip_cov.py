@@ -17,7 +17,7 @@ without the selected tokens. `clip_cov/selected_fraction` logs |I_clip| / N.
 import torch
 
 from ..registry import LOSSES
-from .base import PolicyBatch, PolicyTerm
+from .base import PolicyBatch, PolicyTerm, importance_ratio
 from .ppo_clip import clipped_surrogate, epsilon_bounds
 
 
@@ -63,7 +63,7 @@ def random_subset(candidates: torch.Tensor, count: torch.Tensor) -> torch.Tensor
     zero_advantage_is_inert=False,  # Â = 0 rows shift the covariance means and so the selection
 )
 def clip_cov_loss(batch: PolicyBatch, args) -> PolicyTerm:
-    ratio = torch.exp(batch.log_ratio)
+    ratio = importance_ratio(batch.log_ratio)
     advantages = batch.advantages.expand_as(ratio)
     term = clipped_surrogate(ratio, advantages, args)
     eps_low, eps_high = epsilon_bounds(args)

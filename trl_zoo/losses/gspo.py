@@ -14,7 +14,7 @@ is the GSPO preset, not a default here.
 import torch
 
 from ..registry import LOSSES
-from .base import PolicyBatch, PolicyTerm, importance_log_weights
+from .base import PolicyBatch, PolicyTerm, importance_log_weights, importance_ratio
 from .ppo_clip import clipped_surrogate
 
 
@@ -34,5 +34,5 @@ def sequence_advantages(batch: PolicyBatch) -> torch.Tensor:
     sequence_level=True,
 )
 def gspo_loss(batch: PolicyBatch, args) -> PolicyTerm:
-    sequence_ratio = torch.exp(importance_log_weights(batch, "sequence"))
+    sequence_ratio = importance_ratio(importance_log_weights(batch, "sequence"))
     return clipped_surrogate(sequence_ratio, sequence_advantages(batch), args)

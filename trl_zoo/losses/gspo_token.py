@@ -11,7 +11,7 @@ token advantages (B, T) let each token carry its own credit while the clip still
 import torch
 
 from ..registry import LOSSES
-from .base import PolicyBatch, PolicyTerm, importance_log_weights
+from .base import PolicyBatch, PolicyTerm, importance_log_weights, importance_ratio
 from .ppo_clip import clipped_surrogate
 
 
@@ -25,5 +25,5 @@ from .ppo_clip import clipped_surrogate
 )
 def gspo_token_loss(batch: PolicyBatch, args) -> PolicyTerm:
     log_sequence_ratio = importance_log_weights(batch, "sequence").detach()
-    token_ratio = torch.exp(log_sequence_ratio + batch.logps - batch.logps.detach())
+    token_ratio = importance_ratio(log_sequence_ratio + batch.logps - batch.logps.detach())
     return clipped_surrogate(token_ratio, batch.advantages, args)

@@ -13,7 +13,7 @@ GRPO (DeepSeekMath, arXiv:2402.03300) aggregates (1/G)Σ_i (1/T_i)Σ_t; BNPO a l
 import torch
 
 from ..registry import LOSSES
-from .base import PolicyBatch, PolicyTerm, clip_fraction_metrics, importance_log_weights, ratio_metrics
+from .base import PolicyBatch, PolicyTerm, clip_fraction_metrics, importance_log_weights, importance_ratio, ratio_metrics
 
 
 def epsilon_bounds(args) -> tuple[float, float]:
@@ -23,7 +23,7 @@ def epsilon_bounds(args) -> tuple[float, float]:
 
 
 def ppo_clip_loss(batch: PolicyBatch, args) -> PolicyTerm:
-    ratio = torch.exp(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
+    ratio = importance_ratio(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
     return clipped_surrogate(ratio, batch.advantages, args)
 
 

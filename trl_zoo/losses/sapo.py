@@ -10,7 +10,7 @@ import torch
 
 from ..registry import LOSSES
 from ..specs import check_clip_range
-from .base import PolicyBatch, PolicyTerm, importance_log_weights, ratio_metrics
+from .base import PolicyBatch, PolicyTerm, importance_log_weights, importance_ratio, ratio_metrics
 
 
 def validate_sapo(args) -> None:
@@ -28,7 +28,7 @@ def validate_sapo(args) -> None:
     validate=validate_sapo,
 )
 def sapo_loss(batch: PolicyBatch, args) -> PolicyTerm:
-    ratio = torch.exp(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
+    ratio = importance_ratio(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
     tau = torch.where(batch.advantages > 0, args.sapo_temperature_pos, args.sapo_temperature_neg)
     gate = torch.sigmoid(tau * (ratio - 1)) * 4 / tau
     slope = torch.sigmoid(tau * (ratio - 1))
