@@ -156,6 +156,12 @@ class GRPOConfig(TRLGRPOConfig):
         "raise",
         choices=["raise", "drop"],
     )
+    nonfinite_policy: str = _help(
+        "What to do when an optimizer step's loss or gradient norm is NaN or ±inf: 'raise' (default: stop with the "
+        "step, the loss and the term) or 'skip' (drop that update, warn).",
+        "raise",
+        choices=["raise", "skip"],
+    )
 
     def __post_init__(self):
         if isinstance(self.num_generations, int) and self.num_generations < 2:  # before TRL divides by it
@@ -184,6 +190,7 @@ class GRPOConfig(TRLGRPOConfig):
             ("kl_placement", ("loss", "reward")),
             ("dynamic_sampling_on_exhausted", ("fill", "raise")),
             ("nan_rewards", ("raise", "drop")),
+            ("nonfinite_policy", ("raise", "skip")),
             ("importance_sampling_level", ("token", "sequence")),
         ):
             if getattr(self, name) not in choices:
