@@ -29,8 +29,8 @@ def test_a_non_callable_reward_fails_at_construction():
     "output, expected",
     [
         (0.5, r"^reward 'judge': returned 0\.5 \(float\) for 8 completions; return a list of 8 floats"),
-        (lambda n: ["good"] * n, r"^reward 'judge': completion 0 got 'good' \(str\), not a number; return a list of 8"),
-        (lambda n: [1.0] * (n + 3), r"^reward 'judge': returned 11 values for 8 completions; return a list of 8 floats"),
+        (lambda n: ["good"] * n, r"^reward 'judge': completion 0 got 'good' \(str\), not a number; return a list"),
+        (lambda n: [1.0] * (n + 3), r"^reward 'judge': returned 11 values for 8 completions; return a list of 8"),
         ("1.0", r"^reward 'judge': returned '1\.0' \(str\) for 8 completions"),
     ],
     ids=["scalar", "strings", "wrong_length", "one_string"],
@@ -45,7 +45,7 @@ def test_a_malformed_output_names_the_function_and_the_fix(output, expected):
 def test_rewards_that_overflow_the_group_std_ask_for_rescaling():
     huge = returning(lambda n: [1e30 * (row % 3) for row in range(n)], name="big_judge")
     trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, reward_funcs=huge)
-    with pytest.raises(ValueError, match=r"^reward 'big_judge': returned 1e\+30; .*rescale the reward \(e\.g\. divide"):
+    with pytest.raises(ValueError, match=r"^reward 'big_judge': returned 1e\+30; .*rescale the reward \(e\.g\."):
         score_one_batch(trainer)
 
 

@@ -17,7 +17,7 @@ def torch_load_calls(path: Path):
                 yield node
 
 
-SOURCES = sorted([*(ROOT / "trl_zoo").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py"), *(ROOT / "tests").glob("*.py")])
+SOURCES = sorted(path for folder in ("trl_zoo", "benchmarks", "tests") for path in (ROOT / folder).rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda path: str(path.relative_to(ROOT)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+import torch
 from trl import GRPOConfig as TRLGRPOConfig
 
 from . import losses  # noqa: F401  (registers the built-in losses, which loss_type's help lists)
@@ -200,6 +201,8 @@ class GRPOConfig(TRLGRPOConfig):
                 f"epsilon / epsilon_high: clip ranges must be ≥ 0, got epsilon={self.epsilon}, "
                 f"epsilon_high={self.epsilon_high}."
             )
+        if self.fp16 and (self.use_cpu or not torch.accelerator.is_available()):
+            raise ValueError("fp16: got True on a CPU, which has no fp16 mixed precision; set fp16=False.")
         entry = LOSSES.get(self.loss_type)
         entry.spec.validate(self)  # the loss's own fields and how it reads the shared ones (its file)
         if self.dual_clip is not None and self.dual_clip <= 1:

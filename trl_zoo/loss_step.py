@@ -159,7 +159,8 @@ class PolicyLossStep:
         if self.beta != 0.0 and batch.ref_logps is not None:
             per_token_kl = self.kl_estimator(logps, batch.ref_logps)
             if self.args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * importance_ratio(importance_log_weights(batch, self.importance_sampling_level))
+                log_weights = importance_log_weights(batch, self.importance_sampling_level)
+                per_token_kl = per_token_kl * importance_ratio(log_weights)
             if self.args.kl_placement == "loss":
                 per_token_loss = per_token_loss + self.kl_coefficient * per_token_kl
 

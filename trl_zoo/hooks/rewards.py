@@ -74,8 +74,9 @@ class RewardsMixin:
         reward_funcs = self.reward_funcs
         findings = torch.zeros(len(prompts), len(reward_funcs), dtype=torch.uint8, device=self.accelerator.device)
         examples: dict[int, str] = {}
+        names = self.reward_func_names
         self.reward_funcs = [
-            fn if isinstance(fn, nn.Module) else _recording(fn, self.reward_func_names[column], column, findings, examples)
+            fn if isinstance(fn, nn.Module) else _recording(fn, names[column], column, findings, examples)
             for column, fn in enumerate(reward_funcs)
         ]
         try:
@@ -129,16 +130,17 @@ def _check_reward_funcs(reward_funcs) -> None:
     for index, fn in enumerate(reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]):
         if not (callable(fn) or isinstance(fn, str)):
             raise TypeError(
-                f"reward_funcs[{index}]: got {fn!r} of type {type(fn).__name__}, which is not callable; pass a function "
-                f"fn(prompts, completions, **kwargs) -> list[float | None], a reward model, or a model name."
+                f"reward_funcs[{index}]: got {fn!r} of type {type(fn).__name__}, which is not callable; pass a "
+                f"function fn(prompts, completions, **kwargs) -> list[float | None], a reward model, or a model name."
             )
 
 
 def _check_magnitude(name: str, value: float) -> None:
     if MAX_ABS_REWARD < abs(value) <= _FLOAT32_MAX:
+        scale = 10 ** math.ceil(math.log10(abs(value)))
         raise ValueError(
             f"reward {name!r}: returned {value:.3g}; rewards beyond ±{MAX_ABS_REWARD:.0e} overflow the group std in "
-            f"float32 and nothing is learned; rescale the reward (e.g. divide it by {10 ** math.ceil(math.log10(abs(value))):.0e})."
+            f"float32 and nothing is learned; rescale the reward (e.g. divide it by {scale:.0e})."
         )
 
 
@@ -146,7 +148,8 @@ def _check_shape(name: str, values, rows: int) -> None:
     """One number or None per completion, as TRL's reward contract asks."""
     fix = f"return a list of {rows} floats, one per completion (None where it cannot score one)"
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or getattr(values, "ndim", 1) != 1:
-        raise ValueError(f"reward {name!r}: returned {values!r} ({type(values).__name__}) for {rows} completions; {fix}.")
+        kind = type(values).__name__
+        raise ValueError(f"reward {name!r}: returned {values!r} ({kind}) for {rows} completions; {fix}.")
     if len(values) != rows:
         raise ValueError(f"reward {name!r}: returned {len(values)} values for {rows} completions; {fix}.")
     for row, value in enumerate(values):

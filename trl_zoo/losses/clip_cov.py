@@ -17,6 +17,7 @@ without the selected tokens. `clip_cov/selected_fraction` logs |I_clip| / N.
 import torch
 
 from ..registry import LOSSES
+from ..specs import check_clipped_objective
 from .base import PolicyBatch, PolicyTerm, importance_ratio
 from .ppo_clip import clipped_surrogate, epsilon_bounds
 
@@ -61,6 +62,7 @@ def random_subset(candidates: torch.Tensor, count: torch.Tensor) -> torch.Tensor
     source="The Entropy Mechanism of RL for Reasoning LMs, arXiv:2505.22617",
     aggregation="token_mean_global",
     zero_advantage_is_inert=False,  # Â = 0 rows shift the covariance means and so the selection
+    validate=check_clipped_objective,
 )
 def clip_cov_loss(batch: PolicyBatch, args) -> PolicyTerm:
     ratio = importance_ratio(batch.log_ratio)

@@ -11,6 +11,7 @@ token advantages (B, T) let each token carry its own credit while the clip still
 import torch
 
 from ..registry import LOSSES
+from ..specs import check_clipped_objective
 from .base import PolicyBatch, PolicyTerm, importance_log_weights, importance_ratio
 from .ppo_clip import clipped_surrogate
 
@@ -22,6 +23,7 @@ from .ppo_clip import clipped_surrogate
     aggregation="sequence_mean",
     zero_advantage_is_inert=True,
     sequence_level=True,
+    validate=check_clipped_objective,
 )
 def gspo_token_loss(batch: PolicyBatch, args) -> PolicyTerm:
     log_sequence_ratio = importance_log_weights(batch, "sequence").detach()

@@ -10,10 +10,20 @@ GRPO (DeepSeekMath, arXiv:2402.03300) aggregates (1/G)Σ_i (1/T_i)Σ_t; BNPO a l
 (arXiv:2602.05261) the per-sequence sum.
 """
 
+import warnings
+
 import torch
 
 from ..registry import LOSSES
-from .base import PolicyBatch, PolicyTerm, clip_fraction_metrics, importance_log_weights, importance_ratio, ratio_metrics
+from ..specs import check_clipped_objective
+from .base import (
+    PolicyBatch,
+    PolicyTerm,
+    clip_fraction_metrics,
+    importance_log_weights,
+    importance_ratio,
+    ratio_metrics,
+)
 
 
 def epsilon_bounds(args) -> tuple[float, float]:
@@ -41,6 +51,16 @@ def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, args) -> Po
     return PolicyTerm(-objective, metrics)
 
 
+def validate_dapo(args) -> None:
+    check_clipped_objective(args)
+    if args.epsilon_high is not None and args.epsilon_high < args.epsilon:
+        warnings.warn(
+            f"epsilon_high: {args.epsilon_high} < epsilon={args.epsilon} clips the upside tighter than the downside, "
+            f"the opposite of DAPO's clip-higher; use epsilon_high ≥ epsilon (DAPO: ε=0.2, ε_high=0.28).",
+            stacklevel=2,
+        )
+
+
 _SOURCES = {
     "grpo": ("sequence_mean", "DeepSeekMath, arXiv:2402.03300", "PPO clip, mean of per-sequence token means"),
     "bnpo": ("token_mean_local", "BNPO, arXiv:2506.02864", "PPO clip, token mean over the local micro-batch"),
@@ -57,4 +77,5 @@ for _name, (_aggregation, _source, _description) in _SOURCES.items():
         source=_source,
         aggregation=_aggregation,
         zero_advantage_is_inert=True,
+        validate=validate_dapo if _name == "dapo" else check_clipped_objective,
     )

@@ -6,6 +6,8 @@
 Aggregated like GRPO.
 """
 
+import warnings
+
 import torch
 
 from ..registry import LOSSES
@@ -17,6 +19,13 @@ def validate_sapo(args) -> None:
     check_clip_range(args)
     if args.sapo_temperature_pos <= 0 or args.sapo_temperature_neg <= 0:
         raise ValueError("sapo_temperature_pos / sapo_temperature_neg: temperatures τ must be > 0.")
+    if args.sapo_temperature_neg < args.sapo_temperature_pos:
+        warnings.warn(
+            f"sapo_temperature_neg: τ_neg={args.sapo_temperature_neg} < τ_pos={args.sapo_temperature_pos}; SAPO uses "
+            f"τ_neg > τ_pos (a sharper gate for negative advantages, which destabilise more); set τ_neg > τ_pos "
+            f"(TRL: 1.05 and 1.0).",
+            stacklevel=2,
+        )
 
 
 @LOSSES.register(
