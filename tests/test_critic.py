@@ -395,7 +395,7 @@ def test_vapo_recipe_pretrains_the_value_then_trains_the_policy(tmp_path):
 
     # the critic is saved next to the model and loaded back
     trainer.save_model(str(tmp_path))
-    state = torch.load(tmp_path / CRITIC_FILE)
+    state = torch.load(tmp_path / CRITIC_FILE, weights_only=True)  # tensors, dicts and a string only
     fresh = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), **{**recipe, "max_steps": 4})
     assert not all(torch.equal(a, b) for a, b in zip(fresh.critic_parameters, trainer.critic_parameters))
     fresh.load_critic_state_dict(state)

@@ -73,3 +73,45 @@ def test_finite_loss_and_gradients(name, case):
             assert gradient is None or torch.isfinite(gradient).all(), (name, case, aggregation)
             if gradient is not None:
                 assert (gradient[batch.mask == 0] == 0).all()  # padding never gets a gradient
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_log_ratios_of_pm100_give_finite_loss_and_gradients(name):
+    """Old log-probs far from current (δ = ±100, r = e^{±100} overflows float32): the ratio is capped, never inf."""
+    args = trl_zoo.GRPOConfig(
+        output_dir=TEST_OUTPUT_DIR, loss_type=name, bf16=False, use_cpu=True, report_to="none", max_completion_length=5
+    )
+    mask = torch.tensor(CASES["log_ratio_pm50"]["mask"], dtype=torch.float)
+    for seed in range(3):
+        for token_advantages in (False, True):
+            batch = make_case("log_ratio_pm50", token_advantages)
+            log_ratio = 2 * extreme_log_ratio(mask.shape, seed)  # −100, 0, +100
+            batch.old_logps = batch.logps.detach() - log_ratio
+            batch.ref_logps = batch.logps.detach() + log_ratio
+            term = trl_zoo.LOSSES.get(name).fn(batch, args)
+            aggregation = AGGREGATIONS.get(LOSSES.get(name).spec.aggregation).fn
+            loss, _ = aggregation(term.loss, mask, AggregationContext(max_completion_length=5))
+            (gradient,) = torch.autograd.grad(loss, batch.logps, allow_unused=True)
+            assert torch.isfinite(loss), (name, seed, token_advantages)
+            assert gradient is None or torch.isfinite(gradient).all(), (name, seed, token_advantages)
+
+
+@pytest.mark.parametrize("name", trl_zoo.KL_ESTIMATORS.names())
+def test_kl_estimators_are_finite_at_log_ratios_of_pm100(name):
+    logps = torch.zeros(6, requires_grad=True)
+    ref_logps = torch.tensor([-100.0, -20.0, 0.0, 20.0, 100.0, 5.0])
+    kl = trl_zoo.KL_ESTIMATORS.get(name).fn(logps, ref_logps)
+    (gradient,) = torch.autograd.grad(kl.sum(), logps)
+    assert torch.isfinite(kl).all() and torch.isfinite(gradient).all()
+
+
+def test_importance_ratio_is_exact_in_range_and_capped_beyond():
+    from trl_zoo.numerics import MAX_LOG_RATIO, importance_ratio
+
+    log_ratio = torch.tensor([-100.0, -3.0, 0.0, 0.5, 19.0, 100.0], requires_grad=True)
+    ratio = importance_ratio(log_ratio)
+    (gradient,) = torch.autograd.grad(ratio.sum(), log_ratio)
+    assert torch.equal(ratio[1:5], torch.exp(log_ratio[1:5].detach()))
+    assert torch.equal(gradient[1:5], torch.exp(log_ratio[1:5].detach()))
+    assert ratio[-1] == torch.exp(torch.tensor(MAX_LOG_RATIO)) and ratio[0] == torch.exp(torch.tensor(-MAX_LOG_RATIO))
+    assert torch.isfinite(gradient).all()

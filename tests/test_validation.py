@@ -89,6 +89,12 @@ IMPOSSIBLE = [
     ("kl_placement", dict(kl_placement="both"), "use one of loss, reward"),
     ("dynamic_sampling_on_exhausted", dict(dynamic_sampling_on_exhausted="skip"), "use one of fill, raise"),
     ("nan_rewards", dict(nan_rewards="ignore"), "use one of raise, drop"),
+    ("nonfinite_policy", dict(nonfinite_policy="ignore"), "use one of raise, skip"),
+    # impossible but computable: a zero clip range off-policy, fp16 on a CPU
+    ("epsilon", dict(epsilon=0.0, num_iterations=2), "use epsilon > 0"),
+    ("epsilon_high", dict(loss_type="dapo", epsilon_high=0.0, steps_per_generation=2), "use epsilon_high > 0"),
+    ("epsilon", dict(loss_type="gspo", epsilon=0.0, num_iterations=2), "use epsilon > 0"),
+    ("fp16", dict(fp16=True), "set fp16=False"),
     # a sequence-level loss under a token-sum normaliser weights each sequence by its length
     ("loss_aggregation", dict(loss_type="gspo", loss_aggregation="token_mean_global"), "allow_sequence_loss_token_sum"),
     ("loss_aggregation", dict(loss_type="gmpo", loss_aggregation="constant"), "use 'sequence_mean'"),
@@ -104,7 +110,8 @@ def test_impossible_value_names_the_field_and_the_fix(field, overrides, fix):
 
 BOUNDARIES = [  # the closest allowed settings: each must build
     dict(num_generations=2),
-    dict(epsilon=0.0, epsilon_high=0.0),
+    dict(epsilon=0.0, epsilon_high=0.0),  # on-policy (r = 1 exactly) the clip changes nothing
+    dict(loss_type="reinforce", epsilon=0.0, num_iterations=2),  # no clip to close
     dict(delta=1.2, epsilon=0.2),
     dict(loss_type="cispo", cispo_epsilon_low=0.2, epsilon_high=0.8),
     dict(loss_type="cispo", epsilon=3.0),  # CISPO's cap is absolute: ε ≥ 1 is allowed there
@@ -143,6 +150,27 @@ def test_a_plain_trl_config_gets_the_same_checks():
     with pytest.raises(ValueError, match=r"^delta: the two-sided cap δ=1.05"):
         trl_zoo.GRPOTrainer(model=tiny.model(0), reward_funcs=tiny.digit_reward, args=args,
                             train_dataset=tiny.prompts_dataset(), processing_class=tiny.tokenizer())
+
+
+@pytest.mark.parametrize(
+    "overrides, warned, fine",
+    [
+        (dict(loss_type="dapo", epsilon_high=0.1), "opposite of DAPO's clip-higher", dict(epsilon_high=0.28)),
+        (
+            dict(loss_type="sapo", sapo_temperature_pos=2.0, sapo_temperature_neg=1.0),
+            "SAPO uses τ_neg > τ_pos",
+            dict(sapo_temperature_pos=1.0, sapo_temperature_neg=1.05),
+        ),
+    ],
+    ids=["dapo_epsilon_high_below_epsilon", "sapo_tau_neg_below_tau_pos"],
+)
+def test_settings_against_the_paper_warn(overrides, warned, fine):
+    with pytest.warns(UserWarning, match=warned) as record:
+        build(**overrides)
+    assert all("\n" not in str(warning.message) for warning in record)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        build(**{**overrides, **fine})
 
 
 def test_cispo_cap_below_one_warns_and_a_cap_above_one_does_not():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+import torch
 from trl import GRPOConfig as TRLGRPOConfig
 
 from . import losses  # noqa: F401  (registers the built-in losses, which loss_type's help lists)
@@ -156,6 +157,12 @@ class GRPOConfig(TRLGRPOConfig):
         "raise",
         choices=["raise", "drop"],
     )
+    nonfinite_policy: str = _help(
+        "What to do when an optimizer step's loss or gradient norm is NaN or ±inf: 'raise' (default: stop with the "
+        "step, the loss and the term) or 'skip' (drop that update, warn).",
+        "raise",
+        choices=["raise", "skip"],
+    )
 
     def __post_init__(self):
         if isinstance(self.num_generations, int) and self.num_generations < 2:  # before TRL divides by it
@@ -184,6 +191,7 @@ class GRPOConfig(TRLGRPOConfig):
             ("kl_placement", ("loss", "reward")),
             ("dynamic_sampling_on_exhausted", ("fill", "raise")),
             ("nan_rewards", ("raise", "drop")),
+            ("nonfinite_policy", ("raise", "skip")),
             ("importance_sampling_level", ("token", "sequence")),
         ):
             if getattr(self, name) not in choices:
@@ -193,6 +201,8 @@ class GRPOConfig(TRLGRPOConfig):
                 f"epsilon / epsilon_high: clip ranges must be ≥ 0, got epsilon={self.epsilon}, "
                 f"epsilon_high={self.epsilon_high}."
             )
+        if self.fp16 and (self.use_cpu or not torch.accelerator.is_available()):
+            raise ValueError("fp16: got True on a CPU, which has no fp16 mixed precision; set fp16=False.")
         entry = LOSSES.get(self.loss_type)
         entry.spec.validate(self)  # the loss's own fields and how it reads the shared ones (its file)
         if self.dual_clip is not None and self.dual_clip <= 1:

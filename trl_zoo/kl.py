@@ -16,6 +16,7 @@ Where the KL goes (`kl_placement`): "loss" adds β·KL_t to every token's loss (
 
 import torch
 
+from .numerics import importance_ratio
 from .registry import KL_ESTIMATORS
 
 Tensor = torch.Tensor
@@ -33,7 +34,7 @@ def k2(logps: Tensor, ref_logps: Tensor) -> Tensor:
 
 @KL_ESTIMATORS.register("k3", description="e^{−d} + d − 1 (unbiased, ≥ 0; GRPO's)", source="Schulman 2020; GRPO")
 def k3(logps: Tensor, ref_logps: Tensor) -> Tensor:
-    return torch.exp(ref_logps - logps) - (ref_logps - logps) - 1
+    return importance_ratio(ref_logps - logps) - (ref_logps - logps) - 1
 
 
 def adaptive_kl_coefficient(beta: float, observed_kl: float, target: float) -> float:

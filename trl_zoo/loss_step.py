@@ -17,14 +17,18 @@ token-mean metrics (`StepMeans`, the one window the adaptive-β controllers read
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import torch
 from transformers import TrainerCallback
+from transformers.utils import logging
 
 from .aggregation import AggregationContext
-from .losses.base import PolicyBatch, importance_log_weights
+from .losses.base import PolicyBatch, importance_log_weights, importance_ratio
 from .model_inputs import forward_inputs, loss_mask
+
+logger = logging.get_logger(__name__)
 
 
 class PolicyLossStep:
@@ -33,6 +37,7 @@ class PolicyLossStep:
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.step_means = StepMeans()
+        self._step_health: dict[str, torch.Tensor] = {}  # this optimizer step's loss sum and non-finite term counts
         self.add_callback(_OptimizerStepCallback(self))
 
     # ------------------------------------------------------------------ optimizer step
@@ -44,6 +49,47 @@ class PolicyLossStep:
         if on_optimizer_step is not None:
             for name, value in (on_optimizer_step(self.zoo_state, self.args, step_means) or {}).items():
                 self._metrics["train"][name].append(value)
+
+    # ------------------------------------------------------------------ non-finite guard
+    def _record_step_health(self, loss, terms: dict[str, torch.Tensor]):
+        """Add the micro-batch's loss, and per term whether it was non-finite, to the optimizer step's window, on the
+        device (no host sync: `_get_grad_norm` reads the window once per optimizer step)."""
+        health = self._step_health
+        health["loss"] = health.get("loss", 0.0) + loss.detach()
+        for name, value in terms.items():
+            health[name] = health.get(name, 0.0) + (~torch.isfinite(value.detach())).any().float()
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        """transformers' gradient norm, once per optimizer step before `optimizer.step()`: the seam of the
+        non-finite guard (`nonfinite_policy`), with one reduce and one host sync per step."""
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        health, self._step_health = self._step_health, {}
+        if not health:
+            return grad_norm
+        # fp16's loss scaler overflows on purpose and skips those steps itself: only the loss is checked then.
+        if torch.is_tensor(grad_norm) and self.accelerator.scaler is None:
+            health["gradient norm"] = grad_norm.detach().float().reshape(())
+        names = list(health)
+        stats = torch.stack([health[name].float().reshape(()) for name in names])
+        values = dict(zip(names, self.accelerator.reduce(stats, reduction="sum").tolist()))
+        loss = values.pop("loss") / self.accelerator.num_processes
+        norm = values.pop("gradient norm", 0.0) / self.accelerator.num_processes
+        bad_terms = [name for name, count in values.items() if count != 0]
+        if not bad_terms and math.isfinite(loss) and math.isfinite(norm):
+            return grad_norm
+        message = (
+            f"step {self.state.global_step + 1}: loss {loss:.6g}, gradient norm {norm:.6g}, non-finite term: "
+            f"{', '.join(bad_terms) or 'unknown'} (loss_type={self.args.loss_type})"
+        )
+        if self.args.nonfinite_policy == "raise":
+            raise FloatingPointError(
+                f"Non-finite optimizer step at {message}; set nonfinite_policy='skip' to drop such updates, or lower "
+                "learning_rate and check the rewards."
+            )
+        logger.warning(f"Skipped the optimizer update at {message} (nonfinite_policy='skip').")
+        model.zero_grad(set_to_none=True)  # no gradient: the optimizer leaves every parameter as it is
+        self._metrics["train"]["nonfinite_skipped_steps"].append(1.0)
+        return grad_norm
 
     # ------------------------------------------------------------------ loss
     def _policy_forward(self, model, inputs, compute_entropy: bool = True):
@@ -113,7 +159,8 @@ class PolicyLossStep:
         if self.beta != 0.0 and batch.ref_logps is not None:
             per_token_kl = self.kl_estimator(logps, batch.ref_logps)
             if self.args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * torch.exp(importance_log_weights(batch, self.importance_sampling_level))
+                log_weights = importance_log_weights(batch, self.importance_sampling_level)
+                per_token_kl = per_token_kl * importance_ratio(log_weights)
             if self.args.kl_placement == "loss":
                 per_token_loss = per_token_loss + self.kl_coefficient * per_token_kl
 
@@ -126,14 +173,21 @@ class PolicyLossStep:
             training=mode == "train",
         )
         loss, policy_loss = self.aggregate(per_token_loss, mask, context)
+        terms = {"policy loss": loss}
+        if per_token_kl is not None:
+            terms["kl"] = torch.where(mask > 0, per_token_kl, 0.0).sum()
 
         if self._entropy_bonus_enabled:
             effective_mask = mask if entropy_mask is None else mask * entropy_mask
-            loss = loss - self._entropy_bonus(entropies, effective_mask, mode, context.accumulation_steps)
+            terms["entropy bonus"] = self._entropy_bonus(entropies, effective_mask, mode, context.accumulation_steps)
+            loss = loss - terms["entropy bonus"]
             self._metrics[mode]["policy_loss"].append(self.accelerator.gather(policy_loss).nanmean().item())
         if self.aux_loss_enabled:
+            terms["aux loss"] = aux_loss
             loss = loss + self.router_aux_loss_coef * aux_loss / context.accumulation_steps
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+        if mode == "train":
+            self._record_step_health(loss, terms)
 
         metrics = {} if per_token_kl is None else {"kl": per_token_kl}
         metrics["entropy"] = entropies
@@ -251,6 +305,7 @@ class _OptimizerStepCallback(TrainerCallback):
         trainer = self._trainer()
         if trainer is not None:
             trainer.step_means.pop()  # loss calls made outside training (tests, evaluation) belong to no step
+            trainer._step_health = {}
 
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self._trainer()

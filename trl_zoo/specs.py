@@ -24,6 +24,22 @@ def check_clip_range(args) -> None:
         )
 
 
+def check_clipped_objective(args) -> None:
+    """`check_clip_range`, for the losses that clip r: a zero clip range wastes every off-policy step."""
+    check_clip_range(args)
+    num_iterations = getattr(args, "num_iterations", 1)
+    steps, accumulation = getattr(args, "steps_per_generation", None), getattr(args, "gradient_accumulation_steps", 1)
+    if num_iterations == 1 and (steps is None or steps <= accumulation):
+        return  # on-policy: r = 1 exactly, where the clip changes nothing
+    for name in ("epsilon", "epsilon_high"):
+        if getattr(args, name) == 0:
+            raise ValueError(
+                f"{name}: 0 clips the ratio at 1, so a token gets no gradient once its ratio has moved, and the "
+                f"off-policy steps (num_iterations={num_iterations}, steps_per_generation={steps}) update nothing; "
+                f"use {name} > 0 (TRL: 0.2)."
+            )
+
+
 @dataclass(frozen=True)
 class Spec:
     """No declarations (aggregations, KL estimators, samplers)."""

@@ -370,7 +370,7 @@ class CriticMixin:
         if self.critic_mode is not None and checkpoint is not None:
             path = os.path.join(checkpoint, CRITIC_FILE)
             if os.path.exists(path):
-                self.load_critic_state_dict(torch.load(path, map_location=self.accelerator.device))
+                self.load_critic_state_dict(torch.load(path, map_location=self.accelerator.device, weights_only=True))
 
 
 def check_critic_distribution(accelerator, estimator: str):

@@ -20,6 +20,12 @@ With ``nan_rewards="raise"`` (default) the first such batch raises a one-line ``
 With ``nan_rewards="drop"`` every reward of such a completion becomes NaN, so it is unscorable exactly like an
 all-None completion: left out of every baseline, advantage 0; a warning names the functions and the count is logged
 as ``rewards/nonfinite_dropped``. The findings are gathered over processes, so every process decides alike.
+
+What is not a reward at all fails at once with one line naming the function and the fix: an entry of
+``reward_funcs`` that is neither callable nor a model name (at construction), and at the first batch an output that
+is not a sequence of one number or None per completion (a scalar, strings, the wrong length). A finite reward above
+``MAX_ABS_REWARD`` in magnitude is an error too: its square overflows float32 in the group std, every advantage of
+the group becomes 0 and nothing is learned, silently.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from trl.trainer.utils import is_async_callable
 from ..reward_shaping import is_reward_shaping, with_soft_overlong_punishment
 
 _FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+MAX_ABS_REWARD = 1e15  # (G·R)² stays far below float32's 3.4e38 in the group mean and std
 
 
 class RewardsMixin:
@@ -42,6 +49,7 @@ class RewardsMixin:
     rewards_per_func: torch.Tensor | None = None  # the last scoring's rewards, checked
 
     def __init__(self, model, reward_funcs=None, args=None, *positional, **kwargs):
+        _check_reward_funcs(reward_funcs)
         reward_funcs, args, positional, kwargs = with_soft_overlong_punishment(reward_funcs, args, positional, kwargs)
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
 
@@ -66,8 +74,9 @@ class RewardsMixin:
         reward_funcs = self.reward_funcs
         findings = torch.zeros(len(prompts), len(reward_funcs), dtype=torch.uint8, device=self.accelerator.device)
         examples: dict[int, str] = {}
+        names = self.reward_func_names
         self.reward_funcs = [
-            fn if isinstance(fn, nn.Module) else _recording(fn, column, findings, examples)
+            fn if isinstance(fn, nn.Module) else _recording(fn, names[column], column, findings, examples)
             for column, fn in enumerate(reward_funcs)
         ]
         try:
@@ -78,6 +87,8 @@ class RewardsMixin:
         for column, fn in enumerate(reward_funcs):
             if isinstance(fn, nn.Module):
                 found[:, column] |= ~torch.isfinite(rewards_per_func[:, column])
+                largest = rewards_per_func[:, column].nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).abs().max()
+                _check_magnitude(self.reward_func_names[column], float(largest))
         mode = "train" if self.model.training else "eval"
         if self.args.nan_rewards == "drop":
             self._metrics[mode]["rewards/nonfinite_dropped"].append(float(found.any(dim=1).sum()))
@@ -107,36 +118,74 @@ class RewardsMixin:
 
 
 def _is_finite_reward(value) -> bool:
-    """None (unscorable) and finite float32 numbers pass; NaN, ±inf and float32 overflow do not. Values that are
-    not numbers pass too: TRL reports those itself."""
+    """None (unscorable) and finite float32 numbers pass; NaN, ±inf and float32 overflow do not."""
     if value is None:
         return True
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return True
+    number = float(value)  # a number: `_check_shape` ran first
     return math.isfinite(number) and abs(number) <= _FLOAT32_MAX
 
 
-def _record(values, column: int, findings: torch.Tensor, examples: dict[int, str]):
-    if isinstance(values, (list, tuple)) and len(values) == findings.size(0):  # otherwise TRL raises its own error
-        for row, value in enumerate(values):
-            if not _is_finite_reward(value):
-                findings[row, column] = 1
-                examples.setdefault(column, f"completion {row} got {value!r}")
+def _check_reward_funcs(reward_funcs) -> None:
+    """Every entry is callable (a function or a reward model) or a model name, which TRL loads."""
+    for index, fn in enumerate(reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]):
+        if not (callable(fn) or isinstance(fn, str)):
+            raise TypeError(
+                f"reward_funcs[{index}]: got {fn!r} of type {type(fn).__name__}, which is not callable; pass a "
+                f"function fn(prompts, completions, **kwargs) -> list[float | None], a reward model, or a model name."
+            )
+
+
+def _check_magnitude(name: str, value: float) -> None:
+    if MAX_ABS_REWARD < abs(value) <= _FLOAT32_MAX:
+        scale = 10 ** math.ceil(math.log10(abs(value)))
+        raise ValueError(
+            f"reward {name!r}: returned {value:.3g}; rewards beyond ±{MAX_ABS_REWARD:.0e} overflow the group std in "
+            f"float32 and nothing is learned; rescale the reward (e.g. divide it by {scale:.0e})."
+        )
+
+
+def _check_shape(name: str, values, rows: int) -> None:
+    """One number or None per completion, as TRL's reward contract asks."""
+    fix = f"return a list of {rows} floats, one per completion (None where it cannot score one)"
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or getattr(values, "ndim", 1) != 1:
+        kind = type(values).__name__
+        raise ValueError(f"reward {name!r}: returned {values!r} ({kind}) for {rows} completions; {fix}.")
+    if len(values) != rows:
+        raise ValueError(f"reward {name!r}: returned {len(values)} values for {rows} completions; {fix}.")
+    for row, value in enumerate(values):
+        if value is None:
+            continue
+        try:
+            if isinstance(value, (str, bytes)):
+                raise TypeError
+            float(value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"reward {name!r}: completion {row} got {value!r} ({type(value).__name__}), not a number; {fix}."
+            ) from None
+
+
+def _record(values, name: str, column: int, findings: torch.Tensor, examples: dict[int, str]):
+    _check_shape(name, values, findings.size(0))
+    for row, value in enumerate(values):
+        if not _is_finite_reward(value):
+            findings[row, column] = 1
+            examples.setdefault(column, f"completion {row} got {value!r}")
+        elif value is not None:
+            _check_magnitude(name, float(value))
     return values
 
 
-def _recording(fn, column: int, findings: torch.Tensor, examples: dict[int, str]):
-    """`fn` with its outputs recorded into `findings[:, column]`; async stays async (TRL awaits those)."""
+def _recording(fn, name: str, column: int, findings: torch.Tensor, examples: dict[int, str]):
+    """`fn` with its outputs checked and recorded into `findings[:, column]`; async stays async (TRL awaits those)."""
     if is_async_callable(fn):
 
         async def recording_async(*args, **kwargs):
-            return _record(await fn(*args, **kwargs), column, findings, examples)
+            return _record(await fn(*args, **kwargs), name, column, findings, examples)
 
         return recording_async
 
     def recording(*args, **kwargs):
-        return _record(fn(*args, **kwargs), column, findings, examples)
+        return _record(fn(*args, **kwargs), name, column, findings, examples)
 
     return recording

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from ..numerics import MAX_LOG_RATIO, importance_ratio  # noqa: F401  (re-exported for the losses)
+
 Tensor = torch.Tensor
 
 

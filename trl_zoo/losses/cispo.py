@@ -13,7 +13,7 @@ import warnings
 import torch
 
 from ..registry import LOSSES
-from .base import PolicyBatch, PolicyTerm, importance_log_weights, ratio_metrics
+from .base import PolicyBatch, PolicyTerm, importance_log_weights, importance_ratio, ratio_metrics
 from .ppo_clip import epsilon_bounds
 
 
@@ -51,7 +51,7 @@ def validate_cispo(args) -> None:
 )
 def cispo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     _, cap = epsilon_bounds(args)
-    ratio = torch.exp(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
+    ratio = importance_ratio(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
     floor = None if getattr(args, "cispo_epsilon_low", None) is None else 1 - args.cispo_epsilon_low
     weight = torch.clamp(ratio, min=floor, max=cap).detach()
     metrics = {"cispo_clip_ratio": ((ratio > cap) & (batch.advantages > 0)).float()}

@@ -17,7 +17,8 @@ without the selected tokens. `clip_cov/selected_fraction` logs |I_clip| / N.
 import torch
 
 from ..registry import LOSSES
-from .base import PolicyBatch, PolicyTerm
+from ..specs import check_clipped_objective
+from .base import PolicyBatch, PolicyTerm, importance_ratio
 from .ppo_clip import clipped_surrogate, epsilon_bounds
 
 
@@ -61,9 +62,10 @@ def random_subset(candidates: torch.Tensor, count: torch.Tensor) -> torch.Tensor
     source="The Entropy Mechanism of RL for Reasoning LMs, arXiv:2505.22617",
     aggregation="token_mean_global",
     zero_advantage_is_inert=False,  # Â = 0 rows shift the covariance means and so the selection
+    validate=check_clipped_objective,
 )
 def clip_cov_loss(batch: PolicyBatch, args) -> PolicyTerm:
-    ratio = torch.exp(batch.log_ratio)
+    ratio = importance_ratio(batch.log_ratio)
     advantages = batch.advantages.expand_as(ratio)
     term = clipped_surrogate(ratio, advantages, args)
     eps_low, eps_high = epsilon_bounds(args)

@@ -14,7 +14,8 @@ is the GSPO preset, not a default here.
 import torch
 
 from ..registry import LOSSES
-from .base import PolicyBatch, PolicyTerm, importance_log_weights
+from ..specs import check_clipped_objective
+from .base import PolicyBatch, PolicyTerm, importance_log_weights, importance_ratio
 from .ppo_clip import clipped_surrogate
 
 
@@ -32,7 +33,8 @@ def sequence_advantages(batch: PolicyBatch) -> torch.Tensor:
     aggregation="sequence_mean",
     zero_advantage_is_inert=True,
     sequence_level=True,
+    validate=check_clipped_objective,
 )
 def gspo_loss(batch: PolicyBatch, args) -> PolicyTerm:
-    sequence_ratio = torch.exp(importance_log_weights(batch, "sequence"))
+    sequence_ratio = importance_ratio(importance_log_weights(batch, "sequence"))
     return clipped_surrogate(sequence_ratio, sequence_advantages(batch), args)

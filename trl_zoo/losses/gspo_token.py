@@ -11,7 +11,8 @@ token advantages (B, T) let each token carry its own credit while the clip still
 import torch
 
 from ..registry import LOSSES
-from .base import PolicyBatch, PolicyTerm, importance_log_weights
+from ..specs import check_clipped_objective
+from .base import PolicyBatch, PolicyTerm, importance_log_weights, importance_ratio
 from .ppo_clip import clipped_surrogate
 
 
@@ -22,8 +23,9 @@ from .ppo_clip import clipped_surrogate
     aggregation="sequence_mean",
     zero_advantage_is_inert=True,
     sequence_level=True,
+    validate=check_clipped_objective,
 )
 def gspo_token_loss(batch: PolicyBatch, args) -> PolicyTerm:
     log_sequence_ratio = importance_log_weights(batch, "sequence").detach()
-    token_ratio = torch.exp(log_sequence_ratio + batch.logps - batch.logps.detach())
+    token_ratio = importance_ratio(log_sequence_ratio + batch.logps - batch.logps.detach())
     return clipped_surrogate(token_ratio, batch.advantages, args)

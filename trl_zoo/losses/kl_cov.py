@@ -13,7 +13,7 @@ where the loss is REINFORCE's. `kl_cov/selected_fraction` logs |I_KL| / N.
 import torch
 
 from ..registry import LOSSES
-from .base import PolicyBatch, PolicyTerm, ratio_metrics
+from .base import PolicyBatch, PolicyTerm, importance_ratio, ratio_metrics
 from .clip_cov import first_by_rank, token_count, token_covariance
 
 
@@ -33,7 +33,7 @@ def top_covariance_tokens(batch: PolicyBatch, fraction: float) -> torch.Tensor:
     zero_advantage_is_inert=False,  # Â = 0 rows shift the covariance means and so the selection
 )
 def kl_cov_loss(batch: PolicyBatch, args) -> PolicyTerm:
-    ratio = torch.exp(batch.log_ratio)
+    ratio = importance_ratio(batch.log_ratio)
     selected = top_covariance_tokens(batch, args.kl_cov_ratio)
     penalty = args.kl_cov_coef * batch.log_ratio.abs()
     loss = -ratio * batch.advantages + torch.where(selected, penalty, 0.0)

@@ -10,10 +10,20 @@ GRPO (DeepSeekMath, arXiv:2402.03300) aggregates (1/G)Σ_i (1/T_i)Σ_t; BNPO a l
 (arXiv:2602.05261) the per-sequence sum.
 """
 
+import warnings
+
 import torch
 
 from ..registry import LOSSES
-from .base import PolicyBatch, PolicyTerm, clip_fraction_metrics, importance_log_weights, ratio_metrics
+from ..specs import check_clipped_objective
+from .base import (
+    PolicyBatch,
+    PolicyTerm,
+    clip_fraction_metrics,
+    importance_log_weights,
+    importance_ratio,
+    ratio_metrics,
+)
 
 
 def epsilon_bounds(args) -> tuple[float, float]:
@@ -23,7 +33,7 @@ def epsilon_bounds(args) -> tuple[float, float]:
 
 
 def ppo_clip_loss(batch: PolicyBatch, args) -> PolicyTerm:
-    ratio = torch.exp(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
+    ratio = importance_ratio(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
     return clipped_surrogate(ratio, batch.advantages, args)
 
 
@@ -39,6 +49,16 @@ def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, args) -> Po
     metrics = clip_fraction_metrics(ratio, advantages, 1 - eps_low, 1 + eps_high)
     metrics.update(ratio_metrics(ratio))
     return PolicyTerm(-objective, metrics)
+
+
+def validate_dapo(args) -> None:
+    check_clipped_objective(args)
+    if args.epsilon_high is not None and args.epsilon_high < args.epsilon:
+        warnings.warn(
+            f"epsilon_high: {args.epsilon_high} < epsilon={args.epsilon} clips the upside tighter than the downside, "
+            f"the opposite of DAPO's clip-higher; use epsilon_high ≥ epsilon (DAPO: ε=0.2, ε_high=0.28).",
+            stacklevel=2,
+        )
 
 
 _SOURCES = {
@@ -57,4 +77,5 @@ for _name, (_aggregation, _source, _description) in _SOURCES.items():
         source=_source,
         aggregation=_aggregation,
         zero_advantage_is_inert=True,
+        validate=validate_dapo if _name == "dapo" else check_clipped_objective,
     )

@@ -18,7 +18,7 @@ import torch
 from ..kl import adaptive_kl_coefficient
 from ..registry import KL_ESTIMATORS, LOSSES
 from ..specs import check_clip_range
-from .base import PolicyBatch, PolicyTerm, ratio_metrics
+from .base import PolicyBatch, PolicyTerm, importance_ratio, ratio_metrics
 
 BETA = "ppo_kl/beta"
 MEASURED_KL = "ppo_kl/kl"  # the loss's metric whose token mean over the optimizer step drives β
@@ -54,7 +54,7 @@ def ppo_kl_loss(batch: PolicyBatch, args) -> PolicyTerm:
     beta = batch.state.get(BETA, float(args.ppo_kl_beta))
     kl_estimator = KL_ESTIMATORS.get(getattr(args, "kl_estimator", "k3")).fn
     kl = kl_estimator(batch.old_logps, batch.logps)
-    ratio = torch.exp(batch.log_ratio)
+    ratio = importance_ratio(batch.log_ratio)
     metrics = {MEASURED_KL: kl.detach()}
     metrics.update(ratio_metrics(ratio))
     return PolicyTerm(-(ratio * batch.advantages - beta * kl), metrics)

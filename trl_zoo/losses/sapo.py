@@ -6,17 +6,26 @@
 Aggregated like GRPO.
 """
 
+import warnings
+
 import torch
 
 from ..registry import LOSSES
 from ..specs import check_clip_range
-from .base import PolicyBatch, PolicyTerm, importance_log_weights, ratio_metrics
+from .base import PolicyBatch, PolicyTerm, importance_log_weights, importance_ratio, ratio_metrics
 
 
 def validate_sapo(args) -> None:
     check_clip_range(args)
     if args.sapo_temperature_pos <= 0 or args.sapo_temperature_neg <= 0:
         raise ValueError("sapo_temperature_pos / sapo_temperature_neg: temperatures τ must be > 0.")
+    if args.sapo_temperature_neg < args.sapo_temperature_pos:
+        warnings.warn(
+            f"sapo_temperature_neg: τ_neg={args.sapo_temperature_neg} < τ_pos={args.sapo_temperature_pos}; SAPO uses "
+            f"τ_neg > τ_pos (a sharper gate for negative advantages, which destabilise more); set τ_neg > τ_pos "
+            f"(TRL: 1.05 and 1.0).",
+            stacklevel=2,
+        )
 
 
 @LOSSES.register(
@@ -28,7 +37,7 @@ def validate_sapo(args) -> None:
     validate=validate_sapo,
 )
 def sapo_loss(batch: PolicyBatch, args) -> PolicyTerm:
-    ratio = torch.exp(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
+    ratio = importance_ratio(importance_log_weights(batch, getattr(args, "importance_sampling_level", "token")))
     tau = torch.where(batch.advantages > 0, args.sapo_temperature_pos, args.sapo_temperature_neg)
     gate = torch.sigmoid(tau * (ratio - 1)) * 4 / tau
     slope = torch.sigmoid(tau * (ratio - 1))
