@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import trl
+from datasets import Dataset
 
 import trl_zoo
 from tests import tiny
@@ -189,3 +190,44 @@ def test_cispo_cap_warning_shows_once_when_the_trainer_validates_the_config_agai
                                       processing_class=tiny.tokenizer())
     assert trainer.args.loss_type == "cispo"
     assert sum("epsilon_high=0.2" in str(warning.message) for warning in caught) == 1
+
+
+# ---------------------------------------------------------------------------------------------------- training set
+def dataset_rejection(dataset, **overrides) -> str:
+    with pytest.raises(ValueError) as error:
+        tiny.make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, dataset=dataset, **overrides)
+    message = str(error.value)
+    assert "\n" not in message, message
+    return message
+
+
+def test_an_empty_training_set_is_an_error_not_zero_steps():
+    message = dataset_rejection(Dataset.from_dict({"prompt": []}))
+    assert message.startswith("train_dataset: 0 rows"), message
+
+
+def test_a_training_set_without_a_prompt_column_names_the_columns_it_has():
+    message = dataset_rejection(Dataset.from_dict({"question": ["1+1="] * 8, "answer": ["2"] * 8}))
+    assert message.startswith("train_dataset: no 'prompt' column"), message
+    assert "question, answer" in message and "rename_column" in message, message
+
+
+def test_a_training_set_smaller_than_one_generation_batch_is_an_error():
+    # generation batch 8 rows / 4 generations = 2 prompts per batch
+    message = dataset_rejection(tiny.prompts_dataset(1))
+    assert message.startswith("train_dataset: the training set holds 1 prompts, fewer than the 2"), message
+
+
+def test_resample_with_fewer_prompts_than_one_generation_batch_says_so():
+    message = dataset_rejection(tiny.prompts_dataset(3), dynamic_sampling="resample", per_device_train_batch_size=16)
+    assert message.startswith("dynamic_sampling='resample': the training set holds 3 prompts, fewer than the 4"), message
+    assert "per_device_train_batch_size" in message, message
+
+
+def test_one_generation_batch_of_prompts_is_enough():
+    tiny.make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, dataset=tiny.prompts_dataset(2))
+
+
+def test_max_completion_length_below_one_is_an_error():
+    message = rejection(max_completion_length=0)
+    assert message.startswith("max_completion_length: must be ≥ 1"), message

@@ -201,6 +201,11 @@ class GRPOConfig(TRLGRPOConfig):
                 f"epsilon / epsilon_high: clip ranges must be ≥ 0, got epsilon={self.epsilon}, "
                 f"epsilon_high={self.epsilon_high}."
             )
+        if self.max_completion_length is not None and self.max_completion_length < 1:
+            raise ValueError(
+                f"max_completion_length: must be ≥ 1 token, got {self.max_completion_length}; set it to the longest "
+                f"completion to generate, e.g. 256."
+            )
         if self.fp16 and (self.use_cpu or not torch.accelerator.is_available()):
             raise ValueError("fp16: got True on a CPU, which has no fp16 mixed precision; set fp16=False.")
         entry = LOSSES.get(self.loss_type)

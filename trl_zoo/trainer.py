@@ -63,6 +63,34 @@ def training_method(args) -> tuple[str, dict]:
     return name, {"citation": citation} if citation else {}
 
 
+def check_train_dataset(dataset, args) -> None:
+    """Raise a one-line ValueError for a training set TRL would train on for 0 steps or crash on deep inside:
+    no rows, no `prompt` column, or fewer prompts than one generation batch (TRL's sampler drops an incomplete
+    batch, so such a set yields no step at all)."""
+    if dataset is None:
+        return
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None and "prompt" not in columns:
+        raise ValueError(
+            f"train_dataset: no 'prompt' column (its columns: {', '.join(map(str, columns)) or 'none'}); rename the "
+            f"prompt column to 'prompt', e.g. dataset.rename_column('question', 'prompt')."
+        )
+    try:
+        rows = len(dataset)
+    except TypeError:  # an IterableDataset: its length shows only while it is read
+        return
+    if rows == 0:
+        raise ValueError("train_dataset: 0 rows, so there is nothing to train on; give a dataset with prompts.")
+    prompts_per_batch = args.generation_batch_size // args.num_generations
+    if rows < prompts_per_batch:
+        who = "dynamic_sampling='resample': the" if args.dynamic_sampling == "resample" else "train_dataset: the"
+        raise ValueError(
+            f"{who} training set holds {rows} prompts, fewer than the {prompts_per_batch} one generation batch needs "
+            f"(generation_batch_size {args.generation_batch_size} / num_generations {args.num_generations}), so no "
+            f"step would run; add prompts or lower per_device_train_batch_size or steps_per_generation."
+        )
+
+
 class GRPOTrainer(
     ResumableStateMixin,
     RouterStatsMixin,
@@ -87,6 +115,7 @@ class GRPOTrainer(
         self.loss_entry = LOSSES.get(args.loss_type)
         self.aggregate = AGGREGATIONS.get(args.loss_aggregation or self.loss_entry.spec.aggregation).fn
         self.kl_estimator = KL_ESTIMATORS.get(args.kl_estimator).fn
+        check_train_dataset(positional[0] if positional else kwargs.get("train_dataset"), args)
         self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         self._name, self._paper = training_method(self.args)  # what TRL's model card names and cites
