@@ -456,3 +456,20 @@ def test_bad_config_from_the_console_has_no_traceback():
     assert completed.stderr.strip().count("\n") == 0, completed.stderr
     assert "loss_type: unknown loss 'grpoo'. Did you mean 'grpo'?" in completed.stderr
     assert "Traceback" not in completed.stderr and completed.stdout == ""
+
+
+def test_resume_true_skips_a_half_written_checkpoint_and_says_so(tmp_path, capsys):
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-4").mkdir()  # a save killed before trainer_state.json, which transformers writes last
+    (tmp_path / "checkpoint-4" / "model.safetensors").write_text("")
+    assert trl_zoo.train.resume_checkpoint("true", str(tmp_path)) == str(tmp_path / "checkpoint-2")
+    printed = capsys.readouterr().out.strip()
+    assert printed == (
+        "resume_from_checkpoint: skipped checkpoint-4 (no trainer_state.json: the save did not finish); resuming "
+        "from the last complete checkpoint, checkpoint-2."
+    )
+
+    (tmp_path / "checkpoint-2" / "trainer_state.json").unlink()
+    with pytest.raises(trl_zoo.arguments.ConfigError, match=r"^resume_from_checkpoint: no complete checkpoint-N"):
+        trl_zoo.train.resume_checkpoint("true", str(tmp_path))

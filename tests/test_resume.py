@@ -138,3 +138,17 @@ def test_without_the_zoo_state_the_resumed_run_warns_and_diverges(uninterrupted,
     first = logs_after(resumed, 2)[0]
     assert first[BETA] == 1.0 and logs_after(full, 2)[0][BETA] == 0.25
     assert resumed.zoo_state[PROMPT_BATCHES_DRAWN] < full.zoo_state[PROMPT_BATCHES_DRAWN]
+
+
+def test_resume_from_the_last_checkpoint_skips_a_half_written_one(tmp_path):
+    """A save killed midway leaves checkpoint-N without trainer_state.json (transformers writes it last): resuming
+    from "the last checkpoint" takes the newest complete one and says which folder it skipped."""
+    output_dir = str(tmp_path)
+    build(CASES["plain"], output_dir).train()  # checkpoint-2, checkpoint-4
+    os.remove(os.path.join(output_dir, "checkpoint-4", "trainer_state.json"))
+    trainer = build(CASES["plain"], output_dir)
+    with pytest.warns(UserWarning, match=r"skipped checkpoint-4 \(no trainer_state.json.*checkpoint-2"):
+        trainer.train(resume_from_checkpoint=True)
+    assert trainer.state.global_step == 4
+    # steps 1-2 come from checkpoint-2's trainer_state.json, 3-4 were trained after it
+    assert [log["step"] for log in trainer.state.log_history if "loss" in log] == [1, 2, 3, 4]

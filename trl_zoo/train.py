@@ -27,6 +27,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import get_peft_config, get_quantization_config
 
 from .arguments import ConfigError, one_line, parse_train_args
+from .hooks.resume import last_complete_checkpoint
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
@@ -76,15 +77,21 @@ class RunSummary:
         return {key: value for key, value in dataclasses.asdict(self).items() if key != "report"}
 
 
-def resume_checkpoint(value: str | bool | None, output_dir: str) -> str | None:
+def resume_checkpoint(value: str | bool | None, output_dir: str, log=print) -> str | None:
     """The checkpoint folder `resume_from_checkpoint` names, read as `trl grpo` users write it: a checkpoint path,
-    or `true` for the last `checkpoint-N` folder in output_dir; None or `false` for a fresh run."""
+    or `true` for the last complete `checkpoint-N` folder in output_dir (one with trainer_state.json; a newer one
+    whose save did not finish is skipped, saying so); None or `false` for a fresh run."""
     if value is None or str(value).lower() == "false":
         return None
     if str(value).lower() == "true":
-        last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        last = last_complete_checkpoint(output_dir, log)
         if last is None:
-            raise ConfigError(f"resume_from_checkpoint: no checkpoint-N folder in {output_dir} to resume from.")
+            unfinished = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+            why = f" (only unfinished saves: no {TRAINER_STATE_NAME})" if unfinished else ""
+            raise ConfigError(
+                f"resume_from_checkpoint: no complete checkpoint-N folder in {output_dir} to resume from{why}; "
+                f"drop --resume_from_checkpoint to start a fresh run."
+            )
         return last
     if not os.path.isfile(os.path.join(value, TRAINER_STATE_NAME)):
         raise ConfigError(f"resume_from_checkpoint: {value} is not a checkpoint folder (no {TRAINER_STATE_NAME}).")
@@ -235,7 +242,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             raise ConfigError(f"{flag}: QLoRA needs a CUDA GPU; drop --{flag} to train with plain LoRA here.")
         if not model_args.use_peft:
             raise ConfigError(f"{flag}: a quantized model can only be fine-tuned with an adapter; set use_peft true.")
-    checkpoint = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+    checkpoint = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir, log)
     if checkpoint is None:
         check_output_dir(training_args.output_dir, task_args.overwrite_output_dir)
 

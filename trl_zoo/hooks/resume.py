@@ -17,14 +17,21 @@ They are written before transformers' own files, so a checkpoint pushed to the H
 ``_load_optimizer_and_scheduler``, the hook transformers calls on every resume (TRL restores its entropy controller
 there too). A checkpoint without ``trl_zoo_state.pt`` (written by TRL itself) resumes with a warning: the state
 starts from its initial values.
+
+Resuming from "the last checkpoint" (``train(resume_from_checkpoint=True)``, the CLI's ``--resume_from_checkpoint
+true``) takes the newest *complete* ``checkpoint-N`` folder: transformers' ``_save_checkpoint`` writes
+``trainer_state.json`` last (after the model, optimizer, scheduler and RNG states; this hook's files come before
+them all), so a folder without it is a save that was interrupted; it is skipped with a one-line warning.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import torch
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 STATE_FILE = "trl_zoo_state.pt"
@@ -32,8 +39,44 @@ BUFFER_FILE = "trl_zoo_buffer_{process}.pt"
 REFERENCE_FILE = "trl_zoo_reference.pt"
 
 
+def last_complete_checkpoint(output_dir: str, report=None) -> str | None:
+    """The newest `checkpoint-N` folder of output_dir that holds `trainer_state.json` (written last by transformers'
+    `_save_checkpoint`), None if there is none; newer folders without it (a save that did not finish) are skipped
+    and `report` gets one line naming them."""
+    if not os.path.isdir(output_dir):
+        return None
+    steps = {}
+    for name in os.listdir(output_dir):
+        match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", name)
+        if match and os.path.isdir(os.path.join(output_dir, name)):
+            steps[name] = int(match.group(1))
+    skipped = []
+    for name in sorted(steps, key=steps.get, reverse=True):
+        if os.path.isfile(os.path.join(output_dir, name, TRAINER_STATE_NAME)):
+            if skipped and report is not None:
+                report(
+                    f"resume_from_checkpoint: skipped {', '.join(skipped)} (no {TRAINER_STATE_NAME}: the save did not "
+                    f"finish); resuming from the last complete checkpoint, {name}."
+                )
+            return os.path.join(output_dir, name)
+        skipped.append(name)
+    return None
+
+
 class ResumableStateMixin:
     """Saves and restores trl_zoo's state with every checkpoint (see the module docstring)."""
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        if resume_from_checkpoint is True:  # transformers would take the highest checkpoint-N, finished or not
+            resume_from_checkpoint = last_complete_checkpoint(
+                self.args.output_dir, lambda line: warnings.warn(line, stacklevel=3)
+            )
+            if resume_from_checkpoint is None:
+                raise ValueError(
+                    f"resume_from_checkpoint: no complete checkpoint-N folder (one with {TRAINER_STATE_NAME}) in "
+                    f"{self.args.output_dir}; train without resume_from_checkpoint or point it at a checkpoint."
+                )
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _save_checkpoint(self, model, trial):
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
