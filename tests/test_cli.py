@@ -473,3 +473,37 @@ def test_resume_true_skips_a_half_written_checkpoint_and_says_so(tmp_path, capsy
     (tmp_path / "checkpoint-2" / "trainer_state.json").unlink()
     with pytest.raises(trl_zoo.arguments.ConfigError, match=r"^resume_from_checkpoint: no complete checkpoint-N"):
         trl_zoo.train.resume_checkpoint("true", str(tmp_path))
+
+
+@pytest.mark.parametrize("saved", [True, False], ids=["checkpoint", "no-checkpoint"])
+def test_ctrl_c_during_train_is_one_line_and_exit_status_130(tmp_path, capsys, monkeypatch, saved):
+    out = tmp_path / "run"
+
+    def interrupted_train(self, resume_from_checkpoint=None, *args, **kwargs):
+        if saved:
+            (out / "checkpoint-2").mkdir(parents=True)
+            (out / "checkpoint-2" / "trainer_state.json").write_text("{}")
+        self.state.global_step = 3
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trl_zoo.train.GRPOTrainer, "train", interrupted_train)
+    assert main(["train", *local_sums(tmp_path), *TINY_RL, "--output_dir", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    if saved:
+        assert line == (
+            f"trl-zoo train: interrupted at step 3; last checkpoint: {out / 'checkpoint-2'}; resume with "
+            f"--resume_from_checkpoint true."
+        )
+    else:
+        assert line == "trl-zoo train: interrupted at step 3; no checkpoint saved, so a new run starts from the beginning."
+
+
+def test_ctrl_c_outside_training_is_one_line_and_exit_status_130(capsys, monkeypatch):
+    def interrupted(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(COMMANDS, "list", interrupted)
+    assert main(["list"]) == 130
+    assert capsys.readouterr().err == "trl-zoo list: interrupted.\n"

@@ -8,7 +8,8 @@
 
 This module only dispatches: `arguments.py` parses the train arguments and config files, `train.py` runs
 `train`, `compare.py` runs `compare`. Bad configuration exits with status 2 and a one-line message naming the
-field, never a traceback.
+field, never a traceback; Ctrl-C exits with status 130 and one line (for `train`: the step reached and the last
+checkpoint to resume from).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from . import __version__
 from .arguments import ConfigError, one_line
 from .compare import compare_command
 from .registry import TABLES
-from .train import train_command
+from .train import TrainingInterrupted, train_command
 
 USAGE = "\n\n".join(__doc__.split("\n\n")[1:3])
 LIST_USAGE = """usage: trl-zoo list
@@ -80,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"trl-zoo {command}: error: {one_line(error)}", file=sys.stderr)
         return 2
+    except TrainingInterrupted as error:
+        print(f"trl-zoo {command}: {one_line(error)}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print(f"trl-zoo {command}: interrupted.", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -38,6 +38,17 @@ from .trainer import GRPOTrainer
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
+class TrainingInterrupted(Exception):
+    """Ctrl-C during `trainer.train()`: one line with the step reached, the last checkpoint and how to resume."""
+
+
+def interrupted_message(step: int, output_dir: str) -> str:
+    last = last_complete_checkpoint(output_dir)
+    if last is None:
+        return f"interrupted at step {step}; no checkpoint saved, so a new run starts from the beginning."
+    return f"interrupted at step {step}; last checkpoint: {last}; resume with --resume_from_checkpoint true."
+
+
 @dataclass(frozen=True)
 class TrainingSetup:
     """What `prepare_training` built: everything `run_train` needs around `trainer.train()`."""
@@ -373,7 +384,10 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         f"fine-tuning, {length} ..."
     )
     train_started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=prepared.checkpoint)
+    try:
+        trainer.train(resume_from_checkpoint=prepared.checkpoint)
+    except KeyboardInterrupt:  # Ctrl-C: one line saying what was saved, no traceback (the CLI exits 130)
+        raise TrainingInterrupted(interrupted_message(trainer.state.global_step, training_args.output_dir)) from None
     train_seconds = time.perf_counter() - train_started
     trainer.save_model(training_args.output_dir)
     history = accuracy.history
