@@ -497,7 +497,9 @@ def test_ctrl_c_during_train_is_one_line_and_exit_status_130(tmp_path, capsys, m
             f"--resume_from_checkpoint true."
         )
     else:
-        assert line == "trl-zoo train: interrupted at step 3; no checkpoint saved, so a new run starts from the beginning."
+        assert line == (
+            "trl-zoo train: interrupted at step 3; no checkpoint saved, so a new run starts from the beginning."
+        )
 
 
 def test_ctrl_c_outside_training_is_one_line_and_exit_status_130(capsys, monkeypatch):

@@ -220,7 +220,8 @@ def test_a_training_set_smaller_than_one_generation_batch_is_an_error():
 
 def test_resample_with_fewer_prompts_than_one_generation_batch_says_so():
     message = dataset_rejection(tiny.prompts_dataset(3), dynamic_sampling="resample", per_device_train_batch_size=16)
-    assert message.startswith("dynamic_sampling='resample': the training set holds 3 prompts, fewer than the 4"), message
+    expected = "dynamic_sampling='resample': the training set holds 3 prompts, fewer than the 4"
+    assert message.startswith(expected), message
     assert "per_device_train_batch_size" in message, message
 
 

@@ -99,9 +99,10 @@ def resume_checkpoint(value: str | bool | None, output_dir: str, log=print) -> s
         if last is None:
             unfinished = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
             why = f" (only unfinished saves: no {TRAINER_STATE_NAME})" if unfinished else ""
+            overwrite = " and give --overwrite_output_dir true" if unfinished else ""
             raise ConfigError(
                 f"resume_from_checkpoint: no complete checkpoint-N folder in {output_dir} to resume from{why}; "
-                f"drop --resume_from_checkpoint to start a fresh run."
+                f"to start afresh, drop --resume_from_checkpoint{overwrite}."
             )
         return last
     if not os.path.isfile(os.path.join(value, TRAINER_STATE_NAME)):
