@@ -109,7 +109,8 @@ def demonstrations(tokenizer, task: AdditionTask, pairs) -> tuple[torch.Tensor, 
 
 def _probe(model, tokenizer, task: AdditionTask, pairs) -> tuple[float, float]:
     """(share of greedy answers that are right, share that are the slipped sum) on `pairs`."""
-    said = [text.strip() for text in greedy_completions(model, tokenizer, [task.prompt(a, b) for a, b in pairs], task.max_completion_length)]
+    prompts = [task.prompt(a, b) for a, b in pairs]
+    said = [text.strip() for text in greedy_completions(model, tokenizer, prompts, task.max_completion_length)]
     right = sum(text == str(a + b) for text, (a, b) in zip(said, pairs))
     slipped = sum(text == str(slipped_sum(a, b)) != str(a + b) for text, (a, b) in zip(said, pairs))
     return right / len(pairs), slipped / len(pairs)
