@@ -127,6 +127,32 @@ def test_adaptive_beta_halves_then_doubles():
     assert trainer.kl_coefficient == pytest.approx(0.2)
 
 
+def test_proportional_controller_closed_form():
+    """Ziegler et al.'s rule: β·(1 + K·clip(KL/target − 1, ±0.2)); the error saturates at ±0.2."""
+    from trl_zoo.kl import proportional_kl_coefficient
+
+    assert proportional_kl_coefficient(0.5, 0.011, 0.01, gain=0.1) == pytest.approx(0.5 * (1 + 0.1 * 0.1))
+    assert proportional_kl_coefficient(0.5, 0.009, 0.01, gain=0.1) == pytest.approx(0.5 * (1 - 0.1 * 0.1))
+    assert proportional_kl_coefficient(0.5, 10.0, 0.01, gain=0.1) == pytest.approx(0.5 * 1.02)
+    assert proportional_kl_coefficient(0.5, 0.0, 0.01, gain=0.1) == pytest.approx(0.5 * 0.98)
+    with pytest.raises(ValueError, match="kl_controller_gain"):
+        trl_zoo.GRPOConfig(output_dir="unused", bf16=False, kl_controller_gain=0.0)
+    with pytest.raises(ValueError, match="kl_controller"):
+        trl_zoo.GRPOConfig(output_dir="unused", bf16=False, kl_controller="pid")
+
+
+def test_proportional_controller_moves_beta_by_the_clipped_error():
+    """Step 1 is on the reference (KL = 0: error −0.2, β·(1 − 0.2K)); step 2 has moved far away (error +0.2)."""
+    trainer = make_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, beta=0.2, kl_target=1e-9, kl_controller="proportional",
+        kl_controller_gain=0.5, learning_rate=3e-2,
+    )
+    trainer.train()
+    logs = [log for log in trainer.state.log_history if "loss" in log]
+    assert logs[0]["kl"] == pytest.approx(0.0, abs=1e-12) and logs[1]["kl"] > 1.2e-9
+    assert [log["kl_coef"] for log in logs] == pytest.approx([0.2 * 0.9, 0.2 * 0.9 * 1.1])
+
+
 def test_reference_reset_with_lora_zeroes_the_next_kl():
     trainer = make_trainer(
         trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), beta=0.1, ref_reset_steps=1,

@@ -78,9 +78,17 @@ class GRPOConfig(TRLGRPOConfig):
         choices=["loss", "reward"],
     )
     kl_target: float | None = _help(
-        "Adaptive KL coefficient: target KL per token; β doubles above 1.5·target and halves below target/1.5. "
-        "None keeps β fixed."
+        "Adaptive KL coefficient: target KL per token, steered by `kl_controller` after every optimizer step. None "
+        "keeps β fixed."
     )
+    kl_controller: str = _help(
+        "Rule that adapts β toward kl_target: 'doubling' (PPO, arXiv:1707.06347: β doubles above 1.5·target and "
+        "halves below target/1.5) or 'proportional' (Ziegler et al., arXiv:1909.08593: β ← β·(1 + K·e), "
+        "e = clip(KL/target − 1, ±0.2), K = kl_controller_gain).",
+        "doubling",
+        choices=["doubling", "proportional"],
+    )
+    kl_controller_gain: float = _help("Gain K of the proportional KL controller (paper: 0.1).", 0.1)
     ref_reset_steps: int | None = _help(
         "ProRL reference resets: every N optimizer steps the reference becomes the current policy. None: never."
     )
@@ -189,6 +197,7 @@ class GRPOConfig(TRLGRPOConfig):
             raise ValueError(KL_ESTIMATORS.unknown_message(self.kl_estimator, "kl_estimator"))
         for name, choices in (
             ("kl_placement", ("loss", "reward")),
+            ("kl_controller", ("doubling", "proportional")),
             ("dynamic_sampling_on_exhausted", ("fill", "raise")),
             ("nan_rewards", ("raise", "drop")),
             ("nonfinite_policy", ("raise", "skip")),
@@ -229,6 +238,11 @@ class GRPOConfig(TRLGRPOConfig):
             )
         if self.kl_target is not None and self.kl_target <= 0:
             raise ValueError(f"kl_target: must be > 0, got {self.kl_target}.")
+        if not 0 < self.kl_controller_gain <= 5:
+            raise ValueError(
+                f"kl_controller_gain: must be in (0, 5] so that β stays positive (1 + K·e > 0 for |e| ≤ 0.2), got "
+                f"{self.kl_controller_gain}."
+            )
         if self.ref_reset_steps is not None and self.ref_reset_steps < 1:
             raise ValueError(f"ref_reset_steps: must be ≥ 1, got {self.ref_reset_steps}.")
         if self.dynamic_sampling_max_rounds < 1:

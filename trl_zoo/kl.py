@@ -5,9 +5,15 @@ adaptive KL coefficient.
     k2 = d² / 2            biased, low variance, ≥ 0
     k3 = e^{−d} + d − 1    unbiased, ≥ 0 (GRPO's and TRL's)
 
-Adaptive β (PPO's adaptive KL penalty, arXiv:1707.06347 §4), after each optimizer step with the measured
-per-token KL:  KL > 1.5·target → β ← 2β;  KL < target/1.5 → β ← β/2;  otherwise β is kept. One controller for
-`kl_target` (the KL to the reference) and `ppo_kl` (the KL to the sampling policy).
+Adaptive β, after each optimizer step with the measured per-token KL, by one of two rules:
+
+    doubling (PPO's adaptive KL penalty, arXiv:1707.06347 §4):
+        KL > 1.5·target → β ← 2β;  KL < target/1.5 → β ← β/2;  otherwise β is kept
+    proportional (Ziegler et al., arXiv:1909.08593 §2.2, a log-space proportional controller):
+        e = clip(KL/target − 1, −0.2, 0.2);  β ← β·(1 + K_β·e),  K_β = 0.1 in the paper
+
+`kl_target` (the KL to the reference) uses the rule `kl_controller` names; `ppo_kl` (the KL to the sampling
+policy) uses the doubling rule, as its paper does.
 
 Where the KL goes (`kl_placement`): "loss" adds β·KL_t to every token's loss (GRPO); "reward" subtracts
 β Σ_t KL_t from the completion's reward before the advantage estimator (classic RLHF, RLOO), see
@@ -44,3 +50,10 @@ def adaptive_kl_coefficient(beta: float, observed_kl: float, target: float) -> f
     if observed_kl < target / 1.5:
         return beta / 2.0
     return beta
+
+
+def proportional_kl_coefficient(beta: float, observed_kl: float, target: float, gain: float = 0.1) -> float:
+    """β after one step of Ziegler et al.'s controller: β·(1 + gain·clip(KL/target − 1, −0.2, 0.2))."""
+    error = min(max(observed_kl / target - 1.0, -0.2), 0.2)
+    return beta * (1.0 + gain * error)
+

@@ -6,8 +6,9 @@
   through the baseline, and the trainer adds no KL term to the loss. TRL computes the reference log-probs because
   β ≠ 0.
 - ``kl_target`` (adaptive β): after each optimizer step, with KL the token mean of the KL the loss step measured over
-  that step's micro-batches and processes (`StepMeans`): β ← 2β if KL > 1.5·target, β ← β/2 if KL < target/1.5
-  (`kl.adaptive_kl_coefficient`).
+  that step's micro-batches and processes (`StepMeans`), the rule ``kl_controller`` names:
+  "doubling" β ← 2β if KL > 1.5·target, β ← β/2 if KL < target/1.5; "proportional" β ← β·(1 + K·clip(KL/target
+  − 1, ±0.2)).
   β lives in ``zoo_state["kl_coef"]``, read by the loss (placement "loss") and by the reward penalty (placement
   "reward").
 - ``ref_reset_steps`` (ProRL, arXiv:2505.24864): every N optimizer steps the reference becomes the current policy.
@@ -28,7 +29,7 @@ from accelerate.state import AcceleratorState
 from accelerate.utils import is_peft_model
 from trl.trainer.callbacks import SyncRefModelCallback
 
-from ..kl import adaptive_kl_coefficient
+from ..kl import adaptive_kl_coefficient, proportional_kl_coefficient
 from ..model_inputs import loss_mask
 
 REF_ADAPTER = "ref"  # the adapter name TRL's reference pass looks for
@@ -79,9 +80,12 @@ class KLControlMixin:
         metrics = self._metrics["train"]
         if self.args.kl_target is not None:
             if "kl" in step_means:  # the loss step's KL(π_θ ‖ π_ref), token mean over the step
-                self.zoo_state["kl_coef"] = adaptive_kl_coefficient(
-                    self.zoo_state["kl_coef"], step_means["kl"], self.args.kl_target
-                )
+                beta, kl, target = self.zoo_state["kl_coef"], step_means["kl"], self.args.kl_target
+                if self.args.kl_controller == "proportional":
+                    beta = proportional_kl_coefficient(beta, kl, target, self.args.kl_controller_gain)
+                else:
+                    beta = adaptive_kl_coefficient(beta, kl, target)
+                self.zoo_state["kl_coef"] = beta
             metrics["kl_coef"].append(self.zoo_state["kl_coef"])
         if self.args.ref_reset_steps is not None and global_step % self.args.ref_reset_steps == 0:
             self.reset_reference()
