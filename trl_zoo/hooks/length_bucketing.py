@@ -147,7 +147,8 @@ def bucket_micro_batches(micro_batches: list[dict], block: int, layouts: dict, p
         group = micro_batches[start : start + block]
         rows = {key: torch.cat([batch[key] for batch in group]) for key in layouts}
         lengths = rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)
-        order = torch.sort(lengths, stable=True).indices
+        # one micro-batch per block: its rows stay in TRL's order (sorting them would change nothing but the order)
+        order = torch.sort(lengths, stable=True).indices if block > 1 else torch.arange(lengths.numel())
         size = group[0]["completion_ids"].size(0)
         for position, batch in enumerate(group):
             chosen = order[position * size : (position + 1) * size]
