@@ -236,3 +236,24 @@ def test_refused_at_construction(overrides, message):
     with pytest.raises(ValueError, match=message) as error:
         _trainer(**overrides)
     assert "\n" not in str(error.value) and "length_bucketing=False" in str(error.value)
+
+
+def test_training_logs_the_saving_and_checkpoints_the_bucketed_buffer(tmp_path):
+    trainer = _trainer(
+        gradient_accumulation_steps=2, max_steps=1, save_strategy="steps", save_steps=1, output_dir=str(tmp_path)
+    )
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if SLOTS in entry]
+    assert len(logged) == 1
+    saved = torch.load(tmp_path / "checkpoint-1" / "trl_zoo_buffer_0.pt", weights_only=True)
+    assert len(saved) == 4 and saved is not trainer._buffered_inputs
+    assert logged[0][SLOTS] == token_slots(saved) == token_slots(trainer._buffered_inputs)
+    assert logged[0][SLOTS] <= logged[0][SLOTS_UNBUCKETED]
+    # TRL padded the 16 rows to the longest prompt and the longest completion among them
+    pad_token = trainer._tokenizer.pad_token_id
+    longest_prompt = max(int(batch["prompt_mask"].sum(1).max()) for batch in saved)
+    longest_completion = max(
+        int(((batch["completion_mask"] != 0) | (batch["completion_ids"] != pad_token)).any(0).nonzero().max()) + 1
+        for batch in saved
+    )
+    assert logged[0][SLOTS_UNBUCKETED] == 16 * (longest_prompt + longest_completion)
