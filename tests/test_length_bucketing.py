@@ -181,7 +181,8 @@ def test_composes_with_skip_zero_advantage_and_two_iterations():
     )
     assert trainer.skip_zero_advantage and trainer.length_bucketing
     batch = _generation_batch(trainer)
-    assert "old_per_token_logps" in batch and torch.any(batch["advantages"] == 0) and torch.any(batch["advantages"] != 0)
+    assert "old_per_token_logps" in batch
+    assert torch.any(batch["advantages"] == 0) and torch.any(batch["advantages"] != 0)
     perturb(trainer.model)
     plain = _trl_buffer(trainer, batch)
     bucketed = trainer._bucketed(plain)
@@ -257,3 +258,10 @@ def test_training_logs_the_saving_and_checkpoints_the_bucketed_buffer(tmp_path):
         for batch in saved
     )
     assert logged[0][SLOTS_UNBUCKETED] == 16 * (longest_prompt + longest_completion)
+
+
+def test_an_entry_that_is_not_one_row_per_completion_is_refused(setup):
+    trainer, plain, _ = setup
+    with_list = [{**batch, "notes": ["x"] * batch["completion_ids"].size(0)} for batch in plain]
+    with pytest.raises(ValueError, match=r"^length_bucketing cannot re-cut the batch entry 'notes' .*length_bucketing=False"):
+        trainer._bucketed(with_list)

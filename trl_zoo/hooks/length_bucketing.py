@@ -125,7 +125,12 @@ class LengthBucketingMixin:
 
     def _bucketed(self, micro_batches: list[dict]) -> list[dict]:
         pad_token = self._tokenizer.pad_token_id
-        keys = [key for key, value in micro_batches[0].items() if isinstance(value, torch.Tensor) and value.dim() > 0]
+        # every entry but scalars (num_items_in_batch) and None moves with its rows; a list is refused by its layout
+        keys = [
+            key
+            for key, value in micro_batches[0].items()
+            if value is not None and not (isinstance(value, torch.Tensor) and value.dim() == 0)
+        ]
         layouts = batch_layouts(
             micro_batches,
             keys,
