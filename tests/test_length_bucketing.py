@@ -263,5 +263,6 @@ def test_training_logs_the_saving_and_checkpoints_the_bucketed_buffer(tmp_path):
 def test_an_entry_that_is_not_one_row_per_completion_is_refused(setup):
     trainer, plain, _ = setup
     with_list = [{**batch, "notes": ["x"] * batch["completion_ids"].size(0)} for batch in plain]
-    with pytest.raises(ValueError, match=r"^length_bucketing cannot re-cut the batch entry 'notes' .*length_bucketing=False"):
+    refusal = r"^length_bucketing cannot re-cut the batch entry 'notes' .*length_bucketing=False"
+    with pytest.raises(ValueError, match=refusal):
         trainer._bucketed(with_list)
