@@ -160,6 +160,13 @@ class GRPOConfig(TRLGRPOConfig):
         "contribute gradient (β = 0, no entropy bonus). Same result, less compute.",
         False,
     )
+    length_bucketing: bool = _help(
+        "Re-cut each generation batch's micro-batches by length: inside every optimizer step, rows are sorted by "
+        "prompt + completion length and each micro-batch keeps only its own padding. Same loss and gradients for "
+        "grouping-invariant aggregations (sequence means, DAPO's global token mean, Dr. GRPO's constant); fewer "
+        "padded token slots, logged as length_bucketing/padded_token_slots.",
+        False,
+    )
     nan_rewards: str = _help(
         "What to do when a reward function returns NaN or ±inf: 'raise' (default) or 'drop' (zero advantage, warn).",
         "raise",

@@ -5,6 +5,8 @@ composition of one-concept layers, each overriding TRL's methods (or a seam of o
 `super()`. Its bases are the method resolution order, outermost first; this is the one place it is written:
 
     ResumableStateMixin      checkpoints carry trl_zoo's state                      hooks/resume.py
+    LengthBucketingMixin     TRL's buffered micro-batches re-cut by length and      hooks/length_bucketing.py
+                             trimmed (`_prepare_inputs`)
     RouterStatsMixin         MoE router statistics (old: per generation batch,      hooks/router.py
                              current: around `_policy_forward`)
     DynamicSamplingMixin     generation rounds and regrouping                       hooks/sampling.py
@@ -18,7 +20,9 @@ composition of one-concept layers, each overriding TRL's methods (or a seam of o
     trl.GRPOTrainer
 
 The critic sits inside dynamic sampling so that its per-row tensors are regrouped with the batch, and wraps the
-advantage hook's `_estimated_advantages` (values before the estimator, value targets after). See
+advantage hook's `_estimated_advantages` (values before the estimator, value targets after). Length bucketing
+wraps `_prepare_inputs`, which no other layer overrides: it re-cuts the buffer TRL built from the batch every
+generation layer has finished, and the resume layer saves the re-cut buffer. See
 docs/architecture.md for the pipeline of one step.
 """
 
@@ -33,6 +37,7 @@ from .config import GRPOConfig, to_zoo_config
 from .hooks.advantages import AdvantageMixin
 from .hooks.critic import CriticMixin
 from .hooks.kl_control import KLControlMixin
+from .hooks.length_bucketing import LengthBucketingMixin
 from .hooks.resume import ResumableStateMixin
 from .hooks.rewards import RewardsMixin
 from .hooks.router import RouterStatsMixin
@@ -93,6 +98,7 @@ def check_train_dataset(dataset, args) -> None:
 
 class GRPOTrainer(
     ResumableStateMixin,
+    LengthBucketingMixin,
     RouterStatsMixin,
     DynamicSamplingMixin,
     ZeroAdvantageSkipMixin,

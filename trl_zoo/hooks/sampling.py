@@ -21,26 +21,15 @@ from __future__ import annotations
 import itertools
 
 import torch
-from accelerate.utils import gather_object
 from datasets import IterableDataset
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
+from ..batch_layout import batch_layouts, trim_padding
 from ..model_inputs import loss_mask
 from ..registry import SAMPLERS
 from ..sampling import Round, group_reward_spread
 
 PROMPT_BATCHES_DRAWN = "dynamic_sampling/prompt_batches_drawn"  # zoo_state key: position in the prompt stream
-
-# How each per-row tensor of TRL's batch is padded when rows of different widths are stacked.
-_PROMPT_KEYS = {"prompt_ids": "pad", "prompt_mask": 0}
-_TOKEN_KEYS = {
-    "completion_ids": "pad",
-    "completion_mask": 0,
-    "tool_mask": 1,
-    "old_per_token_logps": 0.0,
-    "ref_per_token_logps": 0.0,
-    "sampling_per_token_logps": 0.0,
-}
 
 
 class DynamicSamplingMixin:
@@ -176,72 +165,19 @@ class TrainerSamplingSession:
         return batch
 
     def _layouts(self, keys) -> dict[str, tuple[str, object]]:
-        """key -> (side, pad value): 'left' (prompt tokens), 'right' (completion tokens) or 'row' (per sequence)."""
-        pad_token = self.trainer._tokenizer.pad_token_id
-        layouts, undecided = {}, []
-        for key in keys:
-            values = [scored.batch[key] for scored in self.rounds]
-            if not all(isinstance(value, torch.Tensor) and value.dim() > 0 and value.size(0) == self.local_size for value in values):
-                raise ValueError(
-                    f"dynamic_sampling='resample' cannot regroup the batch entry {key!r} (not one row per completion; "
-                    f"multimodal inputs are not supported yet); use dynamic_sampling='reweight'."
-                )
-            if key in _PROMPT_KEYS:
-                layouts[key] = ("left", pad_token if _PROMPT_KEYS[key] == "pad" else _PROMPT_KEYS[key])
-            elif key in _TOKEN_KEYS:
-                layouts[key] = ("right", pad_token if _TOKEN_KEYS[key] == "pad" else _TOKEN_KEYS[key])
-            elif key == "importance_sampling_ratio":
-                per_token = self.trainer.vllm_importance_sampling_mode.startswith("token")
-                layouts[key] = ("right", 1.0) if per_token else ("row", None)
-            elif values[0].dim() < 2:
-                layouts[key] = ("row", None)
-            elif key == "advantages":
-                layouts[key] = ("right", 0.0)
-            else:
-                undecided.append(key)
-        if undecided:  # per-token iff as wide as the completions in every round on every process
-            local = [
-                all(scored.batch[key].size(1) == scored.batch["completion_ids"].size(1) for scored in self.rounds)
-                for key in undecided
-            ]
-            votes = gather_object([local])
-            for position, key in enumerate(undecided):
-                if all(vote[position] for vote in votes):
-                    layouts[key] = ("right", 0.0)
-                else:
-                    widths = gather_object([[scored.batch[key].size(1) for scored in self.rounds]])
-                    if len({width for per_process in widths for width in per_process}) > 1:
-                        raise ValueError(
-                            f"dynamic_sampling='resample' cannot regroup the batch entry {key!r}: its width varies and "
-                            f"is not the completion width; use dynamic_sampling='reweight'."
-                        )
-                    layouts[key] = ("row", None)
-        return layouts
+        """key -> (side, pad value), see `trl_zoo.batch_layout.batch_layouts`."""
+        return batch_layouts(
+            [scored.batch for scored in self.rounds],
+            keys,
+            self.local_size,
+            self.trainer._tokenizer.pad_token_id,
+            self.trainer.vllm_importance_sampling_mode.startswith("token"),
+            ("dynamic_sampling='resample' cannot regroup", "use dynamic_sampling='reweight'"),
+        )
 
     def _trim_padding(self, batch, layouts):
         """Drop columns that are padding in every local row (as TRL's own padding would have produced)."""
-        multiple = self.trainer.pad_to_multiple_of
-
-        def kept_width(used_columns: torch.Tensor) -> int:
-            positions = used_columns.nonzero().flatten()
-            width = used_columns.numel()
-            needed = 1 if positions.numel() == 0 else int(positions.max()) + 1
-            if multiple:
-                needed = min(width, -(-needed // multiple) * multiple)
-            return needed
-
-        if "prompt_mask" in batch:
-            width = batch["prompt_mask"].size(1)
-            keep = kept_width((batch["prompt_mask"] != 0).any(dim=0).flip(0))
-            for key, (side, _) in layouts.items():
-                if side == "left":
-                    batch[key] = batch[key][:, width - keep :]
-        pad_token = self.trainer._tokenizer.pad_token_id
-        used = (batch["completion_mask"] != 0) | (batch["completion_ids"] != pad_token)
-        keep = kept_width(used.any(dim=0))
-        for key, (side, _) in layouts.items():
-            if side == "right":
-                batch[key] = batch[key][:, :keep]
+        trim_padding(batch, layouts, self.trainer._tokenizer.pad_token_id, self.trainer.pad_to_multiple_of)
 
 
 def _stack_rows(pieces: dict[int, torch.Tensor], mine, side: str, pad_value) -> torch.Tensor:

@@ -1,0 +1,226 @@
+"""Trainer hook: `length_bucketing`, micro-batches of similar lengths that carry only their own padding.
+
+TRL's `_prepare_inputs` pads the whole generation batch to its longest prompt and completion, shuffles the rows
+and cuts them into `steps_per_generation` micro-batches, so every micro-batch is as wide as the widest row of the
+whole batch. Right after TRL has built that buffer, this hook re-cuts it:
+
+1. TRL's random assignment of rows to optimizer steps is kept. The buffer is taken in blocks of
+   g = gcd(steps_per_generation, gradient_accumulation_steps) consecutive micro-batches: micro-step k uses buffer
+   entry k mod steps_per_generation in optimizer step ⌊k / gradient_accumulation_steps⌋, so with g dividing both,
+   a block is always used inside one optimizer step, for every iteration (`num_iterations > 1` reuses the buffer).
+   Inside a block the rows are sorted by length ℓ_i = Σ prompt_mask_i + Σ completion_mask_i and cut again into g
+   micro-batches of the same size.
+2. Each micro-batch then drops its prompt columns that are left padding in every row and its completion columns
+   beyond its longest completion, in every per-token tensor (layouts from `trl_zoo.batch_layout`), respecting
+   `pad_to_multiple_of`.
+
+The buffer is replaced in place, so the micro-batch `_prepare_inputs` returns, the ones later micro-steps and
+iterations read, and the one `hooks/resume.py` saves are the bucketed ones. `length_bucketing/padded_token_slots`
+(rows × (prompt + completion width), summed over the micro-batches of all processes) is logged once per
+generation batch next to `length_bucketing/padded_token_slots_unbucketed`, the same count for TRL's micro-batches.
+
+When is the optimizer step unchanged? Its loss is Σ_j L(M_j) over the micro-batches M_j of the step. Trimming only
+removes padding: completion columns after the last real token cannot change a causal model's log-probs of earlier
+tokens, and removing left padding shifts every position of a row alike, which rotary models (relative positions)
+see only as float rounding. Re-grouping the rows of a step leaves Σ_j L(M_j) unchanged iff L(M) = Σ_{i∈M} c_i with
+c_i a function of row i and of constants only. With m the completion mask, ℓ the per-token term, B the (equal)
+micro-batch size and G the gradient-accumulation steps:
+
+- sequence_mean: L(M) = (1/(G·B)) Σ_{i∈M} (1/T_i) Σ_t m ℓ: B is the same for every micro-batch. Invariant.
+- sequence_sum: L(M) = (1/(G·B)) Σ_{i∈M} Σ_t m ℓ. Invariant.
+- token_mean_global: L(M) = Σ_{i∈M} Σ_t m ℓ / (N · G / steps_per_generation), N = num_items_in_batch, the
+  tokens of the whole generation batch: a constant. Invariant.
+- token_sum_over_max_length: L(M) = Σ_{i∈M} Σ_t m ℓ / (G · B · max_completion_length), with the configured
+  max_completion_length (not the micro-batch's padded width). Invariant.
+- token_mean_local: L(M) = Σ_{i∈M} Σ_t m ℓ / (G · Σ_{i∈M} Σ_t m): the normaliser is the micro-batch's own token
+  count, which bucketing changes (short rows end up together and weigh more). Refused, as is any aggregation not
+  listed above.
+
+The same test refuses the other terms normalised per micro-batch: the entropy bonus (a local token mean of the
+entropy), `top_entropy_quantile` < 1 (the quantile spans the micro-batch), the MoE router auxiliary loss, and the
+critic of `advantage_estimator="gae"`, whose value loss and positive-example LM loss are local token means. A loss
+whose per-row term depends on other rows or on the padded width (Clip-Cov, KL-Cov: covariance over the micro-batch)
+is refused after a probe on synthetic batches (`row_grouping_probe`). The KL term (per token, in the aggregated
+term), the off-policy sequence mask and vLLM's importance-sampling ratio are per row. `skip_zero_advantage` slices
+rows of a micro-batch after bucketing and keeps every normaliser, so the two compose. With steps_per_generation =
+gradient_accumulation_steps = 1 the one micro-batch is the whole batch, padded by TRL to its own longest rows:
+nothing changes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..batch_layout import batch_layouts, trim_padding
+from ..losses.base import PolicyBatch
+from ..registry import AGGREGATIONS
+from .skip_zero_advantage import _equal_to_rounding
+
+# Aggregations whose optimizer-step loss does not depend on how its rows are grouped into micro-batches (see above).
+GROUPING_INVARIANT_AGGREGATIONS = ("sequence_mean", "sequence_sum", "token_mean_global", "token_sum_over_max_length")
+SLOTS = "length_bucketing/padded_token_slots"
+SLOTS_UNBUCKETED = "length_bucketing/padded_token_slots_unbucketed"
+
+
+class LengthBucketingMixin:
+    """`length_bucketing` (see the module docstring)."""
+
+    length_bucketing = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.length_bucketing = bool(self.args.length_bucketing) and self._check_length_bucketing()
+
+    def _check_length_bucketing(self) -> bool:
+        entry = self.loss_entry
+        aggregation = AGGREGATIONS.get(self.args.loss_aggregation or entry.spec.aggregation).name
+        if aggregation not in GROUPING_INVARIANT_AGGREGATIONS:
+            why = (
+                "normalises each micro-batch by its own token count"
+                if aggregation == "token_mean_local"
+                else "is not known to be invariant to how rows are grouped into micro-batches"
+            )
+            raise ValueError(
+                f"length_bucketing: the aggregation {aggregation!r} (loss {entry.name!r}) {why}, so re-grouping rows "
+                f"would change the loss and gradient; set length_bucketing=False or use one of "
+                f"{', '.join(GROUPING_INVARIANT_AGGREGATIONS)}."
+            )
+        reasons = []
+        if self._entropy_bonus_enabled:
+            reasons.append("the entropy bonus (a token mean per micro-batch)")
+        if self.top_entropy_quantile < 1.0:
+            reasons.append(f"top_entropy_quantile={self.top_entropy_quantile} (a quantile per micro-batch)")
+        if self.aux_loss_enabled:
+            reasons.append("the MoE router auxiliary loss (per micro-batch)")
+        if getattr(self, "critic_mode", None) is not None:
+            reasons.append("the critic's value loss (advantage_estimator='gae': a token mean per micro-batch)")
+        if reasons:
+            raise ValueError(
+                f"length_bucketing: {', '.join(reasons)} would change when rows are re-grouped; set "
+                f"length_bucketing=False or remove them."
+            )
+        problem = row_grouping_probe(entry.fn, self.args)
+        if problem:
+            raise ValueError(
+                f"length_bucketing: the loss {entry.name!r} is not row-local ({problem}), so re-grouping rows would "
+                f"change it; set length_bucketing=False."
+            )
+        return True
+
+    def _prepare_inputs(self, generation_batch):
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        new_buffer = self.model.training and (self._step % generate_every == 0 or self._buffered_inputs is None)
+        inputs = super()._prepare_inputs(generation_batch)
+        if not (self.length_bucketing and new_buffer):
+            return inputs
+        unbucketed = token_slots(self._buffered_inputs)
+        self._buffered_inputs = self._bucketed(self._buffered_inputs)
+        counts = torch.tensor([token_slots(self._buffered_inputs), unbucketed], device=self.accelerator.device)
+        bucketed_total, unbucketed_total = self.accelerator.reduce(counts, reduction="sum").tolist()
+        self._metrics["train"][SLOTS].append(float(bucketed_total))
+        self._metrics["train"][SLOTS_UNBUCKETED].append(float(unbucketed_total))
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    def _bucketed(self, micro_batches: list[dict]) -> list[dict]:
+        pad_token = self._tokenizer.pad_token_id
+        # every entry but scalars (num_items_in_batch) and None moves with its rows; a list is refused by its layout
+        keys = [
+            key
+            for key, value in micro_batches[0].items()
+            if value is not None and not (isinstance(value, torch.Tensor) and value.dim() == 0)
+        ]
+        layouts = batch_layouts(
+            micro_batches,
+            keys,
+            micro_batches[0]["completion_ids"].size(0),
+            pad_token,
+            self.vllm_importance_sampling_mode.startswith("token"),
+            ("length_bucketing cannot re-cut", "set length_bucketing=False"),
+        )
+        block = math.gcd(self.args.steps_per_generation, self.args.gradient_accumulation_steps)
+        return bucket_micro_batches(micro_batches, block, layouts, pad_token, self.pad_to_multiple_of)
+
+
+def bucket_micro_batches(micro_batches: list[dict], block: int, layouts: dict, pad_token: int, multiple) -> list[dict]:
+    """The micro-batches re-cut by length inside each block of `block` consecutive ones, then trimmed (module
+    docstring, steps 1 and 2). Entries not in `layouts` (scalars such as num_items_in_batch, None) are kept as
+    they are."""
+    bucketed = []
+    for start in range(0, len(micro_batches), block):
+        group = micro_batches[start : start + block]
+        rows = {key: torch.cat([batch[key] for batch in group]) for key in layouts}
+        lengths = rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)
+        # one micro-batch per block: its rows stay in TRL's order (sorting them would change nothing but the order)
+        order = torch.sort(lengths, stable=True).indices if block > 1 else torch.arange(lengths.numel())
+        size = group[0]["completion_ids"].size(0)
+        for position, batch in enumerate(group):
+            chosen = order[position * size : (position + 1) * size]
+            cut = {key: value for key, value in batch.items() if key not in layouts}
+            cut.update({key: rows[key][chosen] for key in layouts})
+            bucketed.append(trim_padding(cut, layouts, pad_token, multiple))
+    return bucketed
+
+
+def token_slots(micro_batches: list[dict]) -> int:
+    """Σ over micro-batches of rows × (prompt width + completion width): the token positions the forward pays for."""
+    return sum(
+        batch["completion_ids"].size(0) * (batch["prompt_ids"].size(1) + batch["completion_ids"].size(1))
+        for batch in micro_batches
+    )
+
+
+def row_grouping_probe(loss_fn, args, seed: int = 0) -> str | None:
+    """Check on a synthetic off-policy batch that `loss_fn` is row-local; return what failed, or None.
+
+    Row-local: each row's masked term and its gradient are the same whether the row sits in the full batch or in
+    one of two halves of a permuted batch, each half trimmed to its own longest row (so neither the other rows nor
+    the padded width may matter), to float32 rounding (`_equal_to_rounding`). The global RNG is left untouched.
+    """
+    with torch.random.fork_rng(devices=[]):
+        generator = torch.Generator().manual_seed(seed)
+
+        def noise(*shape, scale=1.0):
+            return scale * torch.randn(*shape, generator=generator)
+
+        rows, width = 8, 12
+        lengths = torch.tensor([12, 3, 7, 12, 2, 9, 5, 10])
+        mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).float()
+        advantages = noise(rows, 1)
+        old_logps = noise(rows, width, scale=0.6) - 2.0
+        logps = old_logps + noise(rows, width, scale=0.4)
+        ref_logps = old_logps + noise(rows, width, scale=0.3)
+        entropies = noise(rows, width).abs()
+
+        def run(keep: torch.Tensor):
+            trimmed = int(lengths[keep].max())
+            current = logps[keep, :trimmed].clone().requires_grad_(True)
+            batch = PolicyBatch(
+                logps=current, old_logps=old_logps[keep, :trimmed], advantages=advantages[keep],
+                mask=mask[keep, :trimmed], ref_logps=ref_logps[keep, :trimmed], entropies=entropies[keep, :trimmed],
+            )
+            torch.manual_seed(seed)
+            term = loss_fn(batch, args).loss
+            term_mask = batch.mask if term.size(1) == trimmed else torch.ones_like(term)
+            (gradient,) = torch.autograd.grad((term * term_mask).sum(), current, allow_unused=True)
+            gradient = torch.zeros_like(current) if gradient is None else gradient
+            if term.size(1) == trimmed:  # back to the full width, padding columns 0
+                term = torch.nn.functional.pad(term * term_mask, (0, width - trimmed))
+            gradient = torch.nn.functional.pad(gradient, (0, width - trimmed))
+            return term.detach(), gradient
+
+        try:
+            reference_term, reference_gradient = run(torch.arange(rows))
+            permuted = torch.tensor([4, 1, 6, 2, 0, 7, 3, 5])
+            halves = [run(permuted[:4]), run(permuted[4:])]
+        except Exception as error:  # a loss that needs inputs the probe cannot make up
+            return f"the probe could not run it: {type(error).__name__}: {error}"
+        term = torch.cat([half[0] for half in halves])
+        gradient = torch.cat([half[1] for half in halves])
+        if not (
+            _equal_to_rounding(term, reference_term[permuted])
+            and _equal_to_rounding(gradient, reference_gradient[permuted])
+        ):
+            return "a row's term or gradient depends on the other rows of its micro-batch or on its padded width"
+    return None
