@@ -22,8 +22,9 @@ TRL 1.16 reaches vLLM through `trl.generation.vllm_generation` only:
   with a generator seeded by `LLM(seed=...)` (server: 0), so runs that start from the same weights sample the same
   completions; a completion ends after `<eos>` (kept, as vLLM keeps it) or `max_tokens` tokens;
 - per token, the log-probability vLLM reports with `logprobs_mode="processed_logprobs"`:
-  log softmax(logits / temperature)[token] + `logprob_offset`. The offset (0 by default) lets a test make the
-  sampler's log-probs differ from the trainer's by a known constant, so TRL's importance ratio is a known number.
+  log softmax(logits / temperature)[token] + `logprob_offset` (a number, or a function of the token id). The
+  offset (0 by default) lets a test make the sampler's log-probs differ from the trainer's by a known amount, so
+  TRL's importance ratio is a known number.
 
 Only temperature sampling is implemented; top-k, top-p, min-p, repetition penalty, structured outputs and images
 raise NotImplementedError. `StandIn.generate_calls`, `.weight_syncs` and `.engines` count what TRL did.
@@ -35,12 +36,14 @@ import importlib.machinery
 import os
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from transformers import AutoModelForCausalLM
 
 VERSION = "0.25.0"
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # colocate mode sets them
 
 
 # ---------------------------------------------------------------------------------------------- vLLM's data types
@@ -117,7 +120,7 @@ class SamplingEngine:
             token = torch.multinomial(token_logps.exp(), 1, generator=self.generator)
             chosen = token_logps.gather(1, token)
             tokens.append(token.squeeze(1))
-            logprobs.append(chosen.squeeze(1) + self.stand_in.logprob_offset)
+            logprobs.append(chosen.squeeze(1) + self.stand_in.offset(token.squeeze(1)))
             ranks.append((token_logps > chosen).sum(1) + 1)
             sequences = torch.cat([sequences, token], dim=1)
             finished |= torch.isin(token.squeeze(1), torch.tensor(sorted(self.eos_token_ids)))
@@ -139,6 +142,13 @@ class LLM:
     """`vllm.LLM` in colocate mode."""
 
     def __init__(self, model: str, seed: int = 0, max_model_len: int | None = None, **engine_options):
+        # TRL sets RANK, WORLD_SIZE, MASTER_ADDR, ... for vLLM's launcher; left set, the next Accelerator in this
+        # process would start a one-process group. The stand-in needs none of them: they are put back.
+        for name, value in _active.environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         self._engine = SamplingEngine(_active, model, seed)
         _active.engines.append(self._engine)
         runner = types.SimpleNamespace(model=self._engine)
@@ -235,17 +245,21 @@ class StandIn:
     """What the installed stand-in did, and its one knob."""
 
     server_model_path: str | None = None
-    logprob_offset: float = 0.0
+    logprob_offset: float | Callable[[torch.Tensor], torch.Tensor] = 0.0
     engines: list[SamplingEngine] = field(default_factory=list)
     generate_calls: int = 0
     weight_syncs: int = 0  # completed syncs (TRL resets the prefix cache once after each)
     loaded_tensors: int = 0
+    environment: dict[str, str | None] = field(default_factory=dict)  # the launcher variables before TRL set them
+
+    def offset(self, tokens: torch.Tensor) -> torch.Tensor | float:
+        return self.logprob_offset(tokens) if callable(self.logprob_offset) else self.logprob_offset
 
 
 _active = StandIn()
 
 
-def install(monkeypatch, server_model_path: str | None = None, logprob_offset: float = 0.0) -> StandIn:
+def install(monkeypatch, server_model_path: str | None = None, logprob_offset=0.0) -> StandIn:
     """Make TRL see vLLM (undone by `monkeypatch` at the end of the test); return the counters."""
     global _active
     import trl.generation.vllm_generation as vllm_generation
@@ -258,8 +272,8 @@ def install(monkeypatch, server_model_path: str | None = None, logprob_offset: f
     sampling_params = types.ModuleType("vllm.sampling_params")
     sampling_params.SamplingParams, sampling_params.StructuredOutputsParams = SamplingParams, StructuredOutputsParams
     package.sampling_params = sampling_params
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # colocate mode sets them
-        monkeypatch.delenv(name, raising=False) if name not in os.environ else monkeypatch.setenv(name, os.environ[name])
+    for name in LAUNCHER_VARIABLES:
+        _active.environment[name] = os.environ.get(name)
     monkeypatch.setitem(sys.modules, "vllm", package)
     monkeypatch.setitem(sys.modules, "vllm.sampling_params", sampling_params)
     for name, value in [("LLM", LLM), ("SamplingParams", SamplingParams), ("RequestOutput", RequestOutput),
