@@ -1,6 +1,6 @@
 """trl_zoo's hooks on TRL's vLLM generation paths (`use_vllm=True`, colocate and server), with vLLM replaced by
 the stand-in of tests/vllm_stand_in.py: it holds its own copy of the model, updated only by TRL's weight sync,
-samples from it with plain torch and reports vLLM's per-token log-probs (optionally offset by a known constant).
+samples from it with plain torch and reports vLLM's per-token log-probs (optionally offset by a known amount).
 
 Checked: loss parity with `trl.GRPOTrainer` through the same stand-in, dynamic sampling's extra rounds going
 through vLLM, TRL's importance-sampling correction reaching the loss and surviving regrouping (each row keeps its
@@ -63,7 +63,9 @@ def test_training_matches_trl_through_the_same_stand_in(stand_in, mode, loss_typ
     # Two optimizer steps per generation batch (half of it each): the step-1 loss is over half the groups' rows,
     # so their advantages do not cancel, and step 2 is off-policy (ratios ≠ 1). Steps 3-4 sample again.
     schedule = dict(per_device_train_batch_size=4, steps_per_generation=2, max_steps=4)
-    trl_loss = dict(loss_type="grpo", importance_sampling_level="sequence") if loss_type == "gspo" else dict(loss_type="dapo")
+    trl_loss = dict(loss_type="dapo")
+    if loss_type == "gspo":  # TRL's GSPO: grpo with sequence-level ratios
+        trl_loss = dict(loss_type="grpo", importance_sampling_level="sequence")
     reference = vllm_trainer(trl.GRPOTrainer, trl.GRPOConfig, mode, **trl_loss, **schedule)
     reference.train()
     assert stand_in.generate_calls == 2 and stand_in.weight_syncs == 2
@@ -81,7 +83,7 @@ def test_training_matches_trl_through_the_same_stand_in(stand_in, mode, loss_typ
     differences = logged(candidate, "sampling/sampling_logp_difference/max")
     assert len(differences) == 2 and max(differences) < 1e-4  # logged once per generation batch
     engine = stand_in.engines[-1].model
-    moved = [name for name, parameter in candidate.model.named_parameters() if not torch.equal(parameter, initial[name])]
+    moved = [name for name, p in candidate.model.named_parameters() if not torch.equal(p, initial[name])]
     assert moved
     assert all(not torch.equal(engine.get_parameter(name), initial[name]) for name in moved)
 
@@ -183,7 +185,8 @@ def test_skip_zero_advantage_keeps_loss_and_gradients_on_the_vllm_path(monkeypat
     batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
     zero_rows = (batch["advantages"] == 0).sum().item()
     assert 0 < zero_rows < batch["advantages"].numel()
-    assert (batch["importance_sampling_ratio"][batch["completion_mask"].bool()] - math.exp(-SAMPLER_OFFSET)).abs().max() < 1e-3
+    ratio = batch["importance_sampling_ratio"][batch["completion_mask"].bool()]
+    assert (ratio - math.exp(-SAMPLER_OFFSET)).abs().max() < 1e-3
     torch.manual_seed(3)
     micro_batches = split_tensor_dict(shuffle_sequence_dict(batch), 2)
     tiny.perturb(trainer.model)  # off-policy: ratios ≠ 1 and the clips bite

@@ -75,7 +75,8 @@ class SamplingParams:
     def __init__(self, n=1, repetition_penalty=1.0, temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, max_tokens=16,
                  logprobs=None, structured_outputs=None, **unsupported):
         if unsupported or structured_outputs is not None:
-            raise NotImplementedError(f"the vLLM stand-in does not implement {sorted(unsupported) or 'structured outputs'}")
+            missing = sorted(unsupported) or "structured outputs"
+            raise NotImplementedError(f"the vLLM stand-in does not implement {missing}")
         _check_temperature_only(top_p, top_k, min_p, repetition_penalty)
         self.n, self.temperature, self.max_tokens, self.logprobs = n, temperature, max_tokens, logprobs
 
@@ -210,7 +211,7 @@ class VLLMClient:
     def generate(self, prompts, features=None, n=1, repetition_penalty=1.0, temperature=1.0, top_p=1.0, top_k=0,
                  min_p=0.0, max_tokens=16, logprobs=0, structured_outputs_regex=None, generation_kwargs=None) -> dict:
         if features is not None or structured_outputs_regex is not None or generation_kwargs:
-            raise NotImplementedError("the vLLM stand-in does not take images, structured outputs or generation_kwargs")
+            raise NotImplementedError("the vLLM stand-in takes no images, structured outputs or generation_kwargs")
         _check_temperature_only(top_p, top_k, min_p, repetition_penalty)
         _active.generate_calls += 1
         completion_ids, completion_logprobs, completion_token_ids = [], [], []
