@@ -129,6 +129,23 @@ class CriticMixin:
         self._restore_trainable()
         if self.accelerator.num_processes > 1:
             self._share_critic_across_processes()
+        if getattr(self, "vllm_generation", None) is not None:
+            self._keep_critic_out_of_weight_sync()
+
+    def _keep_critic_out_of_weight_sync(self):
+        """vLLM serves the policy's architecture, which has no value head: TRL's weight sync pushes every name that
+        `VLLMGeneration._iter_named_params` yields (vLLM rejects unknown ones), so the head's are dropped there.
+        The iteration itself is TRL's (gathers stay collective); the value adapter is already left out by TRL's
+        PEFT path, which pushes the merged policy adapter only."""
+        generation = self.vllm_generation
+        named_params = generation._iter_named_params
+
+        def policy_named_params():
+            for name, param in named_params():
+                if f".{VALUE_HEAD}." not in f".{name}":
+                    yield name, param
+
+        generation._iter_named_params = policy_named_params
 
     # ------------------------------------------------------------------ several processes (DDP)
     def _share_critic_across_processes(self):
