@@ -83,7 +83,7 @@ def decision_generator(seed: int, counter: int) -> torch.Generator:
     return torch.Generator().manual_seed(int.from_bytes(hashlib.sha1(f"{seed}:{counter}".encode()).digest()[:8], "little"))
 
 
-class _Candidates:
+class CandidatePrompts:
     """Explored prompt groups in stream order: draws candidate batches, skips per the history, queues the rest."""
 
     def __init__(self, session: SamplingSession, args, history: dict, explore: dict):
@@ -121,7 +121,7 @@ def greso(session: SamplingSession, args) -> SampledBatch:
     state = session.state
     history = state.setdefault(HISTORY, {})
     explore = {kind: state.get(key, args.greso_initial_explore) for kind, key in EXPLORE.items()}
-    candidates = _Candidates(session, args, history, explore)
+    candidates = CandidatePrompts(session, args, history, explore)
     informative: list[tuple[int, int]] = []
     zero_spread = {"easy": 0, "hard": 0}
     generated = 0
