@@ -239,8 +239,9 @@ def test_greso_skips_revisited_zero_spread_prompts_and_generates_less_than_resam
     history = greso.zoo_state[HISTORY]
     kinds = {prompt_identity(f"{a}+{a + 20}="): "easy" if a % 4 == 0 else "hard" for a in range(10, 26) if a % 2 == 0}
     assert history and all(kinds[identity] == kind and z >= 1 for identity, (z, kind) in history.items())
-    # measured over seeds 0..2: resample 2.08–2.28, greso 1.46–1.63 completions generated per trained one
-    assert generated_per_trained(greso) < generated_per_trained(resample) - 0.4
+    # measured over seeds 0..2: resample 2.08–2.29, greso 1.54–1.63 completions generated per trained one; the
+    # differences 0.54, 0.67, 0.46
+    assert generated_per_trained(greso) < generated_per_trained(resample) - 0.3
 
 
 def test_without_a_sampler_the_informative_share_is_logged():
