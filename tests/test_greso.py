@@ -69,7 +69,8 @@ class ScriptedSession:
         names = [row["prompt"] for row in rows[:: self.group_size]]
         rewards = torch.tensor([self.rewards[name] for name in names], dtype=torch.float32)
         spread = rewards.amax(1) > rewards.amin(1)
-        scored = Round({"names": names}, spread, torch.arange(len(rows)) // self.group_size, rewards.mean(1), rewards.mean().item())
+        local_groups = torch.arange(len(rows)) // self.group_size
+        scored = Round({"names": names}, spread, local_groups, rewards.mean(1), rewards.mean().item())
         self.rounds.append(scored)
         return scored
 
@@ -250,8 +251,9 @@ def test_without_a_sampler_the_informative_share_is_logged():
     assert len(logs) == 3
     for log in logs:  # TRL's own count of groups with zero reward std, over the same rewards
         assert log["dynamic_sampling/informative_share"] == pytest.approx(1 - log["frac_reward_zero_std"])
-        if log["dynamic_sampling/informative_share"] > 0:
-            assert log["dynamic_sampling/generated_per_trained"] == pytest.approx(1 / log["dynamic_sampling/informative_share"])
+        share = log["dynamic_sampling/informative_share"]
+        if share > 0:
+            assert log["dynamic_sampling/generated_per_trained"] == pytest.approx(1 / share)
 
 
 def test_resumed_run_takes_the_same_decisions(tmp_path):
@@ -293,5 +295,7 @@ def test_resumed_run_takes_the_same_decisions(tmp_path):
 )
 def test_bad_greso_values_are_one_line_errors(field, value):
     with pytest.raises(ValueError, match=f"^{field}: must be in ") as error:
-        trl_zoo.GRPOConfig(output_dir=TEST_OUTPUT_DIR, dynamic_sampling="greso", use_cpu=True, report_to="none", **{field: value})
+        trl_zoo.GRPOConfig(
+            output_dir=TEST_OUTPUT_DIR, dynamic_sampling="greso", use_cpu=True, report_to="none", **{field: value}
+        )
     assert "\n" not in str(error.value)

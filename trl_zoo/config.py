@@ -150,7 +150,8 @@ class GRPOConfig(TRLGRPOConfig):
     greso_step: float = _help("greso: Δ by which the exploration probabilities p_easy and p_hard move per batch.", 0.01)
     greso_initial_explore: float = _help("greso: p_easy and p_hard at the start of training.", 0.5)
     greso_min_explore: float = _help(
-        "greso: the least probability with which any prompt is generated (lower bound of p_easy, p_hard and p^z).", 0.05
+        "greso: the least probability with which any prompt is generated (lower bound of p_easy, p_hard and p^z).",
+        0.05,
     )
     overlong_buffer_length: int | None = _help(
         "DAPO soft overlong punishment L_cache: completions longer than overlong_max_length − L_cache get a penalty "

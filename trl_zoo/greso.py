@@ -80,7 +80,9 @@ def updated_explore(p: float, share: float, target: float, step: float, floor: f
 
 
 def decision_generator(seed: int, counter: int) -> torch.Generator:
-    return torch.Generator().manual_seed(int.from_bytes(hashlib.sha1(f"{seed}:{counter}".encode()).digest()[:8], "little"))
+    """The generator of the `counter`-th candidate batch's skip draws: the same on every process and after a resume."""
+    digest = hashlib.sha1(f"{seed}:{counter}".encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
 
 
 class CandidatePrompts:

@@ -116,8 +116,9 @@ def sampling_metrics(generated_groups: int, informative_groups: int, trained_inf
 def _metrics(generated_groups: int, informative_groups: int, trained_informative: int, rounds: int, group_size: int):
     metrics = sampling_metrics(generated_groups, informative_groups, trained_informative, group_size)
     metrics["dynamic_sampling/kept_fraction"] = metrics["dynamic_sampling/informative_share"]
-    if "dynamic_sampling/generated_per_trained" in metrics:
-        metrics["dynamic_sampling/samples_generated_per_sample_trained"] = metrics["dynamic_sampling/generated_per_trained"]
+    ratio = metrics.get("dynamic_sampling/generated_per_trained")
+    if ratio is not None:
+        metrics["dynamic_sampling/samples_generated_per_sample_trained"] = ratio
     metrics["dynamic_sampling/generation_rounds"] = float(rounds)
     return metrics
 

@@ -1,22 +1,22 @@
 """Trainer hook: dynamic sampling (`dynamic_sampling`, formulas in `trl_zoo/sampling.py`).
 
-`_generate_and_score_completions` hands the inputs TRL drew to the sampler from the sampler table through a
-session that generates lazily: reading its rounds lets TRL (and the advantage mixins below this one) generate and
-score those inputs; a sampler that filters prompts before generation (`greso`) instead draws prompt batches
-(gathered from all processes) and picks the rows of each round itself. Every round reads the task rewards of the
-whole batch (all processes) from the reward seam (`task_rewards`, `hooks/rewards.py`). Samplers may ask for more
-rounds: their prompts come from a stream of its own over the training set (TRL's `RepeatSampler` with one
-repeat, seeded with `seed + 1`), each process taking its slice of a generation batch as the training dataloader
-does. Without a sampler the batch is TRL's, and `informative_share` and `generated_per_trained` are logged from
-the same rewards (one host transfer per generation batch). The kept groups are then moved to their place in the new batch: every tensor is padded to the widest process
-(prompts on the left, completions on the right), gathered, and each process takes its
-`generation_batch_size / num_processes` rows, so every process ends with the same number of rows and the groups
-stay whole. Columns that are padding in every local row are trimmed, and `num_items_in_batch` is recomputed over
-the kept tokens of all processes. Old, reference and sampling log-probs travel with their rows; when rounds differ
-in prompt width a row's left padding changes, which leaves rotary-position models unchanged (attention depends on
-relative positions) up to float rounding. Advantages are those of the round a group was generated in: exact for
-per-group estimators; batch-level statistics (`scale_rewards="batch"`) come from that round. Multimodal inputs
-cannot be regrouped yet (use `reweight`).
+`_generate_and_score_completions` hands the inputs TRL drew to the sampler from the sampler table through a session
+that generates lazily: reading its rounds lets TRL (and the advantage mixins below this one) generate and score
+those inputs; a sampler that filters prompts before generation (`greso`) instead draws prompt batches (gathered from
+all processes) and picks the rows of each round itself. Every round reads the task rewards of the whole batch (all
+processes) from the reward seam (`task_rewards`, `hooks/rewards.py`). Samplers may ask for more rounds: their
+prompts come from a stream of its own over the training set (TRL's `RepeatSampler` with one repeat, seeded with
+`seed + 1`), each process taking its slice of a generation batch as the training dataloader does. Without a sampler
+the batch is TRL's, and `informative_share` and `generated_per_trained` are logged from the same rewards (one host
+transfer per generation batch). The kept groups are then moved to their place in the new batch: every tensor is
+padded to the widest process (prompts on the left, completions on the right), gathered, and each process takes its
+`generation_batch_size / num_processes` rows, so every process ends with the same number of rows and the groups stay
+whole. Columns that are padding in every local row are trimmed, and `num_items_in_batch` is recomputed over the kept
+tokens of all processes. Old, reference and sampling log-probs travel with their rows; when rounds differ in prompt
+width a row's left padding changes, which leaves rotary-position models unchanged (attention depends on relative
+positions) up to float rounding. Advantages are those of the round a group was generated in: exact for per-group
+estimators; batch-level statistics (`scale_rewards="batch"`) come from that round. Multimodal inputs cannot be
+regrouped yet (use `reweight`).
 """
 
 from __future__ import annotations
