@@ -97,7 +97,7 @@ def test_skip_frequency_matches_one_minus_p_to_the_z():
     candidates = CandidatePrompts(session, greso_args(), history, explore)
     draws = 4000
     for _ in range(draws):
-        candidates._decide(session.draw_prompts())
+        candidates.decide(session.draw_prompts())
     explored = {name: 0 for name in names}
     for identity, group in candidates.queue:
         explored[group[0]["prompt"]] += 1
@@ -118,7 +118,7 @@ def test_decisions_are_a_function_of_seed_and_counter():
         session.state[DECISIONS] = counter
         history = {prompt_identity(f"p{k}"): (1, "hard") for k in range(8)}
         candidates = CandidatePrompts(session, greso_args(seed=seed), history, {"easy": 0.5, "hard": 0.5})
-        candidates._decide(session.draw_prompts())
+        candidates.decide(session.draw_prompts())
         return [group[0]["prompt"] for _, group in candidates.queue]
 
     assert decide(0, 3) == decide(0, 3)

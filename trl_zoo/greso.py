@@ -95,10 +95,11 @@ class CandidatePrompts:
 
     def take(self) -> tuple[str, list]:
         while not self.queue:
-            self._decide(self.session.draw_prompts())
+            self.decide(self.session.draw_prompts())
         return self.queue.pop(0)
 
-    def _decide(self, rows: list):
+    def decide(self, rows: list):
+        """Skip or queue each prompt group of one candidate batch (all processes' rows, G consecutive per prompt)."""
         size = self.session.group_size
         groups = [rows[start : start + size] for start in range(0, len(rows), size)]
         state = self.session.state
