@@ -140,14 +140,26 @@ class GRPOConfig(TRLGRPOConfig):
 
     # --- sampling and reward shaping ---
     dynamic_sampling: str | None = _help(
-        "Sampler from the sampler table: 'resample' (DAPO: drop zero-spread groups, generate more) or 'reweight' "
-        "(drop them, scale the rest by 1/(1−p)). None trains on every group."
+        "Sampler from the sampler table: 'resample' (DAPO: drop zero-spread groups, generate more), 'reweight' "
+        "(drop them, scale the rest by 1/(1−p)) or 'greso' (GRESO: also skip prompts whose recent groups had no "
+        "spread before generating). None trains on every group."
     )
     dynamic_sampling_max_rounds: int = _help("resample: maximum generation rounds per generation batch.", 8)
     dynamic_sampling_on_exhausted: str = _help(
         "resample: when the cap is hit, 'fill' (pad with the collected zero-spread groups and warn) or 'raise'.",
         "fill",
         choices=["fill", "raise"],
+    )
+    greso_target_zero_spread: float = _help(
+        "greso: target share of zero-spread groups among those generated (1/3 easy, 2/3 hard); above it prompts are "
+        "skipped more.",
+        0.25,
+    )
+    greso_step: float = _help("greso: Δ by which the exploration probabilities p_easy and p_hard move per batch.", 0.01)
+    greso_initial_explore: float = _help("greso: p_easy and p_hard at the start of training.", 0.5)
+    greso_min_explore: float = _help(
+        "greso: the least probability with which any prompt is generated (lower bound of p_easy, p_hard and p^z).",
+        0.05,
     )
     overlong_buffer_length: int | None = _help(
         "DAPO soft overlong punishment L_cache: completions longer than overlong_max_length − L_cache get a penalty "
@@ -254,6 +266,7 @@ class GRPOConfig(TRLGRPOConfig):
             raise ValueError(f"ref_reset_steps: must be ≥ 1, got {self.ref_reset_steps}.")
         if self.dynamic_sampling_max_rounds < 1:
             raise ValueError(f"dynamic_sampling_max_rounds: must be ≥ 1, got {self.dynamic_sampling_max_rounds}.")
+        self._validate_greso()
         if self.overlong_max_length is not None and self.overlong_max_length < 1:
             raise ValueError(f"overlong_max_length: must be ≥ 1 token, got {self.overlong_max_length}.")
         if self.overlong_penalty_factor < 0:
@@ -279,6 +292,22 @@ class GRPOConfig(TRLGRPOConfig):
                 f"{self.loss_type!r} by its length; use 'sequence_mean', or set allow_sequence_loss_token_sum=True."
             )
         self._validate_critic()
+
+    def _validate_greso(self):
+        """The greso sampler's fields (trl_zoo/greso.py)."""
+        if not 0 < self.greso_target_zero_spread < 1:
+            raise ValueError(
+                f"greso_target_zero_spread: must be in (0, 1), got {self.greso_target_zero_spread}; e.g. 0.25."
+            )
+        if not 0 < self.greso_step < 1:
+            raise ValueError(f"greso_step: must be in (0, 1), got {self.greso_step}; e.g. 0.01.")
+        if not 0 < self.greso_min_explore <= 0.95:
+            raise ValueError(f"greso_min_explore: must be in (0, 0.95], got {self.greso_min_explore}; e.g. 0.05.")
+        if not self.greso_min_explore <= self.greso_initial_explore <= 0.95:
+            raise ValueError(
+                f"greso_initial_explore: must be in [greso_min_explore, 0.95] = [{self.greso_min_explore}, 0.95], "
+                f"got {self.greso_initial_explore}; e.g. 0.5."
+            )
 
     def _validate_critic(self):
         """The critic's fields (advantage_estimator='gae', trl_zoo/critic.py)."""

@@ -30,11 +30,16 @@ reweight — filter and reweight (docs/formulas.md)
     (dapo, bnpo) 1/(1 − p) stands in for the ratio of all tokens to kept tokens, exact when kept and dropped
     completions have the same mean length.
 
+greso — pre-rollout prompt filtering (GRESO, arXiv:2506.02177), `trl_zoo/greso.py`
+    resample's batch filling, with prompts that had no spread on their recent visits skipped before generation.
+
 A sampler is `fn(session: SamplingSession, args) -> SampledBatch`; the trainer's mixin provides the session
 (generation, scoring, moving rows between processes). Metrics (all logged under `dynamic_sampling/`):
-`kept_fraction` (groups with spread / groups generated), `generation_rounds`, `samples_generated_per_sample_trained`
-(samples generated / samples of groups with spread trained on; not logged for a batch with no such group) and, for
-resample, `filled_groups`.
+`informative_share` (groups with spread / groups generated; also logged under its former name `kept_fraction`),
+`generation_rounds`, `generated_per_trained` (completions generated / completions of groups with spread trained on;
+not logged for a batch with no such group; also logged under its former name `samples_generated_per_sample_trained`)
+and, for resample and greso, `filled_groups`. Without a sampler the trainer logs `informative_share` and
+`generated_per_trained` (= 1 / informative_share) too.
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ class Round:
     batch: dict[str, Any]  # this process's rows, as TRL's `_generate_and_score_completions` returns them
     group_spread: Tensor  # (num_groups,) bool, same on every process: the group's task rewards are not all equal
     local_groups: Tensor  # (local rows,) long: the group of each of this process's rows
+    group_reward: Tensor | None = None  # (num_groups,) mean task reward of each group's scorable completions
+    mean_reward: float | None = None  # mean task reward of the round's scorable completions (all processes)
 
 
 @dataclass
@@ -72,10 +79,16 @@ class SampledBatch:
 class SamplingSession(Protocol):
     num_groups: int  # prompt groups in one generation batch, all processes together
     group_size: int  # G, completions per prompt
-    rounds: list[Round]  # the rounds scored so far; the first is there when the sampler is called
+    state: dict  # the trainer's algorithm state, saved with checkpoints (plain Python values only)
+    rounds: list[Round]  # the rounds scored so far; reading it first generates the inputs TRL handed over
 
-    def generate_round(self) -> Round:
-        """Generate and score one more generation batch from the training data; append it to `rounds`."""
+    def draw_prompts(self) -> list:
+        """The next generation batch of prompt rows, all processes' rows in process order (G consecutive rows per
+        prompt), not generated: first the inputs TRL handed over, then the sampler's own prompt stream."""
+
+    def generate_round(self, rows: list | None = None) -> Round:
+        """Generate and score one more generation batch (`rows`: all processes' rows, as `draw_prompts` returns
+        them; None: the next one from the training data); append it to `rounds`."""
 
     def assemble(self, picks: list[tuple[int, int]]) -> dict[str, Any]:
         """This process's share of the batch made of the groups `picks` = [(round index, group index), ...]."""
@@ -90,33 +103,35 @@ def group_reward_spread(rewards: Tensor, group_size: int) -> Tensor:
     return highest > lowest
 
 
-def _metrics(generated_groups: int, informative_groups: int, trained_informative: int, rounds: int, group_size: int):
+def sampling_metrics(generated_groups: int, informative_groups: int, trained_informative: int, group_size: int):
+    """informative_share and generated_per_trained (the latter only when a group with spread is trained on)."""
     generated = generated_groups * group_size
     trained = trained_informative * group_size
-    metrics = {
-        "dynamic_sampling/kept_fraction": informative_groups / generated_groups,
-        "dynamic_sampling/generation_rounds": float(rounds),
-    }
+    metrics = {"dynamic_sampling/informative_share": informative_groups / generated_groups}
     if trained:  # a batch with no group of spread has no ratio; a NaN would be logged as None
-        metrics["dynamic_sampling/samples_generated_per_sample_trained"] = generated / trained
+        metrics["dynamic_sampling/generated_per_trained"] = generated / trained
     return metrics
 
 
-@SAMPLERS.register(
-    "resample",
-    description="drop groups whose rewards are all equal, generate more prompts until the batch is full",
-    source="DAPO, arXiv:2503.14476",
-)
-def resample(session: SamplingSession, args) -> SampledBatch:
-    target = session.num_groups
-    informative: list[tuple[int, int]] = []
-    for index, scored in enumerate(session.rounds):
-        informative += [(index, group) for group in scored.group_spread.nonzero().flatten().tolist()]
-    while len(informative) < target and len(session.rounds) < args.dynamic_sampling_max_rounds:
-        scored = session.generate_round()
-        index = len(session.rounds) - 1
-        informative += [(index, group) for group in scored.group_spread.nonzero().flatten().tolist()]
+def _metrics(generated_groups: int, informative_groups: int, trained_informative: int, rounds: int, group_size: int):
+    metrics = sampling_metrics(generated_groups, informative_groups, trained_informative, group_size)
+    metrics["dynamic_sampling/kept_fraction"] = metrics["dynamic_sampling/informative_share"]
+    ratio = metrics.get("dynamic_sampling/generated_per_trained")
+    if ratio is not None:
+        metrics["dynamic_sampling/samples_generated_per_sample_trained"] = ratio
+    metrics["dynamic_sampling/generation_rounds"] = float(rounds)
+    return metrics
 
+
+def informative_groups(session: SamplingSession, index: int) -> list[tuple[int, int]]:
+    """[(index, group)] for the groups with spread of round `index`."""
+    return [(index, group) for group in session.rounds[index].group_spread.nonzero().flatten().tolist()]
+
+
+def fill_batch(session: SamplingSession, args, informative: list[tuple[int, int]]) -> SampledBatch:
+    """The batch of the first `num_groups` groups with spread; when there are fewer (the round cap was hit), fill
+    with the earliest zero-spread groups and warn, or raise, per `dynamic_sampling_on_exhausted`."""
+    target = session.num_groups
     picks = informative[:target]
     missing = target - len(picks)
     if missing:
@@ -138,7 +153,7 @@ def resample(session: SamplingSession, args) -> SampledBatch:
         warnings.warn(
             f"dynamic_sampling: {message}; filling the batch with {missing} zero-spread groups "
             f"(dynamic_sampling_on_exhausted='fill').",
-            stacklevel=2,
+            stacklevel=3,
         )
 
     batch = session.assemble(picks)
@@ -146,6 +161,21 @@ def resample(session: SamplingSession, args) -> SampledBatch:
     metrics = _metrics(generated_groups, len(informative), target - missing, len(session.rounds), session.group_size)
     metrics["dynamic_sampling/filled_groups"] = float(missing)
     return SampledBatch(batch, metrics)
+
+
+@SAMPLERS.register(
+    "resample",
+    description="drop groups whose rewards are all equal, generate more prompts until the batch is full",
+    source="DAPO, arXiv:2503.14476",
+)
+def resample(session: SamplingSession, args) -> SampledBatch:
+    informative: list[tuple[int, int]] = []
+    for index in range(len(session.rounds)):
+        informative += informative_groups(session, index)
+    while len(informative) < session.num_groups and len(session.rounds) < args.dynamic_sampling_max_rounds:
+        session.generate_round()
+        informative += informative_groups(session, len(session.rounds) - 1)
+    return fill_batch(session, args, informative)
 
 
 @SAMPLERS.register(

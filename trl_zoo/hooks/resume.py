@@ -5,7 +5,8 @@ back), the optimizer, the scheduler and the RNG states; TRL adds its entropy con
 this hook does, in the checkpoint folder:
 
 - ``trl_zoo_state.pt``: ``zoo_state``, the algorithm state every hook keeps there (adaptive KL coefficient
-  ``kl_coef``, ppo_kl's β, the reference-reset count, the dynamic-sampling prompt-stream position), and TRL's
+  ``kl_coef``, ppo_kl's β, the reference-reset count, the dynamic-sampling prompt-stream position, greso's prompt
+  history, exploration probabilities and decision counter), and TRL's
   micro-step counter ``_step``, which decides when the next generation batch is sampled;
 - ``trl_zoo_buffer_{process}.pt``, one per process, only when the checkpoint falls inside a generation cycle
   (``steps_per_generation × num_iterations`` > 1 micro-steps): TRL's buffered generation batch, which the next

@@ -1,19 +1,22 @@
 """Trainer hook: dynamic sampling (`dynamic_sampling`, formulas in `trl_zoo/sampling.py`).
 
-`_generate_and_score_completions` lets TRL (and the advantage mixins below this one) generate and score the local
-generation batch, reads the task rewards of the whole batch (all processes) from the reward seam (`task_rewards`,
-`hooks/rewards.py`), and hands the scored round to the sampler from the sampler table. `resample` may ask for
-more rounds: their prompts come from a stream of its own over the training set (TRL's `RepeatSampler` with one
-repeat, seeded with `seed + 1`), each process taking its slice of a generation batch as the training dataloader
-does. The kept groups are then moved to their place in the new batch: every tensor is padded to the widest process
-(prompts on the left, completions on the right), gathered, and each process takes its
-`generation_batch_size / num_processes` rows, so every process ends with the same number of rows and the groups
-stay whole. Columns that are padding in every local row are trimmed, and `num_items_in_batch` is recomputed over
-the kept tokens of all processes. Old, reference and sampling log-probs travel with their rows; when rounds differ
-in prompt width a row's left padding changes, which leaves rotary-position models unchanged (attention depends on
-relative positions) up to float rounding. Advantages are those of the round a group was generated in: exact for
-per-group estimators; batch-level statistics (`scale_rewards="batch"`) come from that round. Multimodal inputs
-cannot be regrouped yet (use `reweight`).
+`_generate_and_score_completions` hands the inputs TRL drew to the sampler from the sampler table through a session
+that generates lazily: reading its rounds lets TRL (and the advantage mixins below this one) generate and score
+those inputs; a sampler that filters prompts before generation (`greso`) instead draws prompt batches (gathered from
+all processes) and picks the rows of each round itself. Every round reads the task rewards of the whole batch (all
+processes) from the reward seam (`task_rewards`, `hooks/rewards.py`). Samplers may ask for more rounds: their
+prompts come from a stream of its own over the training set (TRL's `RepeatSampler` with one repeat, seeded with
+`seed + 1`), each process taking its slice of a generation batch as the training dataloader does. Without a sampler
+the batch is TRL's, and `informative_share` and `generated_per_trained` are logged from the same rewards (one host
+transfer per generation batch). The kept groups are then moved to their place in the new batch: every tensor is
+padded to the widest process (prompts on the left, completions on the right), gathered, and each process takes its
+`generation_batch_size / num_processes` rows, so every process ends with the same number of rows and the groups stay
+whole. Columns that are padding in every local row are trimmed, and `num_items_in_batch` is recomputed over the kept
+tokens of all processes. Old, reference and sampling log-probs travel with their rows; when rounds differ in prompt
+width a row's left padding changes, which leaves rotary-position models unchanged (attention depends on relative
+positions) up to float rounding. Advantages are those of the round a group was generated in: exact for per-group
+estimators; batch-level statistics (`scale_rewards="batch"`) come from that round. Multimodal inputs cannot be
+regrouped yet (use `reweight`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 from ..batch_layout import batch_layouts, trim_padding
 from ..model_inputs import loss_mask
 from ..registry import SAMPLERS
-from ..sampling import Round, group_reward_spread
+from ..sampling import Round, group_reward_spread, sampling_metrics
 
 PROMPT_BATCHES_DRAWN = "dynamic_sampling/prompt_batches_drawn"  # zoo_state key: position in the prompt stream
 
@@ -44,8 +47,15 @@ class DynamicSamplingMixin:
 
     # ------------------------------------------------------------------ dynamic sampling
     def _generate_and_score_completions(self, inputs):
-        if self.sampler is None or not self.model.training:
+        if not self.model.training:
             return super()._generate_and_score_completions(inputs)
+        if self.sampler is None:
+            batch = super()._generate_and_score_completions(inputs)
+            spread = group_reward_spread(self.task_rewards(), self.num_generations)
+            groups, informative = spread.numel(), int(spread.sum())
+            for name, value in sampling_metrics(groups, informative, informative, self.num_generations).items():
+                self._metrics["train"][name].append(value)
+            return batch
         session = TrainerSamplingSession(self, super()._generate_and_score_completions, inputs)
         sampled = self.sampler(session, self.args)
         for name, value in sampled.metrics.items():
@@ -121,20 +131,39 @@ class TrainerSamplingSession:
         self._generate = generate
         self.group_size = trainer.num_generations
         self.num_groups = trainer.args.generation_batch_size // self.group_size
+        self.state = trainer.zoo_state
         self.local_size = len(first_inputs)
-        self.rounds: list[Round] = []
-        self._score(first_inputs)
+        self._first_inputs = first_inputs  # not generated until a sampler reads `rounds` or draws them
+        self._rounds: list[Round] = []
 
-    def generate_round(self) -> Round:
-        return self._score(self.trainer.next_prompt_batch())
+    @property
+    def rounds(self) -> list[Round]:
+        if self._first_inputs is not None:
+            self.generate_round()
+        return self._rounds
+
+    def draw_prompts(self) -> list:
+        return gather_object([dict(row) for row in self._next_local_inputs()])
+
+    def generate_round(self, rows: list | None = None) -> Round:
+        if rows is None:
+            return self._score(self._next_local_inputs())
+        start = self.accelerator.process_index * self.local_size
+        return self._score(rows[start : start + self.local_size])
+
+    def _next_local_inputs(self) -> list:
+        inputs, self._first_inputs = self._first_inputs, None
+        return inputs if inputs is not None else self.trainer.next_prompt_batch()
 
     def _score(self, inputs) -> Round:
         batch = self._generate(inputs)
-        spread = group_reward_spread(self.trainer.task_rewards(), self.group_size).cpu()
+        rewards = self.trainer.task_rewards().cpu()
+        spread = group_reward_spread(rewards, self.group_size)
         start = self.accelerator.process_index * self.local_size
         local_groups = torch.arange(start, start + self.local_size) // self.group_size
-        self.rounds.append(Round(batch, spread, local_groups))
-        return self.rounds[-1]
+        group_reward = rewards.view(-1, self.group_size).nanmean(dim=1)
+        self._rounds.append(Round(batch, spread, local_groups, group_reward, rewards.nanmean().item()))
+        return self._rounds[-1]
 
     # ------------------------------------------------------------------ moving rows
     def assemble(self, picks: list[tuple[int, int]]) -> dict:
