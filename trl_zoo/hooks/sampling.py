@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 
 import torch
+from accelerate.utils import gather_object
 from datasets import IterableDataset
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
