@@ -395,4 +395,4 @@ def test_reweight_zeroes_zero_spread_groups_and_scales_the_rest_finitely(spread,
     scale = len(spread) / kept if kept else 0.0
     torch.testing.assert_close(sampled.batch["advantages"], advantages * weights * scale)
     assert torch.isfinite(sampled.batch["advantages"]).all()
-    assert sampled.metrics["dynamic_sampling/kept_fraction"] == kept / len(spread)
+    assert sampled.metrics["dynamic_sampling/informative_share"] == kept / len(spread)

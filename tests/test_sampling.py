@@ -81,8 +81,8 @@ def test_resample_trains_only_groups_with_spread_in_full_batches():
     logged = [row for row in trainer.state.log_history if "dynamic_sampling/generation_rounds" in row]
     assert logged
     for row in logged:  # every round of 2 groups; an even prompt is one of the 8 of 16, so rounds > 1 is typical
-        assert row["dynamic_sampling/samples_generated_per_sample_trained"] == pytest.approx(row["dynamic_sampling/generation_rounds"])
-        assert row["dynamic_sampling/kept_fraction"] * row["dynamic_sampling/generation_rounds"] >= 1.0 - 1e-6
+        assert row["dynamic_sampling/generated_per_trained"] == pytest.approx(row["dynamic_sampling/generation_rounds"])
+        assert row["dynamic_sampling/informative_share"] * row["dynamic_sampling/generation_rounds"] >= 1.0 - 1e-6
 
 
 @pytest.mark.parametrize("on_exhausted", ["fill", "raise"])
@@ -114,7 +114,7 @@ def test_exhausted_sampling_fills_with_a_warning_or_raises(on_exhausted):
     metrics = trainer._metrics["train"]
     assert metrics["dynamic_sampling/generation_rounds"][-1] == 2
     assert metrics["dynamic_sampling/filled_groups"][-1] == 2
-    assert metrics["dynamic_sampling/kept_fraction"][-1] == 0
+    assert metrics["dynamic_sampling/informative_share"][-1] == 0
     overlong = metrics["rewards/soft_overlong_punishment/std"]
     assert any(value > 0 for value in overlong)  # the total reward did vary inside groups
 
@@ -147,8 +147,8 @@ def test_reweight_zeroes_zero_spread_groups_and_scales_the_rest():
     expected = torch.where(even, 0.0, plain["advantages"] / (1 - dropped))
     assert torch.allclose(reweighted["advantages"], expected, rtol=1e-6, atol=0)
     assert torch.all(reweighted["advantages"][even] == 0) and torch.all(reweighted["advantages"][~even] != 0)
-    assert trainer._metrics["train"]["dynamic_sampling/kept_fraction"][-1] == pytest.approx(1 - dropped)
-    assert trainer._metrics["train"]["dynamic_sampling/samples_generated_per_sample_trained"][-1] == pytest.approx(1 / (1 - dropped))
+    assert trainer._metrics["train"]["dynamic_sampling/informative_share"][-1] == pytest.approx(1 - dropped)
+    assert trainer._metrics["train"]["dynamic_sampling/generated_per_trained"][-1] == pytest.approx(1 / (1 - dropped))
 
 
 def test_reweight_on_batches_without_spread_logs_numbers_only():
@@ -157,10 +157,10 @@ def test_reweight_on_batches_without_spread_logs_numbers_only():
         logging_steps=1,
     )
     trainer.train()
-    logged = [log for log in trainer.state.log_history if "dynamic_sampling/kept_fraction" in log]
-    assert len(logged) == 2 and all(log["dynamic_sampling/kept_fraction"] == 0 for log in logged)
+    logged = [log for log in trainer.state.log_history if "dynamic_sampling/informative_share" in log]
+    assert len(logged) == 2 and all(log["dynamic_sampling/informative_share"] == 0 for log in logged)
     for log in logged:
-        assert "dynamic_sampling/samples_generated_per_sample_trained" not in log  # no group trained: no ratio
+        assert "dynamic_sampling/generated_per_trained" not in log  # no group trained: no ratio
         assert all(value is not None and value == value for value in log.values())
 
 

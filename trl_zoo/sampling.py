@@ -35,9 +35,9 @@ greso — pre-rollout prompt filtering (GRESO, arXiv:2506.02177), `trl_zoo/greso
 
 A sampler is `fn(session: SamplingSession, args) -> SampledBatch`; the trainer's mixin provides the session
 (generation, scoring, moving rows between processes). Metrics (all logged under `dynamic_sampling/`):
-`informative_share` (groups with spread / groups generated; also logged under its former name `kept_fraction`),
+`informative_share` (groups with spread / groups generated),
 `generation_rounds`, `generated_per_trained` (completions generated / completions of groups with spread trained on;
-not logged for a batch with no such group; also logged under its former name `samples_generated_per_sample_trained`)
+not logged for a batch with no such group)
 and, for resample and greso, `filled_groups`. Without a sampler the trainer logs `informative_share` and
 `generated_per_trained` (= 1 / informative_share) too.
 """
@@ -115,10 +115,6 @@ def sampling_metrics(generated_groups: int, informative_groups: int, trained_inf
 
 def _metrics(generated_groups: int, informative_groups: int, trained_informative: int, rounds: int, group_size: int):
     metrics = sampling_metrics(generated_groups, informative_groups, trained_informative, group_size)
-    metrics["dynamic_sampling/kept_fraction"] = metrics["dynamic_sampling/informative_share"]
-    ratio = metrics.get("dynamic_sampling/generated_per_trained")
-    if ratio is not None:
-        metrics["dynamic_sampling/samples_generated_per_sample_trained"] = ratio
     metrics["dynamic_sampling/generation_rounds"] = float(rounds)
     return metrics
 
