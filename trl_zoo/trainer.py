@@ -15,6 +15,9 @@ composition of one-concept layers, each overriding TRL's methods (or a seam of o
     RewardsMixin             the reward seam `_calculate_rewards`: shaping, NaN/±inf  hooks/rewards.py
                              checks, per-function rewards, task and total sums
     PolicyLossStep           the loss step: `_policy_forward`, loss table, metrics  loss_step.py
+    PromptLengthMixin        prompt + completion within the model's positions       hooks/prompt_length.py
+    ModelObjectMixin         a policy object with no loadable name: tokenizer       hooks/model_object.py
+                             check, reference built as a frozen copy
     trl.GRPOTrainer
 
 The critic sits inside dynamic sampling so that its per-row tensors are regrouped with the batch, and wraps the
@@ -33,6 +36,8 @@ from .config import GRPOConfig, to_zoo_config
 from .hooks.advantages import AdvantageMixin
 from .hooks.critic import CriticMixin
 from .hooks.kl_control import KLControlMixin
+from .hooks.model_object import ModelObjectMixin
+from .hooks.prompt_length import PromptLengthMixin
 from .hooks.resume import ResumableStateMixin
 from .hooks.rewards import RewardsMixin
 from .hooks.router import RouterStatsMixin
@@ -101,6 +106,8 @@ class GRPOTrainer(
     KLControlMixin,
     RewardsMixin,
     PolicyLossStep,
+    PromptLengthMixin,
+    ModelObjectMixin,
     TRLGRPOTrainer,
 ):
     """Drop-in `trl.GRPOTrainer`: same constructor, `loss_type` from the plugin table (see `trl-zoo list`)."""
