@@ -28,6 +28,7 @@ from trl import get_peft_config, get_quantization_config
 
 from .arguments import ConfigError, one_line, parse_train_args
 from .checkpoint_integrity import check_checkpoint
+from .hooks.prompt_length import PromptTooLongError
 from .hooks.resume import interrupted_message as resume_interrupted_message
 from .hooks.resume import last_complete_checkpoint
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
@@ -392,6 +393,8 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         trainer.train(resume_from_checkpoint=prepared.checkpoint)
     except KeyboardInterrupt:  # Ctrl-C: one line saying what was saved, no traceback (the CLI exits 130)
         raise TrainingInterrupted(interrupted_message(trainer.state.global_step, training_args.output_dir)) from None
+    except PromptTooLongError as error:  # bad input that shows only at the first generation batch
+        raise ConfigError(one_line(error)) from None
     train_seconds = time.perf_counter() - train_started
     trainer.save_model(training_args.output_dir)
     history = accuracy.history

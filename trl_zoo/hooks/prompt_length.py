@@ -8,11 +8,15 @@ sync), that
 
     max_i len(prompt_ids_i) + max_completion_length ≤ max_position_embeddings
 
-and raises one line naming the longest prompt's length, the model limit and the fixes otherwise. Models without
-``max_position_embeddings`` are not checked.
+and raises `PromptTooLongError` (a ValueError), one line naming the longest prompt's length, the model limit and
+the fixes, otherwise. Models without ``max_position_embeddings`` are not checked.
 """
 
 from __future__ import annotations
+
+
+class PromptTooLongError(ValueError):
+    """A prompt plus max_completion_length exceeds the model's max_position_embeddings."""
 
 
 def position_limit(model) -> int | None:
@@ -26,7 +30,7 @@ def position_limit(model) -> int | None:
 
 
 def check_prompt_lengths(prompt_ids, max_completion_length: int, limit: int | None) -> None:
-    """Raise a one-line ValueError when the longest prompt plus max_completion_length exceeds `limit`."""
+    """Raise a one-line PromptTooLongError when the longest prompt plus max_completion_length exceeds `limit`."""
     if limit is None or not prompt_ids:
         return
     longest = max(len(ids) for ids in prompt_ids)
@@ -35,7 +39,7 @@ def check_prompt_lengths(prompt_ids, max_completion_length: int, limit: int | No
         fix = f"filter the dataset to prompts of at most {room} tokens" if room > 0 else "shorten the prompts"
         if longest < limit:
             fix += f", or lower max_completion_length to at most {limit - longest}"
-        raise ValueError(
+        raise PromptTooLongError(
             f"max_completion_length: a prompt of {longest} tokens + max_completion_length {max_completion_length} "
             f"= {longest + max_completion_length} exceeds the model's max_position_embeddings {limit}; {fix}."
         )
