@@ -204,3 +204,63 @@ def test_ctrl_c_in_train_says_the_step_and_last_checkpoint_and_propagates(tmp_pa
     else:
         expected = "trl_zoo: interrupted at step 3; no checkpoint saved, so a new run starts from the beginning."
     assert lines[-1] == expected
+
+
+# found by benchmarks/bad_input_battery.py
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("learning_rate", -1e-3, r"^learning_rate: must be a finite number ≥ 0, got -0\.001; e\.g\. 1e-6\.$"),
+    ("learning_rate", float("nan"), r"^learning_rate: must be a finite number ≥ 0, got nan"),
+    ("top_p", 1.5, r"^top_p: nucleus sampling keeps a probability mass in \(0, 1\], got 1\.5"),
+    ("top_p", 0.0, r"^top_p: .* got 0\.0"),
+])
+def test_impossible_optimiser_and_sampling_settings_are_one_line(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        trl_zoo.GRPOConfig(**config_kwargs(**{field: value}))
+
+
+def test_learning_rate_zero_and_top_p_one_are_allowed():
+    args = trl_zoo.GRPOConfig(**config_kwargs(learning_rate=0.0, top_p=1.0))
+    assert (args.learning_rate, args.top_p) == (0.0, 1.0)
+
+
+def none_reward(completions, **kwargs):
+    return [None] * len(completions)
+
+
+def half_none_reward(completions, **kwargs):
+    return [None if i % 2 else 1.0 for i in range(len(completions))]
+
+
+def test_every_reward_none_for_a_whole_batch_warns_once_per_batch():
+    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, reward_funcs=[none_reward], max_steps=2)
+    with pytest.warns(UserWarning) as caught:
+        trainer.train()
+    ours = [str(w.message) for w in caught if str(w.message).startswith("reward_funcs: every reward function")]
+    assert ours == [
+        "reward_funcs: every reward function (none_reward) returned None for all 8 completions of this generation "
+        "batch, so none is scored and nothing is learned from it; check that the rewards receive the dataset columns "
+        "they need (None means 'cannot score')."
+    ] * 2
+
+
+def test_some_rewards_none_does_not_warn():
+    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, reward_funcs=[half_none_reward], max_steps=1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="reward_funcs: every reward function")
+        trainer.train()
+    assert trainer.state.global_step == 1
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_policy_with_a_non_finite_weight_stops_at_construction_naming_it(value):
+    model = build_tiny_causal_lm(tiny.tokenizer(), hidden_size=32, num_layers=2, num_heads=2)
+    with torch.no_grad():
+        model.model.layers[1].self_attn.q_proj.weight[3, 5] = value
+    args = trl_zoo.GRPOConfig(**config_kwargs())
+    count = len(list(model.parameters()))
+    with pytest.raises(ValueError, match=rf"^model: 1 of {count} parameter tensors hold NaN or ±inf \(first: "
+                                         rf"model\.layers\.1\.self_attn\.q_proj\.weight\); .*intact checkpoint\.$"):
+        trl_zoo.GRPOTrainer(model=model, reward_funcs=digit_reward, args=args, train_dataset=tiny.prompts_dataset(),
+                            processing_class=tiny.tokenizer())
