@@ -214,6 +214,7 @@ def test_ctrl_c_in_train_says_the_step_and_last_checkpoint_and_propagates(tmp_pa
     ("learning_rate", float("nan"), r"^learning_rate: must be a finite number ≥ 0, got nan"),
     ("top_p", 1.5, r"^top_p: nucleus sampling keeps a probability mass in \(0, 1\], got 1\.5"),
     ("top_p", 0.0, r"^top_p: .* got 0\.0"),
+    ("temperature", 0.0, r"^temperature: must be > 0, got 0\.0; GRPO samples its completions"),
 ])
 def test_impossible_optimiser_and_sampling_settings_are_one_line(field, value, message):
     with pytest.raises(ValueError, match=message):

@@ -204,6 +204,11 @@ class GRPOConfig(TRLGRPOConfig):
             )
         if not (math.isfinite(self.learning_rate) and self.learning_rate >= 0):
             raise ValueError(f"learning_rate: must be a finite number ≥ 0, got {self.learning_rate}; e.g. 1e-6.")
+        if not self.temperature > 0:
+            raise ValueError(
+                f"temperature: must be > 0, got {self.temperature}; GRPO samples its completions and divides the "
+                f"logits by it, e.g. 1.0."
+            )
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ValueError(
                 f"top_p: nucleus sampling keeps a probability mass in (0, 1], got {self.top_p}; use 1.0 to keep every "
