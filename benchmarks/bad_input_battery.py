@@ -21,7 +21,6 @@ import contextlib
 import io
 import json
 import math
-import os
 import shutil
 import sys
 import tempfile
@@ -126,7 +125,8 @@ TINY_CLI = ["--model_name_or_path", str(MODEL_DIR), "--max_steps", "1", "--per_d
 
 def sums_file() -> str:
     path = WORK / "sums.jsonl"
-    path.write_text("\n".join(json.dumps({"prompt": f"{a}+{a + 3}=", "answer": str(2 * a + 3)}) for a in range(10, 50)))
+    rows = [{"prompt": f"{a}+{a + 3}=", "answer": str(2 * a + 3)} for a in range(10, 50)]
+    path.write_text("\n".join(json.dumps(row) for row in rows))
     return str(path)
 
 
@@ -268,7 +268,8 @@ CASES = [
     Case("max_completion_length = 0", "config", lambda: config(max_completion_length=0), ("max_completion_length",)),
     Case("num_generations = 1", "config", lambda: config(num_generations=1), ("num_generations",)),
     Case("generation batch not divisible by num_generations", "config",
-         lambda: config(per_device_train_batch_size=6, num_generations=4), ("generation_batch_size", "num_generations")),
+         lambda: config(per_device_train_batch_size=6, num_generations=4),
+         ("generation_batch_size", "num_generations")),
     Case("dapo epsilon_high < epsilon", "config", lambda: config(loss_type="dapo", epsilon=0.2, epsilon_high=0.1),
          ("epsilon_high",)),
     Case("sapo temperature_neg < temperature_pos", "config",
@@ -276,7 +277,8 @@ CASES = [
          ("sapo_temperature_neg", "sapo_temperature_pos")),
     Case("epsilon = 0 off-policy (num_iterations 2)", "config", epsilon_zero_off_policy, ("epsilon",)),
     Case("fp16 on CPU", "config", lambda: config(fp16=True), ("fp16",)),
-    Case("unknown advantage_estimator", "config", lambda: config(advantage_estimator="gae2"), ("advantage_estimator",)),
+    Case("unknown advantage_estimator", "config", lambda: config(advantage_estimator="gae2"),
+         ("advantage_estimator",)),
     # data
     Case("empty dataset", "data", lambda: trainer(dataset=Dataset.from_dict({"prompt": []})), ("train_dataset",)),
     Case("missing prompt column", "data", lambda: trainer(dataset=Dataset.from_dict({"question": ["1+2="] * 16})),

@@ -23,7 +23,9 @@ from trl_zoo.tasks.tiny import build_tiny_causal_lm
 def in_memory_trainer(beta=0.0, prompts=None, max_positions=128, peft_config=None, **overrides):
     """A trainer on a tiny model built in memory (config name_or_path empty)."""
     torch.manual_seed(0)
-    model = build_tiny_causal_lm(tiny.tokenizer(), hidden_size=32, num_layers=2, num_heads=2, max_positions=max_positions)
+    model = build_tiny_causal_lm(
+        tiny.tokenizer(), hidden_size=32, num_layers=2, num_heads=2, max_positions=max_positions
+    )
     dataset = Dataset.from_dict({"prompt": prompts}) if prompts else tiny.prompts_dataset()
     args = trl_zoo.GRPOConfig(**config_kwargs(beta=beta, **overrides))
     return trl_zoo.GRPOTrainer(

@@ -122,7 +122,10 @@ def check_checkpoint(folder: str) -> None:
     path, problem = found
     earlier = earlier_intact_checkpoint(folder)
     if earlier is not None:
-        fix = f"an earlier complete checkpoint is intact: resume from {earlier}, or delete {folder} and resume from the last"
+        fix = (
+            f"an earlier complete checkpoint is intact: resume from {earlier}, or delete {folder} and resume from "
+            f"the last"
+        )
     else:
         fix = "no earlier complete checkpoint beside it; start afresh without resume_from_checkpoint"
     raise CorruptCheckpointError(f"resume_from_checkpoint: {path} is corrupt ({problem}); {fix}.")
