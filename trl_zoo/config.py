@@ -6,6 +6,7 @@ math). `loss_type` accepts any name in the loss table (`trl-zoo list`), not only
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 import torch
@@ -228,6 +229,18 @@ class GRPOConfig(TRLGRPOConfig):
             raise ValueError(
                 f"epsilon / epsilon_high: clip ranges must be ≥ 0, got epsilon={self.epsilon}, "
                 f"epsilon_high={self.epsilon_high}."
+            )
+        if not (math.isfinite(self.learning_rate) and self.learning_rate >= 0):
+            raise ValueError(f"learning_rate: must be a finite number ≥ 0, got {self.learning_rate}; e.g. 1e-6.")
+        if not self.temperature > 0:
+            raise ValueError(
+                f"temperature: must be > 0, got {self.temperature}; GRPO samples its completions and divides the "
+                f"logits by it, e.g. 1.0."
+            )
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(
+                f"top_p: nucleus sampling keeps a probability mass in (0, 1], got {self.top_p}; use 1.0 to keep every "
+                f"token."
             )
         if self.max_completion_length is not None and self.max_completion_length < 1:
             raise ValueError(

@@ -27,6 +27,9 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import get_peft_config, get_quantization_config
 
 from .arguments import ConfigError, one_line, parse_train_args
+from .checkpoint_integrity import check_checkpoint
+from .hooks.prompt_length import PromptTooLongError
+from .hooks.resume import interrupted_message as resume_interrupted_message
 from .hooks.resume import last_complete_checkpoint
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
 from .tasks import get_task
@@ -43,10 +46,7 @@ class TrainingInterrupted(Exception):
 
 
 def interrupted_message(step: int, output_dir: str) -> str:
-    last = last_complete_checkpoint(output_dir)
-    if last is None:
-        return f"interrupted at step {step}; no checkpoint saved, so a new run starts from the beginning."
-    return f"interrupted at step {step}; last checkpoint: {last}; resume with --resume_from_checkpoint true."
+    return resume_interrupted_message(step, output_dir, resume_with="--resume_from_checkpoint true")
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,8 @@ class RunSummary:
 def resume_checkpoint(value: str | bool | None, output_dir: str, log=print) -> str | None:
     """The checkpoint folder `resume_from_checkpoint` names, read as `trl grpo` users write it: a checkpoint path,
     or `true` for the last complete `checkpoint-N` folder in output_dir (one with trainer_state.json; a newer one
-    whose save did not finish is skipped, saying so); None or `false` for a fresh run."""
+    whose save did not finish is skipped, saying so); None or `false` for a fresh run. A checkpoint with a truncated
+    or corrupt file raises CorruptCheckpointError naming the file."""
     if value is None or str(value).lower() == "false":
         return None
     if str(value).lower() == "true":
@@ -104,9 +105,11 @@ def resume_checkpoint(value: str | bool | None, output_dir: str, log=print) -> s
                 f"resume_from_checkpoint: no complete checkpoint-N folder in {output_dir} to resume from{why}; "
                 f"to start afresh, drop --resume_from_checkpoint{overwrite}."
             )
+        check_checkpoint(last)
         return last
     if not os.path.isfile(os.path.join(value, TRAINER_STATE_NAME)):
         raise ConfigError(f"resume_from_checkpoint: {value} is not a checkpoint folder (no {TRAINER_STATE_NAME}).")
+    check_checkpoint(value)
     return value
 
 
@@ -370,6 +373,7 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     except (ValueError, TypeError) as error:  # bad input found while setting up: one line, no traceback
         raise ConfigError(one_line(error)) from None
     trainer, accuracy = prepared.trainer, prepared.accuracy
+    trainer.interrupt_notice = False  # the CLI says it in its own line (TrainingInterrupted)
     if prepared.checkpoint:
         log(f"Resuming from {prepared.checkpoint} (step {checkpoint_step(prepared.checkpoint)}).")
     if accuracy.history and accuracy.history[0][0] == 0:
@@ -389,6 +393,8 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         trainer.train(resume_from_checkpoint=prepared.checkpoint)
     except KeyboardInterrupt:  # Ctrl-C: one line saying what was saved, no traceback (the CLI exits 130)
         raise TrainingInterrupted(interrupted_message(trainer.state.global_step, training_args.output_dir)) from None
+    except PromptTooLongError as error:  # bad input that shows only at the first generation batch
+        raise ConfigError(one_line(error)) from None
     train_seconds = time.perf_counter() - train_started
     trainer.save_model(training_args.output_dir)
     history = accuracy.history

@@ -17,6 +17,9 @@ composition of one-concept layers, each overriding TRL's methods (or a seam of o
     RewardsMixin             the reward seam `_calculate_rewards`: shaping, NaN/±inf  hooks/rewards.py
                              checks, per-function rewards, task and total sums
     PolicyLossStep           the loss step: `_policy_forward`, loss table, metrics  loss_step.py
+    PromptLengthMixin        prompt + completion within the model's positions       hooks/prompt_length.py
+    ModelObjectMixin         a policy object with no loadable name: tokenizer       hooks/model_object.py
+                             check, reference built as a frozen copy
     trl.GRPOTrainer
 
 The critic sits inside dynamic sampling so that its per-row tensors are regrouped with the batch, and wraps the
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import re
 
+import torch
 from trl import GRPOTrainer as TRLGRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
@@ -38,6 +42,8 @@ from .hooks.advantages import AdvantageMixin
 from .hooks.critic import CriticMixin
 from .hooks.kl_control import KLControlMixin
 from .hooks.length_bucketing import LengthBucketingMixin
+from .hooks.model_object import ModelObjectMixin
+from .hooks.prompt_length import PromptLengthMixin
 from .hooks.resume import ResumableStateMixin
 from .hooks.rewards import RewardsMixin
 from .hooks.router import RouterStatsMixin
@@ -96,6 +102,24 @@ def check_train_dataset(dataset, args) -> None:
         )
 
 
+def check_finite_parameters(model) -> None:
+    """Raise a one-line ValueError naming the first parameter that holds NaN or ±inf (generation would sample from
+    NaN logits and fail inside torch). Per tensor Σ w in float32, which is finite iff every w is for any real
+    weights; one host sync, at construction."""
+    named = [(name, p) for name, p in model.named_parameters() if p.numel() and p.is_floating_point()]
+    if not named:
+        return
+    device = named[0][1].device
+    with torch.no_grad():
+        sums = torch.stack([p.detach().sum(dtype=torch.float32).to(device) for _, p in named])
+    bad = [name for (name, _), finite in zip(named, torch.isfinite(sums).tolist()) if not finite]
+    if bad:
+        raise ValueError(
+            f"model: {len(bad)} of {len(named)} parameter tensors hold NaN or ±inf (first: {bad[0]}); generation "
+            f"cannot sample from such a model; load an intact checkpoint."
+        )
+
+
 class GRPOTrainer(
     ResumableStateMixin,
     LengthBucketingMixin,
@@ -107,6 +131,8 @@ class GRPOTrainer(
     KLControlMixin,
     RewardsMixin,
     PolicyLossStep,
+    PromptLengthMixin,
+    ModelObjectMixin,
     TRLGRPOTrainer,
 ):
     """Drop-in `trl.GRPOTrainer`: same constructor, `loss_type` from the plugin table (see `trl-zoo list`)."""
@@ -124,6 +150,7 @@ class GRPOTrainer(
         check_train_dataset(positional[0] if positional else kwargs.get("train_dataset"), args)
         self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        check_finite_parameters(self.model)
         self._name, self._paper = training_method(self.args)  # what TRL's model card names and cites
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

@@ -23,17 +23,28 @@ Resuming from "the last checkpoint" (``train(resume_from_checkpoint=True)``, the
 true``) takes the newest *complete* ``checkpoint-N`` folder: transformers' ``_save_checkpoint`` writes
 ``trainer_state.json`` last (after the model, optimizer, scheduler and RNG states; this hook's files come before
 them all), so a folder without it is a save that was interrupted; it is skipped with a one-line warning.
+
+Before transformers loads anything, the checkpoint's files are checked for truncation
+(``trl_zoo/checkpoint_integrity.py``): a corrupt one raises `CorruptCheckpointError`, one line naming the file and
+an earlier intact checkpoint, instead of an error deep in torch or safetensors.
+
+Ctrl-C: a ``KeyboardInterrupt`` during ``train()`` propagates unchanged, after one line on stderr with the step
+reached and the last complete checkpoint (``interrupt_notice = False`` turns the line off for callers that print
+their own, like ``trl-zoo train``).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 import warnings
 
 import torch
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from ..checkpoint_integrity import check_checkpoint
 
 STATE_FILE = "trl_zoo_state.pt"
 BUFFER_FILE = "trl_zoo_buffer_{process}.pt"
@@ -64,8 +75,18 @@ def last_complete_checkpoint(output_dir: str, report=None) -> str | None:
     return None
 
 
+def interrupted_message(step: int, output_dir: str, resume_with: str = "train(resume_from_checkpoint=True)") -> str:
+    """One line for Ctrl-C: the step reached and the last complete checkpoint, or that none was saved."""
+    last = last_complete_checkpoint(output_dir)
+    if last is None:
+        return f"interrupted at step {step}; no checkpoint saved, so a new run starts from the beginning."
+    return f"interrupted at step {step}; last checkpoint: {last}; resume with {resume_with}."
+
+
 class ResumableStateMixin:
     """Saves and restores trl_zoo's state with every checkpoint (see the module docstring)."""
+
+    interrupt_notice = True  # Ctrl-C during train() writes one line to stderr before the KeyboardInterrupt goes on
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         if resume_from_checkpoint is True:  # transformers would take the highest checkpoint-N, finished or not
@@ -77,7 +98,14 @@ class ResumableStateMixin:
                     f"resume_from_checkpoint: no complete checkpoint-N folder (one with {TRAINER_STATE_NAME}) in "
                     f"{self.args.output_dir}; train without resume_from_checkpoint or point it at a checkpoint."
                 )
-        return super().train(resume_from_checkpoint, *args, **kwargs)
+        if isinstance(resume_from_checkpoint, str):
+            check_checkpoint(resume_from_checkpoint)
+        try:
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+        except KeyboardInterrupt:
+            if self.interrupt_notice:
+                print(f"trl_zoo: {interrupted_message(self.state.global_step, self.args.output_dir)}", file=sys.stderr)
+            raise
 
     def _save_checkpoint(self, model, trial):
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")

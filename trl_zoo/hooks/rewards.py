@@ -21,6 +21,9 @@ With ``nan_rewards="drop"`` every reward of such a completion becomes NaN, so it
 all-None completion: left out of every baseline, advantage 0; a warning names the functions and the count is logged
 as ``rewards/nonfinite_dropped``. The findings are gathered over processes, so every process decides alike.
 
+A generation batch in which every function returned None for every completion is scored not at all: a warning
+says so (usually the reward did not get the dataset columns it needs).
+
 What is not a reward at all fails at once with one line naming the function and the fix: an entry of
 ``reward_funcs`` that is neither callable nor a model name (at construction), and at the first batch an output that
 is not a sequence of one number or None per completion (a scalar, strings, the wrong length). A finite reward above
@@ -92,7 +95,16 @@ class RewardsMixin:
         mode = "train" if self.model.training else "eval"
         if self.args.nan_rewards == "drop":
             self._metrics[mode]["rewards/nonfinite_dropped"].append(float(found.any(dim=1).sum()))
-        if not found.any():
+        unscorable = torch.isnan(rewards_per_func).all(dim=1) & ~found.any(dim=1)  # every function returned None
+        any_found, all_unscorable = torch.stack([found.any(), unscorable.all()]).tolist()  # one host sync
+        if all_unscorable:
+            warnings.warn(
+                f"reward_funcs: every reward function ({', '.join(self.reward_func_names)}) returned None for all "
+                f"{found.size(0)} completions of this generation batch, so none is scored and nothing is learned from "
+                f"it; check that the rewards receive the dataset columns they need (None means 'cannot score').",
+                stacklevel=2,
+            )
+        if not any_found:
             return rewards_per_func
         counts = found.sum(dim=0).tolist()
         culprits = ", ".join(

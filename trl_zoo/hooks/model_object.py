@@ -1,0 +1,89 @@
+"""Trainer hook: a policy passed as a model object that has no loadable name (built in memory).
+
+TRL loads two things by the policy's ``config._name_or_path``: the tokenizer when ``processing_class`` is None, and,
+when ``beta`` ≠ 0 without PEFT, the reference model π_ref. For a model built in memory that name is empty (or a
+folder that no longer exists) and TRL crashes deep inside the hub client. This hook:
+
+- raises one line naming ``processing_class`` when the tokenizer would have to be loaded from such a name;
+- builds the reference as a frozen deep copy of the policy, taken before TRL's constructor touches it, with a
+  one-line warning. π_ref = π_θ at step 0, so the KL starts at 0, exactly as with a reference loaded by name.
+  Memory: one more full copy of the weights on the policy's device, the same as TRL's own reference model loaded by
+  name (TRL keeps a separate reference whenever beta ≠ 0 without PEFT); gradients are never allocated for it.
+
+TRL builds its reference inline in its constructor with ``create_model_from_path(name, ...)``; for the duration of
+that constructor, this hook answers that one call, for the policy's own unloadable name only, with the copy. With
+PEFT (``peft_config`` or a PEFT model), with ``beta=0`` or with a loadable name nothing changes: TRL's reference is
+the base with adapters disabled, none, or the model loaded by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import re
+import warnings
+
+import trl.trainer.grpo_trainer as trl_grpo_trainer
+from accelerate.utils import is_peft_model
+from trl.trainer.utils import get_config_model_id
+
+_HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
+
+
+def is_loadable_name(name: str) -> bool:
+    """True for an existing local folder or a name shaped like a hub id ("org/name"); False for "" and for a path
+    (absolute, relative with ./ or ../, or nested) that does not exist."""
+    if not name:
+        return False
+    if os.path.isdir(name):
+        return True
+    return _HUB_ID.fullmatch(name) is not None and not name.startswith(".")
+
+
+class ModelObjectMixin:
+    """Tokenizer check and in-memory reference for a policy object without a loadable name (module docstring)."""
+
+    def __init__(self, model, reward_funcs=None, args=None, *positional, **kwargs):
+        name = None if isinstance(model, str) else get_config_model_id(model.config)
+        if name is None or is_loadable_name(name):
+            super().__init__(model, reward_funcs, args, *positional, **kwargs)
+            return
+        positional_names = (
+            "train_dataset", "eval_dataset", "processing_class", "reward_processing_classes", "callbacks",
+            "optimizers", "quantization_config", "peft_config",
+        )
+        given = {**dict(zip(positional_names, positional)), **kwargs}
+        if given.get("processing_class") is None:
+            raise ValueError(
+                f"processing_class: the model was passed as an object whose name_or_path ({name!r}) cannot be "
+                f"loaded, so neither can its tokenizer; pass processing_class=tokenizer."
+            )
+        uses_peft = given.get("peft_config") is not None or is_peft_model(model)
+        if args.beta == 0.0 or uses_peft:
+            super().__init__(model, reward_funcs, args, *positional, **kwargs)
+            return
+        reference = copy.deepcopy(model).requires_grad_(False).eval()
+        warnings.warn(
+            f"beta={args.beta}: the model was passed as an object whose name_or_path ({name!r}) cannot be loaded, so "
+            f"the reference model is a frozen copy of it in memory (as much memory as loading it by name); pass the "
+            f"model's name or folder to load the reference instead.",
+            stacklevel=3,
+        )
+        with _reference_from(name, reference):
+            super().__init__(model, reward_funcs, args, *positional, **kwargs)
+
+
+@contextlib.contextmanager
+def _reference_from(name: str, reference):
+    """While TRL's constructor runs, `create_model_from_path(name, ...)` returns `reference`; other names load."""
+    load = trl_grpo_trainer.create_model_from_path
+
+    def create_model_from_path(model_id, *args, **kwargs):
+        return reference if model_id == name else load(model_id, *args, **kwargs)
+
+    trl_grpo_trainer.create_model_from_path = create_model_from_path
+    try:
+        yield
+    finally:
+        trl_grpo_trainer.create_model_from_path = load
