@@ -193,12 +193,12 @@ def _load_dataset_splits(task_args, seed: int, log=print):
     `num_heldout` rows split off the training data. A streamed dataset holds out its first rows instead, and its
     held-out set is read into memory (it is measured again and again)."""
     dataset, source = _load_dataset(task_args)
-    streaming = isinstance(dataset, IterableDatasetDict)
     if task_args.dataset_train_split not in dataset:
         raise ConfigError(
             f"dataset_train_split: no split {task_args.dataset_train_split!r}; the dataset has {', '.join(dataset)}."
         )
     train = dataset[task_args.dataset_train_split]
+    streaming = isinstance(train, IterableDataset)
     test_split = task_args.dataset_test_split
     if streaming:
         if task_args.test_split_size is not None and test_split not in dataset:
