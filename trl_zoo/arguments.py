@@ -32,6 +32,7 @@ from trl.scripts.grpo import GRPOScriptArguments
 from .config import GRPOConfig
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe
+from .train_help import group_help
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
@@ -181,8 +182,20 @@ def _coerce_scalar(key: str, value, action):
     return value
 
 
+TRAIN_USAGE = "trl-zoo train [--config FILE.yaml] [--field value ...]"
+TRAIN_DESCRIPTION = (
+    "Every field below can be given as a flag or as a key of the YAML --config file (flags win). trl_zoo's own "
+    "fields come first, grouped; then TRL's, the same as `trl grpo` takes."
+)
+
+
 def make_train_parser() -> StrictTrlParser:
-    return StrictTrlParser((TaskArguments, GRPOConfig, ModelConfig), prog="trl-zoo train")
+    parser = StrictTrlParser(
+        (TaskArguments, GRPOConfig, ModelConfig), prog="trl-zoo train", usage=TRAIN_USAGE,
+        description=TRAIN_DESCRIPTION,
+    )
+    group_help(parser, TaskArguments, GRPOConfig, ModelConfig)
+    return parser
 
 
 def trl_zoo_defaults() -> dict:
