@@ -90,7 +90,8 @@ def test_a_trl_grpo_yaml_runs_with_reward_model_trl_reward_eval_split_and_trust_
     monkeypatch.setattr(AutoTokenizer, "from_pretrained",
                         lambda *a, **k: tokenizer_calls.append(k) or load_tokenizer(*a, **k))
     prepare = trl_zoo.train.prepare_training
-    monkeypatch.setattr(trl_zoo.train, "prepare_training", lambda *a, **k: setups.append(prepare(*a, **k)) or setups[-1])
+    monkeypatch.setattr(trl_zoo.train, "prepare_training",
+                        lambda *a, **k: setups.append(prepare(*a, **k)) or setups[-1])
     SCORED.clear()
     assert main(["train", "--config", str(path), "--write_report", "false"]) == 0
 
@@ -113,8 +114,9 @@ def test_a_trl_grpo_yaml_runs_with_reward_model_trl_reward_eval_split_and_trust_
     # tokenizer saved beside the reward model, which TRL loads).
     prompts, completions = SCORED[-1]
     model = AutoModelForSequenceClassification.from_pretrained(reward_model).eval()
-    inputs = load_tokenizer(reward_model)([p + c for p, c in zip(prompts, completions)], return_tensors="pt", padding=True,
-                              padding_side="right", add_special_tokens=False)
+    texts = [p + c for p, c in zip(prompts, completions)]
+    inputs = load_tokenizer(reward_model)(texts, return_tensors="pt", padding=True, padding_side="right",
+                                          add_special_tokens=False)
     with torch.no_grad():
         expected = model(**inputs).logits[:, 0]
     assert expected.abs().max() > 0.05

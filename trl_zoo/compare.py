@@ -66,9 +66,9 @@ def compare_seeds(
 ) -> tuple[list[int | None], str]:
     """The seeds every loss runs with, and a line to log when they are the default (else "").
 
-    On a built-in task (no dataset_name or datasets among the train flags or the config files `configs`) with no seed given
-    (neither --seeds nor --seed nor a config's seed), compare runs DEFAULT_COMPARE_SEEDS: a run takes minutes there,
-    and one seed cannot separate losses whose gap is below the seed-to-seed spread."""
+    On a built-in task (no dataset_name or datasets among the train flags or the config files `configs`) with no
+    seed given (neither --seeds nor --seed nor a config's seed), compare runs DEFAULT_COMPARE_SEEDS: a run takes
+    minutes there, and one seed cannot separate losses whose gap is below the seed-to-seed spread."""
 
     def given(key: str) -> bool:
         flag = f"--{key}"

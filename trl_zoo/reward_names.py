@@ -61,8 +61,9 @@ def trl_reward(name: str, max_completion_length: int | None = None, log=print):
     if name == "get_soft_overlong_punishment" and max_completion_length is not None:
         start = arguments["max_completion_len"] - arguments["soft_punish_cache"]
         if max_completion_length <= start:
+            settings = ", ".join(f"{key}={value}" for key, value in arguments.items())
             log(
-                f"reward_funcs: {name} as `trl grpo` builds it ({', '.join(f'{k}={v}' for k, v in arguments.items())}) "
+                f"reward_funcs: {name} as `trl grpo` builds it ({settings}) "
                 f"punishes completions longer than {start} tokens, so with max_completion_length "
                 f"{max_completion_length} it is always 0; overlong_buffer_length sets a punishment for this run's "
                 f"lengths."

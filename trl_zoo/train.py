@@ -176,7 +176,9 @@ def test_size(test_split_size: float) -> float | int:
     if test_split_size >= 1 and float(test_split_size).is_integer():
         return int(test_split_size)
     if not 0 < test_split_size < 1:
-        raise ConfigError(f"test_split_size: give a fraction in (0, 1) or a whole number of rows, got {test_split_size}.")
+        raise ConfigError(
+            f"test_split_size: give a fraction in (0, 1) or a whole number of rows, got {test_split_size}."
+        )
     return test_split_size
 
 
@@ -398,7 +400,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             reward_funcs=rewards,
             args=training_args,
             train_dataset=train,
-            # TRL's evaluation (eval_strategy, eval_steps) runs on the held-out split, as `trl grpo` passes its test split
+            # TRL's evaluation (eval_strategy, eval_steps) runs on the held-out split, as `trl grpo` on its test split
             eval_dataset=heldout if training_args.eval_strategy != "no" else None,
             processing_class=tokenizer,
             peft_config=peft_config,
