@@ -150,13 +150,18 @@ def test_every_name_in_trls_reward_registry_resolves_or_fails_in_one_line():
         assert callable(resolved[name]) and resolved[name].__name__ == name
 
 
-def test_an_unconfigurable_trl_factory_stops_train_with_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("reward, expected", [
+    ("get_cosine_scaled_reward", "reward_funcs: get_cosine_scaled_reward is a TRL reward factory"),
+    ("accuracy_reward", "reward_funcs: accuracy_reward reads the dataset column 'solution', which the dataset lacks "
+                        "(its columns: prompt, answer)"),
+])
+def test_a_trl_reward_train_cannot_use_stops_it_with_one_line(tmp_path, capsys, reward, expected):
     data = write_jsonl(tmp_path / "sums.jsonl", sums(range(10, 30)))
-    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", data, "--reward_funcs",
-            "get_cosine_scaled_reward", "--output_dir", str(tmp_path / "run")]
+    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", data, "--reward_funcs", reward,
+            "--output_dir", str(tmp_path / "run")]
     assert main(argv) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]  # after the dataset loader's progress bar
-    assert error.startswith("trl-zoo train: error: reward_funcs: get_cosine_scaled_reward is a TRL reward factory")
+    assert error.startswith(f"trl-zoo train: error: {expected}")
 
 
 # ------------------------------------------------------------------------------------------------- datasets

@@ -80,6 +80,28 @@ def reads_completions(function) -> bool:
         return False
 
 
+# What TRL passes every reward function besides the dataset's columns (other than `prompt`).
+TRL_REWARD_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
+
+
+def check_reward_columns(name: str, function, columns) -> None:
+    """A one-line ConfigError when `function` needs a dataset column the dataset lacks (TRL would raise a TypeError
+    at the first batch)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    needed = [p.name for p in parameters if p.kind in kinds and p.default is p.empty]
+    missing = [column for column in needed if column not in TRL_REWARD_ARGUMENTS and column not in columns]
+    if missing:
+        raise ConfigError(
+            f"reward_funcs: {name} reads the dataset column {missing[0]!r}, which the dataset lacks (its columns: "
+            f"{', '.join(columns)}); rename a column to {missing[0]!r} (answer_column renames to 'answer') or choose "
+            f"another reward."
+        )
+
+
 def heldout_scorer(functions):
     """The reward that scores the greedy held-out evaluation: the first that reads the completions, else
     exact_match."""

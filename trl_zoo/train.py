@@ -28,10 +28,10 @@ from trl import DatasetMixtureConfig, get_dataset, get_peft_config, get_quantiza
 from .arguments import ConfigError, one_line, parse_train_args
 from .hooks.resume import last_complete_checkpoint
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
+from .reward_names import check_reward_columns, heldout_scorer, resolve_reward
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from .tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy
-from .reward_names import heldout_scorer, resolve_reward
 from .trainer import GRPOTrainer
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -171,7 +171,7 @@ def _load_dataset(task_args):
     return dataset, source
 
 
-def test_size(test_split_size: float) -> float | int:
+def split_size(test_split_size: float) -> float | int:
     """TRL's `test_split_size` as `train_test_split` reads it: a fraction in (0, 1), or a whole number of rows."""
     if test_split_size >= 1 and float(test_split_size).is_integer():
         return int(test_split_size)
@@ -221,7 +221,7 @@ def _load_dataset_splits(task_args, seed: int, log=print):
     elif test_split in dataset:
         heldout = dataset[test_split]
     elif task_args.test_split_size is not None:
-        size = test_size(task_args.test_split_size)
+        size = split_size(task_args.test_split_size)
         try:
             split = train.train_test_split(test_size=size, seed=seed)
         except ValueError as error:
@@ -352,6 +352,11 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     reward_names = task_args.reward_funcs or ([] if task_args.reward_model_name_or_path else ["exact_match"])
     functions = [resolve_reward(name, training_args.max_completion_length, log) for name in reward_names]
     scorer = heldout_scorer(functions)
+    columns = column_names(train)
+    for name, function in zip(reward_names, functions):
+        check_reward_columns(name, function, columns)
+    if scorer not in functions:
+        check_reward_columns("exact_match (the greedy held-out evaluation's scorer)", scorer, columns)
     rewards = [task_args.reward_model_name_or_path] if task_args.reward_model_name_or_path else []
     rewards += functions
     model_init_kwargs = {
