@@ -136,12 +136,14 @@ def heldout_count(num_heldout: int | None, rows: int) -> int:
     return max(1, min(200, rows // 10))
 
 
-def _load_dataset(task_args):
-    """The dataset (a DatasetDict, or an IterableDatasetDict when streamed) and its name, as `trl grpo` loads it:
+def _load_dataset(task_args, log=print):
+    """The dataset (its splits are IterableDatasets when streamed) and its name, as `trl grpo` loads it:
     a `datasets` mixture through TRL's `get_dataset` (which wins over `dataset_name`, as in TRL), else
     `dataset_name`, a hub dataset or a local data file. `streaming` or `dataset_streaming` streams either."""
     streaming = task_args.streaming or task_args.dataset_streaming
     if task_args.datasets:
+        if task_args.dataset_name:
+            log(f"datasets: the mixture is used and dataset_name {task_args.dataset_name!r} is ignored, as in TRL.")
         # test_split_size is applied afterwards, with the run's seed, to mixtures and single datasets alike
         mixture = DatasetMixtureConfig(datasets=task_args.datasets, streaming=streaming, test_split_size=None)
         source = " + ".join(str(entry.data_files or entry.path) for entry in task_args.datasets)
@@ -194,7 +196,7 @@ def _load_dataset_splits(task_args, seed: int, log=print):
     """(train, held-out). The held-out set is the test split; without one, `test_split_size` (TRL's) or
     `num_heldout` rows split off the training data. A streamed dataset holds out its first rows instead, and its
     held-out set is read into memory (it is measured again and again)."""
-    dataset, source = _load_dataset(task_args)
+    dataset, source = _load_dataset(task_args, log)
     if task_args.dataset_train_split not in dataset:
         raise ConfigError(
             f"dataset_train_split: no split {task_args.dataset_train_split!r}; the dataset has {', '.join(dataset)}."
