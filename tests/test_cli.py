@@ -15,11 +15,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import trl_zoo.train
 from trl_zoo import LOSSES, TABLES
-from trl_zoo.arguments import TaskArguments, parse_train_args
+from trl_zoo.arguments import TaskArguments, make_train_parser, parse_train_args
 from trl_zoo.cli import COMMANDS, main
+from trl_zoo.config import GRPOConfig
 from trl_zoo.report import Run, write_report
 from trl_zoo.tasks import ADDITION
 from trl_zoo.tasks.evaluation import greedy_accuracy
+from trl_zoo.train_help import GROUP_ORDER, TRL_MODEL_GROUP, TRL_SCRIPT_GROUP, TRL_TRAINING_GROUP, own_fields
 
 from . import tiny
 
@@ -83,6 +85,34 @@ def test_train_help_lists_trl_zoos_losses(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "--loss_type LOSS_TYPE, --loss-type LOSS_TYPE Policy loss, a name in trl_zoo's loss table: " in out
     assert ", ".join(LOSSES.names()) in out and "Supported values are 'grpo'" not in out
+
+
+def test_train_help_shows_trl_zoos_fields_first_in_groups_then_trls(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    sections, title = {}, None
+    for line in capsys.readouterr().out.splitlines():
+        if line and not line.startswith(" ") and line.endswith(":"):
+            title = line[:-1]
+            sections[title] = []
+        elif title and line.startswith("  --"):
+            sections[title].append(line.split()[0].rstrip(","))
+    assert list(sections) == ["options", *GROUP_ORDER]
+    flags = [flag for flags in sections.values() for flag in flags]
+    parser = make_train_parser()
+    every = {f"--{action.dest}" for action in parser._actions if action.dest != "help"}
+    assert len(flags) == len(set(flags)) and every <= set(flags)  # every field shown once: TRL's stay reachable
+    ours = [*own_fields(GRPOConfig), *own_fields(TaskArguments)]
+    trl_zoo_flags = {flag for title, group in sections.items() if title.startswith("trl_zoo: ") for flag in group}
+    assert trl_zoo_flags == {f"--{prefix}{name}" for name in ours for prefix in ("", "no_")} & set(flags)
+    assert {f"--{name}" for name in ours} <= trl_zoo_flags
+    expected = {"--loss_type": "trl_zoo: loss", "--kl_estimator": "trl_zoo: advantages and KL",
+                "--dynamic_sampling": "trl_zoo: sampling and reward shaping",
+                "--skip_zero_advantage": "trl_zoo: compute and numerics", "--num_heldout": "trl_zoo: task and data",
+                "--datasets": TRL_SCRIPT_GROUP, "--reward_model_name_or_path": TRL_SCRIPT_GROUP,
+                "--lora_r": TRL_MODEL_GROUP, "--learning_rate": TRL_TRAINING_GROUP,
+                "--trust_remote_code": TRL_TRAINING_GROUP}
+    assert {flag: next(t for t, group in sections.items() if flag in group) for flag in expected} == expected
 
 
 # ------------------------------------------------------------------------------------------------------ train

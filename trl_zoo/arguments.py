@@ -1,8 +1,9 @@
 """The `trl-zoo train` arguments: TRL's parser over dataclasses, config files, and the layered defaults.
 
 `train` follows TRL's conventions (`trl grpo`): TRL's `TrlParser` over dataclasses — trl_zoo's `GRPOConfig`,
-TRL's `ModelConfig` and `TaskArguments` below — so a YAML file gives values and `--field value` flags override
-them. Precedence, lowest first:
+TRL's `ModelConfig` and `TaskArguments` below (which holds the fields of TRL's grpo script arguments and of its
+`DatasetMixtureConfig`) — so a YAML file gives values and `--field value` flags override them. Every field
+`trl grpo` accepts is accepted here. Precedence, lowest first:
 
     TRL's defaults  <  trl_zoo's defaults  <  quickstart preset (built-in task only)  <  YAML  <  flags
 
@@ -25,11 +26,13 @@ from typing import NamedTuple
 
 import torch
 import yaml
-from trl import ModelConfig, ScriptArguments, TrlParser
+from trl import DatasetMixtureConfig, ModelConfig, TrlParser
+from trl.scripts.grpo import GRPOScriptArguments
 
 from .config import GRPOConfig
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe
+from .train_help import group_help
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
@@ -43,8 +46,9 @@ def one_line(error: BaseException) -> str:
 
 
 @dataclass
-class TaskArguments(ScriptArguments):
-    """What to train on: a built-in task, or a dataset by name or local file, and how to score it."""
+class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
+    """What to train on: a built-in task, a dataset by name or local file, or a mixture (`datasets`), and how to
+    score it. The fields of `trl grpo`'s script arguments and dataset mixture are TRL's own."""
 
     task: str = field(
         default="addition",
@@ -57,8 +61,10 @@ class TaskArguments(ScriptArguments):
     reward_funcs: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Reward functions: exact_match (default), final_number (GSM8K-style), a TRL reward "
-            "(accuracy_reward, think_format_reward, ...) or a dotted import path 'package.module.function'."
+            "help": "Reward functions: exact_match (default without a reward model), final_number (GSM8K-style), "
+            "a reward of TRL's registry (accuracy_reward, reasoning_accuracy_reward, think_format_reward, "
+            "get_soft_overlong_punishment, as `trl grpo` configures it) or a dotted import path "
+            "'package.module.function'. The first one also scores the greedy held-out evaluation."
         },
     )
     conversational: bool | None = field(
@@ -73,8 +79,8 @@ class TaskArguments(ScriptArguments):
     num_heldout: int | None = field(
         default=None,
         metadata={
-            "help": "Held-out prompts split off the training data when the dataset has no test split. None: a tenth "
-            "of the rows, at most 200 and at least 1."
+            "help": "Held-out prompts split off the training data when the dataset has no test split (and no "
+            "test_split_size). None: a tenth of the rows, at most 200 and at least 1; a streamed dataset: 200 rows."
         },
     )
     eval_every_steps: int = field(
@@ -139,10 +145,28 @@ def _coerce_config_value(key: str, value, action, field_type: str):
             return value
         raise ConfigError(f"{key}: expected a single value, got a mapping {value!r}.")
     if action.nargs in ("+", "*"):
-        return [_coerce_scalar(key, item, action) for item in (value if isinstance(value, list) else [value])]
+        items = value if isinstance(value, list) else [value]
+        if dataclasses.is_dataclass(action.type):  # e.g. `datasets:`, a list of TRL's DatasetConfig mappings
+            return [_coerce_dataclass_item(key, item, action.type) for item in items]
+        return [_coerce_scalar(key, item, action) for item in items]
     if isinstance(value, list):
         raise ConfigError(f"{key}: expected a single value, got a list {value!r}.")
     return _coerce_scalar(key, value, action)
+
+
+def _coerce_dataclass_item(key: str, item, dataclass_type):
+    """One entry of a list of dataclasses: a mapping of its fields, or a bare string for its first field."""
+    names = [f.name for f in dataclasses.fields(dataclass_type)]
+    if not isinstance(item, dict):
+        return dataclass_type(str(item))
+    unknown = [name for name in item if name not in names]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], names, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{key}: unknown key {unknown[0]!r} in an entry (its keys: {', '.join(names)}).{hint}")
+    if names[0] not in item:
+        raise ConfigError(f"{key}: every entry needs {names[0]!r}, got {item!r}.")
+    return dataclass_type(**item)
 
 
 def _coerce_scalar(key: str, value, action):
@@ -158,8 +182,20 @@ def _coerce_scalar(key: str, value, action):
     return value
 
 
+TRAIN_USAGE = "trl-zoo train [--config FILE.yaml] [--field value ...]"
+TRAIN_DESCRIPTION = (
+    "Every field below can be given as a flag or as a key of the YAML --config file (flags win). trl_zoo's own "
+    "fields come first, grouped; then TRL's, the same as `trl grpo` takes."
+)
+
+
 def make_train_parser() -> StrictTrlParser:
-    return StrictTrlParser((TaskArguments, GRPOConfig, ModelConfig), prog="trl-zoo train")
+    parser = StrictTrlParser(
+        (TaskArguments, GRPOConfig, ModelConfig), prog="trl-zoo train", usage=TRAIN_USAGE,
+        description=TRAIN_DESCRIPTION,
+    )
+    group_help(parser, TaskArguments, GRPOConfig, ModelConfig)
+    return parser
 
 
 def trl_zoo_defaults() -> dict:
@@ -242,7 +278,7 @@ def parse_train_args(argv: list[str]) -> ParsedArguments:
 
     parser = make_train_parser()
     parser.set_defaults(**trl_zoo_defaults())
-    if namespace.dataset_name is None:
+    if namespace.dataset_name is None and not namespace.datasets:
         parser.set_defaults(**quickstart_preset(get_task(namespace.task)))
     try:
         task_args, training_args, model_args, unknown = parser.parse_args_and_config(argv, return_remaining_strings=True)

@@ -66,16 +66,16 @@ def compare_seeds(
 ) -> tuple[list[int | None], str]:
     """The seeds every loss runs with, and a line to log when they are the default (else "").
 
-    On a built-in task (no dataset_name among the train flags or the config files `configs`) with no seed given
-    (neither --seeds nor --seed nor a config's seed), compare runs DEFAULT_COMPARE_SEEDS: a run takes minutes there,
-    and one seed cannot separate losses whose gap is below the seed-to-seed spread."""
+    On a built-in task (no dataset_name or datasets among the train flags or the config files `configs`) with no
+    seed given (neither --seeds nor --seed nor a config's seed), compare runs DEFAULT_COMPARE_SEEDS: a run takes
+    minutes there, and one seed cannot separate losses whose gap is below the seed-to-seed spread."""
 
     def given(key: str) -> bool:
         flag = f"--{key}"
         in_flags = any(arg == flag or arg.startswith(flag + "=") for arg in train_argv)
         return in_flags or any(config.get(key) is not None for config in configs or [])
 
-    if seeds is not None or given("seed") or given("dataset_name"):
+    if seeds is not None or given("seed") or given("dataset_name") or given("datasets"):
         return _parse_seeds(seeds, train_argv), ""
     message = (
         f"compare: no --seeds on a built-in task, so every loss runs with seeds {DEFAULT_COMPARE_SEEDS} and the "

@@ -168,6 +168,8 @@ class GRPOConfig(TRLGRPOConfig):
     )
     overlong_max_length: int | None = _help("L_max of the soft overlong punishment (default max_completion_length).")
     overlong_penalty_factor: float = _help("Scale of the soft overlong punishment (DAPO: 1.0).", 1.0)
+
+    # --- compute and numerics ---
     skip_zero_advantage: bool = _help(
         "Leave sequences with exactly zero advantage out of the training forward/backward when they cannot "
         "contribute gradient (β = 0, no entropy bonus). Same result, less compute.",

@@ -77,7 +77,8 @@ class RunLog:
 
 class TrainLogRecorder(TrainerCallback):
     """Copies every training log TRL emits (reward, entropy, clip ratios, ...) into the run log; the trainer's
-    closing log (runtime, mean loss) is recorded as kind "end"."""
+    closing log (runtime, mean loss) is recorded as kind "end", TRL's own evaluation (`eval_strategy`, its
+    `eval_*` metrics) as kind "trl_eval"."""
 
     def __init__(self, run_log: RunLog):
         self.run_log = run_log
@@ -85,7 +86,8 @@ class TrainLogRecorder(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and state.is_world_process_zero:
             numbers = {key: value for key, value in logs.items() if isinstance(value, (int, float))}
-            kind = "end" if "train_runtime" in logs else "train"
+            evaluation = any(key.startswith("eval_") for key in logs)
+            kind = "end" if "train_runtime" in logs else "trl_eval" if evaluation else "train"
             self.run_log.write({"kind": kind, "step": state.global_step, **numbers})
         return control
 

@@ -13,18 +13,17 @@ import dataclasses
 import importlib
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from datasets import DatasetDict, load_dataset
+from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset
 from transformers import AutoTokenizer, TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 from transformers.trainer_utils import get_last_checkpoint
-from trl import get_peft_config, get_quantization_config
+from trl import DatasetMixtureConfig, get_dataset, get_peft_config, get_quantization_config
 
 from .arguments import ConfigError, one_line, parse_train_args
 from .checkpoint_integrity import check_checkpoint
@@ -32,13 +31,14 @@ from .hooks.prompt_length import PromptTooLongError
 from .hooks.resume import interrupted_message as resume_interrupted_message
 from .hooks.resume import last_complete_checkpoint
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
+from .reward_names import check_reward_columns, heldout_scorer, resolve_reward
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from .tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy
-from .tasks.rewards import REWARDS
 from .trainer import GRPOTrainer
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+STREAMED_HELDOUT = 200  # rows a streamed dataset holds out without num_heldout (the cap of heldout_count)
 
 
 class TrainingInterrupted(Exception):
@@ -132,26 +132,6 @@ def checkpoint_step(checkpoint: str) -> int:
     return TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).global_step
 
 
-def resolve_reward(name: str):
-    if name in REWARDS:
-        return REWARDS[name]
-    import trl.rewards
-
-    if hasattr(trl.rewards, name):
-        return getattr(trl.rewards, name)
-    if "." in name:
-        module_name, function_name = name.rsplit(".", 1)
-        sys.path.insert(0, os.getcwd())
-        try:
-            return getattr(importlib.import_module(module_name), function_name)
-        except (ImportError, AttributeError) as error:
-            raise ConfigError(f"reward_funcs: cannot import {name!r} ({one_line(error)}).") from None
-    raise ConfigError(
-        f"reward_funcs: unknown reward {name!r}; use one of {', '.join(REWARDS)}, a TRL reward such as "
-        f"accuracy_reward, or a dotted import path."
-    )
-
-
 def heldout_count(num_heldout: int | None, rows: int) -> int:
     """Rows to hold out of a split of `rows` rows: num_heldout when given, else max(1, min(200, ⌊rows / 10⌋))."""
     if num_heldout is not None:
@@ -159,7 +139,21 @@ def heldout_count(num_heldout: int | None, rows: int) -> int:
     return max(1, min(200, rows // 10))
 
 
-def _load_dataset_splits(task_args, seed: int, log=print):
+def _load_dataset(task_args, log=print):
+    """The dataset (its splits are IterableDatasets when streamed) and its name, as `trl grpo` loads it:
+    a `datasets` mixture through TRL's `get_dataset` (which wins over `dataset_name`, as in TRL), else
+    `dataset_name`, a hub dataset or a local data file. `streaming` or `dataset_streaming` streams either."""
+    streaming = task_args.streaming or task_args.dataset_streaming
+    if task_args.datasets:
+        if task_args.dataset_name:
+            log(f"datasets: the mixture is used and dataset_name {task_args.dataset_name!r} is ignored, as in TRL.")
+        # test_split_size is applied afterwards, with the run's seed, to mixtures and single datasets alike
+        mixture = DatasetMixtureConfig(datasets=task_args.datasets, streaming=streaming, test_split_size=None)
+        source = " + ".join(str(entry.data_files or entry.path) for entry in task_args.datasets)
+        try:
+            return get_dataset(mixture), source
+        except Exception as error:  # a bad fraction, a missing file or dataset, mismatched columns
+            raise ConfigError(f"datasets: cannot load the mixture ({one_line(error)}).") from None
     source = task_args.dataset_name
     suffix = Path(source).suffix.lower()
     if suffix in DATA_FILE_BUILDERS and not os.path.isfile(source):
@@ -170,41 +164,98 @@ def _load_dataset_splits(task_args, seed: int, log=print):
                 raise ConfigError(
                     f"dataset_name: cannot read {suffix or 'extension-less'} files; use {', '.join(DATA_FILE_BUILDERS)}."
                 )
-            dataset = load_dataset(DATA_FILE_BUILDERS[suffix], data_files=source)
+            dataset = load_dataset(DATA_FILE_BUILDERS[suffix], data_files=source, streaming=streaming)
         else:
-            dataset = load_dataset(source, name=task_args.dataset_config)
+            dataset = load_dataset(source, name=task_args.dataset_config, streaming=streaming)
     except ConfigError:
         raise
     except Exception as error:  # hub, file-format and network errors all mean "this dataset cannot be loaded"
         raise ConfigError(f"dataset_name: cannot load {source!r} ({one_line(error)}).") from None
-    if not isinstance(dataset, DatasetDict):
+    if not isinstance(dataset, (DatasetDict, IterableDatasetDict)):
         dataset = DatasetDict({task_args.dataset_train_split: dataset})
+    return dataset, source
+
+
+def split_size(test_split_size: float) -> float | int:
+    """TRL's `test_split_size` as `train_test_split` reads it: a fraction in (0, 1), or a whole number of rows."""
+    if test_split_size >= 1 and float(test_split_size).is_integer():
+        return int(test_split_size)
+    if not 0 < test_split_size < 1:
+        raise ConfigError(
+            f"test_split_size: give a fraction in (0, 1) or a whole number of rows, got {test_split_size}."
+        )
+    return test_split_size
+
+
+def column_names(dataset) -> list[str]:
+    """A dataset's columns; a streamed one may not know them before its first row is read."""
+    if dataset.column_names is not None:
+        return list(dataset.column_names)
+    first = next(iter(dataset), None)
+    return list(first) if first is not None else []
+
+
+def _load_dataset_splits(task_args, seed: int, log=print):
+    """(train, held-out). The held-out set is the test split; without one, `test_split_size` (TRL's) or
+    `num_heldout` rows split off the training data. A streamed dataset holds out its first rows instead, and its
+    held-out set is read into memory (it is measured again and again)."""
+    dataset, source = _load_dataset(task_args, log)
     if task_args.dataset_train_split not in dataset:
         raise ConfigError(
             f"dataset_train_split: no split {task_args.dataset_train_split!r}; the dataset has {', '.join(dataset)}."
         )
     train = dataset[task_args.dataset_train_split]
-    if task_args.dataset_test_split in dataset:
-        heldout = dataset[task_args.dataset_test_split]
+    streaming = isinstance(train, IterableDataset)
+    test_split = task_args.dataset_test_split
+    if streaming:
+        if task_args.test_split_size is not None and test_split not in dataset:
+            raise ConfigError(
+                "test_split_size: a streamed dataset has no length to split by; give num_heldout N (its first N rows "
+                "are held out) or a dataset with a test split."
+            )
+        count = task_args.num_heldout or STREAMED_HELDOUT
+        if test_split in dataset:
+            heldout = Dataset.from_list(list(dataset[test_split].take(count)))
+        else:
+            heldout = Dataset.from_list(list(train.take(count)))
+            train = train.skip(count)
+            log(f"{source}: streamed, no {test_split!r} split, so its first {len(heldout)} rows are held out for the "
+                f"greedy evaluation (num_heldout).")
+        if len(heldout) == 0 or (test_split not in dataset and next(iter(train), None) is None):
+            raise ConfigError(f"num_heldout: the stream holds too few rows to hold out {count} and train on the rest.")
+    elif test_split in dataset:
+        heldout = dataset[test_split]
+    elif task_args.test_split_size is not None:
+        size = split_size(task_args.test_split_size)
+        try:
+            split = train.train_test_split(test_size=size, seed=seed)
+        except ValueError as error:
+            raise ConfigError(f"test_split_size: {one_line(error)}") from None
+        train, heldout = split["train"], split["test"]
+        log(f"{source}: no {test_split!r} split, so test_split_size={task_args.test_split_size:g} holds out "
+            f"{len(heldout)} of its {len(train) + len(heldout)} rows for evaluation.")
     else:
         count = heldout_count(task_args.num_heldout, len(train))
         if not 0 < count < len(train):
             raise ConfigError(f"num_heldout: must be between 1 and {len(train) - 1} for this dataset.")
         log(
-            f"{source}: no {task_args.dataset_test_split!r} split, so {count} of its {len(train)} rows are held out "
+            f"{source}: no {test_split!r} split, so {count} of its {len(train)} rows are held out "
             f"for the greedy evaluation (num_heldout)."
         )
         split = train.train_test_split(test_size=count, seed=seed)
         train, heldout = split["train"], split["test"]
+    columns = column_names(train)
     for column_arg, target in (("prompt_column", "prompt"), ("answer_column", "answer")):
         column = getattr(task_args, column_arg)
-        if column not in train.column_names:
+        if column not in columns:
             if target == "answer":
                 continue  # a custom reward may not need one
-            raise ConfigError(f"{column_arg}: no column {column!r}; the dataset has {', '.join(train.column_names)}.")
+            raise ConfigError(f"{column_arg}: no column {column!r}; the dataset has {', '.join(columns)}.")
         if column != target:
-            train, heldout = (d.rename_column(column, target) if target not in d.column_names else d for d in (train, heldout))
-    return train, heldout
+            train, heldout = (
+                d.rename_column(column, target) if target not in column_names(d) else d for d in (train, heldout)
+            )
+    return train, heldout, source
 
 
 def _conversational_prompts(dataset, system_prompt: str | None):
@@ -233,6 +284,8 @@ class ConciseProgress(TrainerCallback):
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "eval_reward" in logs:
+            self.log(f"  step {state.global_step:>4}/{state.max_steps}  TRL eval reward {logs['eval_reward']:.3f}")
         if logs and "reward" in logs:
             history = self.accuracy_callback.history
             accuracy = f"{history[-1][1]:.1%}" if history else "—"
@@ -261,7 +314,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     if checkpoint is None:
         check_output_dir(training_args.output_dir, task_args.overwrite_output_dir)
 
-    if task_args.dataset_name is None:
+    if task_args.dataset_name is None and not task_args.datasets:
         task = get_task(task_args.task)
         train, heldout = task.train_dataset(), task.heldout_dataset()
         source = task.name
@@ -279,12 +332,17 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             model_path = str(bootstrap_policy(task, recipe, log=log))
     else:
         if model_args.model_name_or_path is None:
-            raise ConfigError("model_name_or_path: required with dataset_name (a hub name or a local directory).")
-        train, heldout = _load_dataset_splits(task_args, training_args.seed, log)
-        source, model_path = task_args.dataset_name, model_args.model_name_or_path
+            field = "datasets" if task_args.datasets else "dataset_name"
+            raise ConfigError(f"model_name_or_path: required with {field} (a hub name or a local directory).")
+        train, heldout, source = _load_dataset_splits(task_args, training_args.seed, log)
+        model_path = model_args.model_name_or_path
+        if isinstance(train, IterableDataset) and training_args.max_steps <= 0:
+            raise ConfigError("max_steps: a streamed dataset has no length to count epochs in; give --max_steps N.")
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
+        )
     except (OSError, ValueError) as error:
         raise ConfigError(f"model_name_or_path: cannot load a tokenizer from {model_path!r} ({one_line(error)}).") from None
     if tokenizer.pad_token is None:
@@ -295,10 +353,20 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     if conversational:
         train, heldout = (_conversational_prompts(d, task_args.system_prompt) for d in (train, heldout))
 
-    reward_names = task_args.reward_funcs or ["exact_match"]
-    rewards = [resolve_reward(name) for name in reward_names]
+    # As `trl grpo`: the reward model (if any) first, then the reward functions.
+    reward_names = task_args.reward_funcs or ([] if task_args.reward_model_name_or_path else ["exact_match"])
+    functions = [resolve_reward(name, training_args.max_completion_length, log) for name in reward_names]
+    scorer = heldout_scorer(functions)
+    columns = column_names(train)
+    for name, function in zip(reward_names, functions):
+        check_reward_columns(name, function, columns)
+    if scorer not in functions:
+        check_reward_columns("exact_match (the greedy held-out evaluation's scorer)", scorer, columns)
+    rewards = [task_args.reward_model_name_or_path] if task_args.reward_model_name_or_path else []
+    rewards += functions
     model_init_kwargs = {
         "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
         "attn_implementation": model_args.attn_implementation,
         "dtype": model_args.dtype,
         **(training_args.model_init_kwargs or {}),
@@ -324,7 +392,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             tokenizer,
             heldout["prompt"],
             max_new_tokens=training_args.max_completion_length,
-            reward=rewards[0],
+            reward=scorer,
             reward_kwargs=heldout_columns,
             batch_size=task_args.eval_batch_size,
         )
@@ -342,6 +410,8 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             reward_funcs=rewards,
             args=training_args,
             train_dataset=train,
+            # TRL's evaluation (eval_strategy, eval_steps) runs on the held-out split, as `trl grpo` on its test split
+            eval_dataset=heldout if training_args.eval_strategy != "no" else None,
             processing_class=tokenizer,
             peft_config=peft_config,
             quantization_config=get_quantization_config(model_args),
@@ -357,7 +427,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         source=source,
         model_path=model_path,
         heldout_size=len(heldout),
-        reward_names=tuple(reward_names),
+        reward_names=tuple(filter(None, [task_args.reward_model_name_or_path, *reward_names])),
         checkpoint=checkpoint,
     )
 
