@@ -28,6 +28,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +56,7 @@ class Counts:
         self.informative_tokens = 0  # real completion tokens of rows with Â ≠ 0 in the trained batches
         self.groups = 0
         self.zero_spread_groups = 0
+        self.generation_seconds = 0.0  # wall time inside TRL's generation and scoring (training rounds only)
 
 
 def instrument(trainer, counts: Counts, group_size: int):
@@ -67,8 +70,12 @@ def instrument(trainer, counts: Counts, group_size: int):
     generate = TRLGRPOTrainer._generate_and_score_completions
 
     def counted_generate(self, inputs):
+        started = time.perf_counter()
         batch = generate(self, inputs)
         if self.model.training:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            counts.generation_seconds += time.perf_counter() - started
             counts.generated += len(inputs)
             rewards = self.task_rewards().view(-1, group_size)
             counts.groups += rewards.size(0)
@@ -96,7 +103,6 @@ def instrument(trainer, counts: Counts, group_size: int):
     TRLGRPOTrainer._generate_and_score_completions = counted_generate
     PolicyLossStep._policy_forward = counted_forward
     trainer.compute_loss = counted_compute_loss
-    del torch
 
 
 def run_one(config_name: str, seed: int, args) -> dict:
@@ -149,7 +155,9 @@ def run_one(config_name: str, seed: int, args) -> dict:
                                reward_kwargs={"answer": heldout["answer"]})
 
     before = accuracy()
+    started = time.perf_counter()
     trainer.train()
+    train_seconds = time.perf_counter() - started
     after = accuracy()
     trained = max(counts.trained_informative, 1)
     return {
@@ -164,6 +172,9 @@ def run_one(config_name: str, seed: int, args) -> dict:
         "zero_spread_share": counts.zero_spread_groups / max(counts.groups, 1),
         "completion_slots_per_informative_token": counts.completion_slots / max(counts.informative_tokens, 1),
         "sequence_slots_per_informative_token": counts.sequence_slots / max(counts.informative_tokens, 1),
+        "device": "cuda" if args.gpu else "cpu",
+        "train_seconds": train_seconds,
+        "generation_seconds": counts.generation_seconds,
     }
 
 
@@ -202,28 +213,47 @@ def main(argv=None):
     parser.add_argument("--micro-batches", type=int, default=4, help="gradient accumulation steps per update")
     parser.add_argument("--loss-type", default="grpo")
     parser.add_argument("--gpu", action="store_true")
+    parser.add_argument("--bootstrap", action="store_true", help="only build (or find) the seed's cached base policy")
     parser.add_argument("--out", help="with --all: JSONL file of the records (appended)")
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="with --all: processes at a time (counts do not depend on it; timings do: keep 1 to time)")
     args = parser.parse_args(argv)
+    if args.bootstrap:
+        import benchmarks.harness  # noqa: F401  (datasets' fingerprinting patch)
+        from trl_zoo.tasks import get_task
+        from trl_zoo.tasks.bootstrap import BootstrapRecipe, bootstrap_policy
+
+        print(bootstrap_policy(get_task("addition"), BootstrapRecipe(seed=args.seed)), flush=True)
+        return
     if not args.all:
         print(json.dumps(run_one(args.config, args.seed, args)), flush=True)
         return
-    records = []
     passthrough = ["--steps", str(args.steps), "--prompts", str(args.prompts), "--micro-batches",
                    str(args.micro_batches), "--loss-type", args.loss_type] + (["--gpu"] if args.gpu else [])
-    for seed in [int(s) for s in args.seeds.split(",")]:
-        for name in args.configs.split(","):
-            command = [sys.executable, __file__, "--config", name, "--seed", str(seed), *passthrough]
-            result = subprocess.run(command, capture_output=True, text=True,
-                                    env={**os.environ, "PYTHONPATH": str(ROOT)})
-            if result.returncode != 0:
-                print(f"{name} seed {seed} failed:\n{result.stderr[-3000:]}", file=sys.stderr)
-                continue
-            record = json.loads(result.stdout.strip().splitlines()[-1])
-            records.append(record)
-            print(json.dumps(record), flush=True)
-            if args.out:
-                with open(args.out, "a") as handle:
-                    handle.write(json.dumps(record) + "\n")
+    jobs = [(name, int(seed)) for seed in args.seeds.split(",") for name in args.configs.split(",")]
+
+    def run(job):
+        name, seed = job
+        command = [sys.executable, __file__, "--config", name, "--seed", str(seed), *passthrough]
+        environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+        if args.parallel > 1:
+            environment["OMP_NUM_THREADS"] = "1"
+        result = subprocess.run(command, capture_output=True, text=True, env=environment)
+        if result.returncode != 0:
+            print(f"{name} seed {seed} failed:\n{result.stderr[-3000:]}", file=sys.stderr, flush=True)
+            return None
+        record = json.loads(result.stdout.strip().splitlines()[-1])
+        print(json.dumps(record), flush=True)
+        return record
+
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:  # each seed's base policy once, before the runs
+        seeds = sorted({seed for _, seed in jobs})
+        list(pool.map(lambda seed: subprocess.run([sys.executable, __file__, "--bootstrap", "--seed", str(seed)],
+                                                  check=True, capture_output=True), seeds))
+        records = [record for record in pool.map(run, jobs) if record is not None]
+    if args.out:
+        with open(args.out, "a") as handle:
+            handle.writelines(json.dumps(record) + "\n" for record in records)
     print(summarise(records))
 
 
