@@ -235,7 +235,7 @@ def main(argv=None):
     def run(job):
         name, seed = job
         command = [sys.executable, __file__, "--config", name, "--seed", str(seed), *passthrough]
-        environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         if args.parallel > 1:
             environment["OMP_NUM_THREADS"] = "1"
         result = subprocess.run(command, capture_output=True, text=True, env=environment)
