@@ -289,7 +289,7 @@ def test_resumed_run_takes_the_same_decisions(tmp_path):
         ("greso_step", 1.5),
         ("greso_min_explore", 0.0),
         ("greso_min_explore", 0.96),
-        ("greso_initial_explore", 0.01),
+        ("greso_initial_explore", 0.005),  # below greso_min_explore (0.01)
         ("greso_initial_explore", 0.99),
     ],
 )
