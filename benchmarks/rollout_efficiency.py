@@ -41,8 +41,9 @@ CONFIGS = {
     "none+skip+bucket": {"skip_zero_advantage": True, "length_bucketing": True},
     "resample": {"dynamic_sampling": "resample"},
     "greso": {"dynamic_sampling": "greso"},
-    "greso-floor0.01": {"dynamic_sampling": "greso", "greso_min_explore": 0.01},
-    "greso+skip+bucket": {"dynamic_sampling": "greso", "skip_zero_advantage": True, "length_bucketing": True},
+    "greso-floor0.05": {"dynamic_sampling": "greso", "greso_min_explore": 0.05},  # the GRESO authors' lower bound
+    "greso-floor0.05+skip+bucket": {"dynamic_sampling": "greso", "greso_min_explore": 0.05,
+                                    "skip_zero_advantage": True, "length_bucketing": True},
 }
 
 
