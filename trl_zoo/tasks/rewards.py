@@ -2,6 +2,7 @@
 
     exact_match:   R = [ normalise(completion) == normalise(answer) ]
     final_number:  R = [ last number in completion == reference number ]   (GSM8K style: "... #### 72")
+    final_answer:  R = [ normalise(text after the completion's last ":") == normalise(answer) ]   (worked solutions)
 
 Both follow TRL's reward-function signature `f(completions, **dataset_columns) -> list[float]`, reading the
 reference from the dataset's `answer` column.
@@ -62,7 +63,18 @@ def final_number_reward(completions, answer, **kwargs) -> list[float]:
     return rewards
 
 
+def final_answer_reward(completions, answer, **kwargs) -> list[float]:
+    """1.0 where the text after the completion's last ':' equals the reference (a worked solution's answer line);
+    0.0 when there is no ':'."""
+    rewards = []
+    for completion, reference in zip(completions, answer, strict=True):
+        text = completion_text(completion)
+        rewards.append(float(":" in text and normalise(text.rsplit(":", 1)[1]) == normalise(reference_answer(reference))))
+    return rewards
+
+
 REWARDS = {
     "exact_match": exact_match_reward,
     "final_number": final_number_reward,
+    "final_answer": final_answer_reward,
 }
