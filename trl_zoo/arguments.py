@@ -48,7 +48,7 @@ class TaskArguments(ScriptArguments):
 
     task: str = field(
         default="addition",
-        metadata={"help": "Built-in task (addition, addition3), used when no dataset_name is given."},
+        metadata={"help": "Built-in task (addition, addition3, scratchpad, scratchpad_small), used when no dataset_name is given."},
     )
     prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the prompt."})
     answer_column: str = field(
@@ -57,7 +57,8 @@ class TaskArguments(ScriptArguments):
     reward_funcs: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Reward functions: exact_match (default), final_number (GSM8K-style), a TRL reward "
+            "help": "Reward functions: exact_match (default), final_number (GSM8K-style), final_answer (after the "
+            "last ':'; the scratchpad tasks' default), a TRL reward "
             "(accuracy_reward, think_format_reward, ...) or a dotted import path 'package.module.function'."
         },
     )

@@ -31,6 +31,8 @@ from .hooks.resume import last_complete_checkpoint
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
+from .tasks.scratchpad import ScratchpadAdditionTask
+from .tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
 from .tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy
 from .tasks.rewards import REWARDS
 from .trainer import GRPOTrainer
@@ -263,7 +265,10 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         train, heldout = task.train_dataset(), task.heldout_dataset()
         source = task.name
         model_path = model_args.model_name_or_path
-        if model_path is None:
+        default_reward = task.reward_name
+        if model_path is None and isinstance(task, ScratchpadAdditionTask):
+            model_path = str(bootstrap_scratchpad_policy(task, scratchpad_recipe(task, training_args.seed), log=log))
+        elif model_path is None:
             recipe = BootstrapRecipe(
                 hidden_size=task_args.bootstrap_hidden_size,
                 num_layers=task_args.bootstrap_num_layers,
@@ -279,6 +284,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             raise ConfigError("model_name_or_path: required with dataset_name (a hub name or a local directory).")
         train, heldout = _load_dataset_splits(task_args, training_args.seed, log)
         source, model_path = task_args.dataset_name, model_args.model_name_or_path
+        default_reward = "exact_match"
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
@@ -292,7 +298,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     if conversational:
         train, heldout = (_conversational_prompts(d, task_args.system_prompt) for d in (train, heldout))
 
-    reward_names = task_args.reward_funcs or ["exact_match"]
+    reward_names = task_args.reward_funcs or [default_reward]
     rewards = [resolve_reward(name) for name in reward_names]
     model_init_kwargs = {
         "revision": model_args.model_revision,

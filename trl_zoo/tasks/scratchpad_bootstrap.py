@@ -84,6 +84,14 @@ def scale_setup(scale: str, seed: int = 0) -> tuple[ScratchpadAdditionTask, Scra
     return task, replace(recipe, seed=seed)
 
 
+def scratchpad_recipe(task: ScratchpadAdditionTask, seed: int = 0) -> ScratchpadRecipe:
+    """The recipe of the scale whose task this is (the CLI's built-in scratchpad tasks), with `seed`."""
+    for scale_task, recipe in SCALES.values():
+        if scale_task == task:
+            return replace(recipe, seed=seed)
+    raise ValueError(f"task: no bootstrap recipe for {task.name!r}; give --model_name_or_path.")
+
+
 def _batch(tokenizer, task: ScratchpadAdditionTask, pairs, slip_rate: float, rng: random.Random, width: int):
     """Right-padded prompt+solution+eos ids and labels (-100 on the prompt and padding); each carry forgotten with
     probability `slip_rate`."""
