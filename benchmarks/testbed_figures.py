@@ -79,18 +79,27 @@ def mean_sd(values: list[float]) -> str:
 
 
 def step_table(runs: dict, labels: list[tuple[str, str]], metric: str, every: int) -> list[str]:
-    """Markdown rows: step, then mean ± sd over seeds of each run at that step (steps where any seed logged)."""
+    """Markdown rows per window of `every` steps (s − every, s] (step 0 on its own): each seed's mean of `metric`
+    over the window, then mean ± sd over seeds, for each run."""
     present = [(label, name) for label, name in labels if name in runs]
     steps = sorted({step for _, name in present for records in runs[name].values() for step in series(records, metric)})
-    shown = [step for step in steps if step % every == 0 or step == steps[-1]] if steps else []
-    lines = ["| step | " + " | ".join(f"{label} (n={len(runs[name])})" for label, name in present) + " |",
+    if not steps:
+        return [f"(no `{metric}` logged)"]
+    windows = ([(0, 0)] if steps[0] == 0 else []) + [
+        (end - every + 1, end) for end in range(every, steps[-1] + every, every) if end - every < steps[-1]
+    ]
+    lines = ["| steps | " + " | ".join(f"{label} (n={len(runs[name])})" for label, name in present) + " |",
              "|---|" + "---|" * len(present)]
-    for step in shown:
+    for first, last in windows:
         cells = []
         for _, name in present:
-            values = [series(records, metric).get(step) for records in runs[name].values()]
-            cells.append(mean_sd([value for value in values if value is not None]))
-        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+            means = []
+            for records in runs[name].values():
+                values = [value for step, value in series(records, metric).items() if first <= step <= last]
+                if values:
+                    means.append(statistics.fmean(values))
+            cells.append(mean_sd(means))
+        lines.append(f"| {first if first == last else f'{max(first, 1)}-{last}'} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -113,8 +122,16 @@ def paired_claim(runs: dict, better: str, worse: str, summary, higher_is_better:
             f"{statistics.fmean(differences):+.3g} ± {spread:.2g}.")
 
 
-def plot(runs: dict, labels: list[tuple[str, str]], panels: list[tuple[str, str]], path: Path, title: str) -> bool:
-    """One row of panels (metric, y label); mean line and min-max band over seeds. False without matplotlib."""
+def smoothed(values: dict[int, float], window: int) -> dict[int, float]:
+    """Trailing mean over the last `window` logged values (1: unchanged)."""
+    steps = sorted(values)
+    return {step: statistics.fmean(values[s] for s in steps[max(0, i - window + 1) : i + 1]) for i, step in enumerate(steps)}
+
+
+def plot(runs: dict, labels: list[tuple[str, str]], panels: list[tuple[str, str]], path: Path, title: str,
+         smooth: int = 1) -> bool:
+    """One row of panels (metric, y label); mean line and min-max band over seeds of each seed's trailing mean over
+    `smooth` logged values. False without matplotlib."""
     try:
         import matplotlib
 
@@ -127,7 +144,7 @@ def plot(runs: dict, labels: list[tuple[str, str]], panels: list[tuple[str, str]
         for label, name in labels:
             if name not in runs:
                 continue
-            per_seed = [series(records, metric) for records in runs[name].values()]
+            per_seed = [smoothed(series(records, metric), smooth) for records in runs[name].values()]
             steps = sorted({step for values in per_seed for step in values})
             rows = [[values[step] for values in per_seed if step in values] for step in steps]
             axis.plot(steps, [statistics.fmean(row) for row in rows], label=f"{label} (n={len(per_seed)})")
@@ -205,17 +222,20 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", required=True, help="Folder with <run>-seed<S>.jsonl files.")
     parser.add_argument("--out", default=None, help="Where figures.md and the PNGs go (default: --runs).")
     parser.add_argument("--samplers", default="resample", help="Comma-separated samplers of figure (b).")
-    parser.add_argument("--every", type=int, default=8, help="Table rows every N steps.")
+    parser.add_argument("--every", type=int, default=10, help="Table rows: means over windows of N steps.")
+    parser.add_argument("--smooth", type=int, default=5, help="Plots: trailing mean over N logged values per seed.")
     parser.add_argument("--title", default="Testbed figures")
     args = parser.parse_args(argv)
     runs = load_runs(Path(args.runs))
     out = Path(args.out or args.runs)
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"# {args.title}", "", f"Runs: {', '.join(f'{name} ({len(seeds)} seeds)' for name, seeds in sorted(runs.items()))}.",
-             "Cells: mean ± standard deviation over seeds."]
+             f"Table cells: each seed's mean over the window of {args.every} steps, then mean ± standard deviation over "
+             "seeds."]
     for figure in figures(runs, [s for s in args.samplers.split(",") if s]):
         lines += ["", f"## {figure['title']}", ""]
-        if plot(runs, figure["labels"], figure["panels"], out / f"{figure['key']}.png", figure["title"]):
+        title = f"{figure['title']} (trailing mean of {args.smooth} logged values)" if args.smooth > 1 else figure["title"]
+        if plot(runs, figure["labels"], figure["panels"], out / f"{figure['key']}.png", title, args.smooth):
             lines += [f"![{figure['key']}]({figure['key']}.png)", ""]
         lines += [f"- {claim}" for claim in figure["claims"]]
         for metric in figure["tables"]:
