@@ -1,4 +1,4 @@
-"""The mechanism testbed: one (loss preset, seed, scale) configuration per process, off-policy updates, a JSONL per step.
+"""The mechanism testbed: one (loss preset, seed, scale) configuration per process, off-policy updates, JSONL per step.
 
     python benchmarks/testbed.py --preset dapo --seed 0 --scale cpu --steps 32 --out DIR
 

@@ -82,7 +82,8 @@ def step_table(runs: dict, labels: list[tuple[str, str]], metric: str, every: in
     """Markdown rows per window of `every` steps (s − every, s] (step 0 on its own): each seed's mean of `metric`
     over the window, then mean ± sd over seeds, for each run."""
     present = [(label, name) for label, name in labels if name in runs]
-    steps = sorted({step for _, name in present for records in runs[name].values() for step in series(records, metric)})
+    steps = sorted({step for _, name in present for records in runs[name].values()
+                    for step in series(records, metric)})
     if not steps:
         return [f"(no `{metric}` logged)"]
     windows = ([(0, 0)] if steps[0] == 0 else []) + [
@@ -125,7 +126,8 @@ def paired_claim(runs: dict, better: str, worse: str, summary, higher_is_better:
 def smoothed(values: dict[int, float], window: int) -> dict[int, float]:
     """Trailing mean over the last `window` logged values (1: unchanged)."""
     steps = sorted(values)
-    return {step: statistics.fmean(values[s] for s in steps[max(0, i - window + 1) : i + 1]) for i, step in enumerate(steps)}
+    return {step: statistics.fmean(values[s] for s in steps[max(0, i - window + 1) : i + 1])
+            for i, step in enumerate(steps)}
 
 
 def plot(runs: dict, labels: list[tuple[str, str]], panels: list[tuple[str, str]], path: Path, title: str,
@@ -178,7 +180,8 @@ def figures(runs: dict, samplers: list[str]) -> list[dict]:
             labels=[("dapo, no sampler", "dapo"), *sampler_runs],
             panels=[("informative_share", "informative share of generated groups"),
                     ("completions_generated", "completions generated"), ("heldout_accuracy", "held-out accuracy")],
-            tables=["informative_share", "dynamic_sampling/kept_fraction", "completions_generated", "heldout_accuracy"],
+            tables=["informative_share", "dynamic_sampling/kept_fraction", "completions_generated",
+                    "heldout_accuracy"],
             claims=[paired_claim(runs, name, "dapo", lambda r: final_value(r, "heldout_accuracy"), True,
                                  f"{label} ends at a higher held-out accuracy per step")
                     for label, name in sampler_runs]
@@ -229,12 +232,13 @@ def main(argv=None) -> int:
     runs = load_runs(Path(args.runs))
     out = Path(args.out or args.runs)
     out.mkdir(parents=True, exist_ok=True)
-    lines = [f"# {args.title}", "", f"Runs: {', '.join(f'{name} ({len(seeds)} seeds)' for name, seeds in sorted(runs.items()))}.",
-             f"Table cells: each seed's mean over the window of {args.every} steps, then mean ± standard deviation over "
-             "seeds."]
+    listed = ", ".join(f"{name} ({len(seeds)} seeds)" for name, seeds in sorted(runs.items()))
+    lines = [f"# {args.title}", "", f"Runs: {listed}.",
+             f"Table cells: each seed's mean over the window of {args.every} steps, then mean ± standard deviation "
+             "over seeds."]
     for figure in figures(runs, [s for s in args.samplers.split(",") if s]):
         lines += ["", f"## {figure['title']}", ""]
-        title = f"{figure['title']} (trailing mean of {args.smooth} logged values)" if args.smooth > 1 else figure["title"]
+        title = figure["title"] + (f" (trailing mean of {args.smooth} logged values)" if args.smooth > 1 else "")
         if plot(runs, figure["labels"], figure["panels"], out / f"{figure['key']}.png", title, args.smooth):
             lines += [f"![{figure['key']}]({figure['key']}.png)", ""]
         lines += [f"- {claim}" for claim in figure["claims"]]

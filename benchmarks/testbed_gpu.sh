@@ -30,22 +30,26 @@
 set -euo pipefail
 
 OUT=${1:?usage: testbed_gpu.sh OUT PART(1|2)}
-PART=${2:?usage: testbed_gpu.sh OUT PART(1|2)}
+PART=${2:-}
 STEPS=${STEPS:-60}
 BUDGET=${BUDGET:-540}
+PYTHON=${PYTHON:-python}
+SCALE=${SCALE:-gpu}  # SCALE=cpu STEPS=2 RUNS="grpo:0 dapo:0:resample" checks the driver on a CPU
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export TRL_ZOO_CACHE=${TRL_ZOO_CACHE:-$ROOT/runs/testbed_cache}
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$OUT"
 
+if [[ -n ${RUNS:-} ]]; then PART=custom; fi
 case "$PART" in
+  custom) ;;
   1) RUNS="grpo:0 dapo:0 dapo_symmetric:0 dr_grpo:0 gspo:0 grpo:1 dapo:1" ;;
   2) RUNS="dr_grpo:1 dapo_symmetric:1 gspo:1 grpo:2 dapo:2 dapo_symmetric:2 dr_grpo:2 gspo:2" ;;
-  *) echo "PART must be 1 or 2, got $PART"; exit 2 ;;
+  *) echo "PART must be 1 or 2, got '$PART'"; exit 2 ;;
 esac
 RUNS="$RUNS ${EXTRA:-}"
 
-python -c "import torch, transformers, trl, datasets; print('torch', torch.__version__, 'transformers', \
+"$PYTHON" -c "import torch, transformers, trl, datasets; print('torch', torch.__version__, 'transformers', \
 transformers.__version__, 'trl', trl.__version__, 'cuda', torch.cuda.is_available())"
 
 started=$SECONDS
@@ -62,7 +66,7 @@ for item in $RUNS; do
   log="$OUT/$name-seed$seed.log"
   echo "[$(date -u +%H:%M:%S) +${elapsed}s] start $preset seed $seed sampler $sampler ($STEPS steps)"
   run_started=$SECONDS
-  python "$ROOT/benchmarks/testbed.py" --preset "$preset" --seed "$seed" --sampler "$sampler" --scale gpu \
+  "$PYTHON" "$ROOT/benchmarks/testbed.py" --preset "$preset" --seed "$seed" --sampler "$sampler" --scale "$SCALE" \
     --steps "$STEPS" --out "$OUT" > "$log" 2>&1 || echo "  FAILED: see $log"
   last=$((SECONDS - run_started))
   grep -h "Bootstrapped in" "$log" || true

@@ -69,7 +69,8 @@ def final_answer_reward(completions, answer, **kwargs) -> list[float]:
     rewards = []
     for completion, reference in zip(completions, answer, strict=True):
         text = completion_text(completion)
-        rewards.append(float(":" in text and normalise(text.rsplit(":", 1)[1]) == normalise(reference_answer(reference))))
+        said = text.rsplit(":", 1)[1] if ":" in text else None
+        rewards.append(float(said is not None and normalise(said) == normalise(reference_answer(reference))))
     return rewards
 
 

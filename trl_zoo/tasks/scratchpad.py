@@ -30,7 +30,9 @@ from datasets import Dataset
 from .rewards import final_answer_reward
 
 
-def column_steps(a: int, b: int, digits: int, forget: Collection[int] = ()) -> tuple[list[tuple[int, int, int, int]], str]:
+def column_steps(
+    a: int, b: int, digits: int, forget: Collection[int] = ()
+) -> tuple[list[tuple[int, int, int, int]], str]:
     """The columns (x_i, y_i, c_i, s_i), units first, and the answer they spell; carries into the columns in `forget`
     (column `digits` is the leading 1 of the answer) are written as 0."""
     steps, carry = [], 0

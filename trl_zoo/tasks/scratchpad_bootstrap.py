@@ -195,13 +195,16 @@ def bootstrap_scratchpad_policy(
     torch.manual_seed(recipe.seed)
     if torch.cuda.is_available():
         model.to("cuda")
-    outcome = supervise(model, tokenizer, task, recipe, log, learned, lambda model: _save(model, tokenizer, learned_dir))
+    outcome = supervise(
+        model, tokenizer, task, recipe, log, learned, after_learning=lambda model: _save(model, tokenizer, learned_dir)
+    )
     heldout = task.heldout_dataset()
     accuracy = greedy_accuracy(model, tokenizer, heldout["prompt"], task.max_completion_length, reward=task.reward,
                                reward_kwargs={"answer": heldout["answer"]})
     seconds = time.perf_counter() - started
     log(f"Bootstrapped in {seconds:.1f} s: held-out greedy accuracy {accuracy:.1%}")
-    summary = {"task": task.name, "recipe": asdict(recipe), **outcome, "heldout_accuracy": accuracy, "seconds": seconds}
+    summary = {"task": task.name, "recipe": asdict(recipe), **outcome, "heldout_accuracy": accuracy,
+               "seconds": seconds}
     _save(model, tokenizer, target, {"bootstrap.json": json.dumps(summary, indent=2)})
     return target
 
