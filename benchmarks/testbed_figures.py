@@ -11,7 +11,8 @@ for every seed; the line gives the mean paired difference ± its standard deviat
     (b) dynamic sampling, DAPO: every trained group informative, at the price of more completions generated
     (c) Dr. GRPO arXiv:2503.20783: GRPO's 1/|o_i| lets incorrect completions grow longer than under Dr. GRPO
     (d) GSPO arXiv:2507.18071 / GMPO arXiv:2507.20673: sequence-level ratios dip less under off-policy micro-steps
-        than token-level GRPO/DAPO (largest reward drawdown; clip fraction; gradient norm)
+        than token-level GRPO/DAPO (largest reward drawdown; clip fraction; gradient norm), and GSPO clips a far
+        larger share of the batch than GRPO yet learns at least as well
     (e) CISPO arXiv:2506.13585: keeping every token's gradient learns faster than DAPO (held-out accuracy vs steps)
 """
 
@@ -205,7 +206,11 @@ def figures(runs: dict, samplers: list[str]) -> list[dict]:
             tables=["reward", "clip_ratio/region_mean", "grad_norm"],
             claims=[paired_claim(runs, new, old, largest_drawdown, False,
                                  f"{new} has a shallower largest reward dip than {old}")
-                    for new in ("gspo", "gmpo") for old in ("grpo", "dapo")],
+                    for new in ("gspo", "gmpo") for old in ("grpo", "dapo")]
+            + [paired_claim(runs, "gspo", "grpo", lambda r: window_mean(r, "clip_ratio/region_mean", 0.0), True,
+                            "GSPO clips a far larger share than GRPO (the GSPO paper's observation), whole run"),
+               paired_claim(runs, "gspo", "grpo", lambda r: window_mean(r, "reward"), True,
+                            "GSPO's batch reward is higher over the second half")],
         ),
         dict(
             key="e_cispo_accuracy", title="(e) CISPO vs DAPO: held-out accuracy over steps",
