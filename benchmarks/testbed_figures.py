@@ -1,6 +1,6 @@
 """The five mechanism figures of the testbed, from the JSONL files of `benchmarks/testbed.py` (several seeds).
 
-    python benchmarks/testbed_figures.py --runs DIR [--out DIR] [--samplers resample,greso] [--title TEXT]
+    python benchmarks/testbed_figures.py --runs DIR [--out DIR] [--samplers resample,greso] [--figures abcde]
 
 Writes `figures.md` (per figure: a table of mean ± standard deviation over seeds at regular steps, and one line
 saying whether the paper's claim shows) and, when matplotlib is installed, one PNG per figure (mean line, min-max
@@ -208,9 +208,13 @@ def figures(runs: dict, samplers: list[str]) -> list[dict]:
                                  f"{new} has a shallower largest reward dip than {old}")
                     for new in ("gspo", "gmpo") for old in ("grpo", "dapo")]
             + [paired_claim(runs, "gspo", "grpo", lambda r: window_mean(r, "clip_ratio/region_mean", 0.0), True,
-                            "GSPO clips a far larger share than GRPO (the GSPO paper's observation), whole run"),
-               paired_claim(runs, "gspo", "grpo", lambda r: window_mean(r, "reward"), True,
-                            "GSPO's batch reward is higher over the second half")],
+                            "GSPO clips a far larger share than GRPO (the GSPO paper's observation), whole run")]
+            + [paired_claim(runs, new, old, lambda r: window_mean(r, "reward"), True,
+                            f"{new}'s batch reward is higher than {old}'s over the second half")
+               for new in ("gspo", "gmpo") for old in ("grpo", "dapo")]
+            + [paired_claim(runs, new, old, lambda r: max(series(r, "grad_norm").values(), default=None), False,
+                            f"{new}'s largest gradient norm is below {old}'s")
+               for new in ("gspo", "gmpo") for old in ("grpo", "dapo")],
         ),
         dict(
             key="e_cispo_accuracy", title="(e) CISPO vs DAPO: held-out accuracy over steps",
@@ -233,6 +237,7 @@ def main(argv=None) -> int:
     parser.add_argument("--every", type=int, default=10, help="Table rows: means over windows of N steps.")
     parser.add_argument("--smooth", type=int, default=5, help="Plots: trailing mean over N logged values per seed.")
     parser.add_argument("--title", default="Testbed figures")
+    parser.add_argument("--figures", default="abcde", help="Which figures, by letter (e.g. 'd').")
     args = parser.parse_args(argv)
     runs = load_runs(Path(args.runs))
     out = Path(args.out or args.runs)
@@ -242,6 +247,8 @@ def main(argv=None) -> int:
              f"Table cells: each seed's mean over the window of {args.every} steps, then mean ± standard deviation "
              "over seeds."]
     for figure in figures(runs, [s for s in args.samplers.split(",") if s]):
+        if figure["key"][0] not in args.figures:
+            continue
         lines += ["", f"## {figure['title']}", ""]
         title = figure["title"] + (f" (trailing mean of {args.smooth} logged values)" if args.smooth > 1 else "")
         if plot(runs, figure["labels"], figure["panels"], out / f"{figure['key']}.png", title, args.smooth):
