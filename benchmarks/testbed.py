@@ -53,7 +53,7 @@ PRESETS: dict[str, dict] = {
 # Per scale: batch shape and optimiser. A generation batch is per_device_train_batch_size × steps_per_generation.
 SCALE_SETTINGS = {
     "cpu": dict(per_device_train_batch_size=32, num_generations=8, learning_rate=5e-4, eval_every=8, heldout=128),
-    "gpu": dict(per_device_train_batch_size=128, num_generations=8, learning_rate=2e-4, eval_every=10, heldout=512),
+    "gpu": dict(per_device_train_batch_size=128, num_generations=8, learning_rate=1e-4, eval_every=16, heldout=512),
 }
 
 
