@@ -48,7 +48,11 @@ class TaskArguments(ScriptArguments):
 
     task: str = field(
         default="addition",
-        metadata={"help": "Built-in task (addition, addition3, scratchpad, scratchpad_small), used when no dataset_name is given."},
+        metadata={
+            "help": "Built-in task (addition, addition3, scratchpad, scratchpad_small), used when no dataset_name is "
+            "given. The scratchpad tasks bootstrap their base policy with their own recipe (the bootstrap_* flags "
+            "apply to the addition tasks)."
+        },
     )
     prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the prompt."})
     answer_column: str = field(

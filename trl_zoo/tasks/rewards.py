@@ -4,7 +4,7 @@
     final_number:  R = [ last number in completion == reference number ]   (GSM8K style: "... #### 72")
     final_answer:  R = [ normalise(text after the completion's last ":") == normalise(answer) ]   (worked solutions)
 
-Both follow TRL's reward-function signature `f(completions, **dataset_columns) -> list[float]`, reading the
+All follow TRL's reward-function signature `f(completions, **dataset_columns) -> list[float]`, reading the
 reference from the dataset's `answer` column.
 """
 
