@@ -52,7 +52,11 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
 
     task: str = field(
         default="addition",
-        metadata={"help": "Built-in task (addition, addition3), used when no dataset_name is given."},
+        metadata={
+            "help": "Built-in task (addition, addition3, scratchpad, scratchpad_small), used when no dataset_name is "
+            "given. The scratchpad tasks bootstrap their base policy with their own recipe (the bootstrap_* flags "
+            "apply to the addition tasks)."
+        },
     )
     prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the prompt."})
     answer_column: str = field(
@@ -61,10 +65,11 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
     reward_funcs: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Reward functions: exact_match (default without a reward model), final_number (GSM8K-style), "
-            "a reward of TRL's registry (accuracy_reward, reasoning_accuracy_reward, think_format_reward, "
-            "get_soft_overlong_punishment, as `trl grpo` configures it) or a dotted import path "
-            "'package.module.function'. The first one also scores the greedy held-out evaluation."
+            "help": "Reward functions: exact_match (default without a reward model; the scratchpad tasks default to "
+            "final_answer, the answer after the last ':'), final_number (GSM8K-style), a reward of TRL's registry "
+            "(accuracy_reward, reasoning_accuracy_reward, think_format_reward, get_soft_overlong_punishment, as "
+            "`trl grpo` configures it) or a dotted import path 'package.module.function'. The first one also scores "
+            "the greedy held-out evaluation."
         },
     )
     conversational: bool | None = field(

@@ -34,6 +34,8 @@ from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_r
 from .reward_names import check_reward_columns, heldout_scorer, resolve_reward
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
+from .tasks.scratchpad import ScratchpadAdditionTask
+from .tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
 from .tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy
 from .trainer import GRPOTrainer
 
@@ -319,7 +321,10 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         train, heldout = task.train_dataset(), task.heldout_dataset()
         source = task.name
         model_path = model_args.model_name_or_path
-        if model_path is None:
+        default_reward = task.reward_name
+        if model_path is None and isinstance(task, ScratchpadAdditionTask):
+            model_path = str(bootstrap_scratchpad_policy(task, scratchpad_recipe(task, training_args.seed), log=log))
+        elif model_path is None:
             recipe = BootstrapRecipe(
                 hidden_size=task_args.bootstrap_hidden_size,
                 num_layers=task_args.bootstrap_num_layers,
@@ -338,6 +343,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         model_path = model_args.model_name_or_path
         if isinstance(train, IterableDataset) and training_args.max_steps <= 0:
             raise ConfigError("max_steps: a streamed dataset has no length to count epochs in; give --max_steps N.")
+        default_reward = "exact_match"
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(
@@ -354,7 +360,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         train, heldout = (_conversational_prompts(d, task_args.system_prompt) for d in (train, heldout))
 
     # As `trl grpo`: the reward model (if any) first, then the reward functions.
-    reward_names = task_args.reward_funcs or ([] if task_args.reward_model_name_or_path else ["exact_match"])
+    reward_names = task_args.reward_funcs or ([] if task_args.reward_model_name_or_path else [default_reward])
     functions = [resolve_reward(name, training_args.max_completion_length, log) for name in reward_names]
     scorer = heldout_scorer(functions)
     columns = column_names(train)

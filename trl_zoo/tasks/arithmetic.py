@@ -31,6 +31,7 @@ class AdditionTask:
     description: str = ""
 
     reward = staticmethod(exact_match_reward)
+    reward_name = "exact_match"
 
     @property
     def max_answer_length(self) -> int:

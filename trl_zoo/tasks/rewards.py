@@ -2,8 +2,9 @@
 
     exact_match:   R = [ normalise(completion) == normalise(answer) ]
     final_number:  R = [ last number in completion == reference number ]   (GSM8K style: "... #### 72")
+    final_answer:  R = [ normalise(text after the completion's last ":") == normalise(answer) ]   (worked solutions)
 
-Both follow TRL's reward-function signature `f(completions, **dataset_columns) -> list[float]`, reading the
+All follow TRL's reward-function signature `f(completions, **dataset_columns) -> list[float]`, reading the
 reference from the dataset's `answer` column.
 """
 
@@ -62,7 +63,19 @@ def final_number_reward(completions, answer, **kwargs) -> list[float]:
     return rewards
 
 
+def final_answer_reward(completions, answer, **kwargs) -> list[float]:
+    """1.0 where the text after the completion's last ':' equals the reference (a worked solution's answer line);
+    0.0 when there is no ':'."""
+    rewards = []
+    for completion, reference in zip(completions, answer, strict=True):
+        text = completion_text(completion)
+        said = text.rsplit(":", 1)[1] if ":" in text else None
+        rewards.append(float(said is not None and normalise(said) == normalise(reference_answer(reference))))
+    return rewards
+
+
 REWARDS = {
     "exact_match": exact_match_reward,
     "final_number": final_number_reward,
+    "final_answer": final_answer_reward,
 }
