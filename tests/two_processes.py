@@ -21,10 +21,12 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_two_processes(script: str, output: Path, *script_args: str) -> dict:
-    """`tests/scripts/<script>` on 2 processes, writing its JSON to `output` (its first argument); the parsed JSON."""
+def launch_two_processes(script: str, output: Path, *script_args: str, config_file: str | None = None) -> dict:
+    """`tests/scripts/<script>` on 2 processes, writing its JSON to `output` (its first argument); the parsed JSON.
+    DDP (`--multi_gpu`), or the setup of an accelerate `config_file` (a path from the repository root)."""
+    setup = ["--multi_gpu"] if config_file is None else ["--config_file", str(REPO / config_file)]
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        sys.executable, "-m", "accelerate.commands.launch", *setup, "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_port", "PORT",
         str(REPO / "tests" / "scripts" / script), str(output), *script_args,
