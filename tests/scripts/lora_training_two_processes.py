@@ -1,12 +1,13 @@
-"""Worker for tests/test_fsdp_multiprocess.py: three LoRA training steps of a preset (argv[2], "grpo" or "dapo", read
-from configs/<preset>.yaml with tiny sizes) on the two CPU processes `accelerate launch` started, under DDP or under
-FSDP (the launcher's config file). Writes, as JSON to argv[1]: the logged loss and gradient norm of every step, the
-LoRA weights before and after training (gathered whole), the distributed type and the number of sharded (DTensor)
-parameters."""
+"""Worker for tests/test_fsdp_multiprocess.py: a few LoRA training steps of a preset (argv[2], "grpo" or "dapo", read
+from configs/<preset>.yaml with tiny sizes, then the GRPOConfig fields of the JSON object argv[3] if given) on the two
+CPU processes `accelerate launch` started, under DDP or under FSDP (the launcher's config file). Writes, as JSON to
+argv[1]: the logged loss, gradient norm, KL and reference resets of every step, the LoRA weights before and after
+training (gathered whole), the distributed type and the number of sharded (DTensor) parameters."""
 
 from __future__ import annotations
 
 import faulthandler
+import json
 import sys
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def force_fsdp_on_cpu_processes():
     Trainer.create_accelerator_and_postprocess = create_with_fsdp
 
 
-def main(output_path: str, preset: str):
+def main(output_path: str, preset: str, overrides: str = "{}"):
     force_fsdp_on_cpu_processes()
     from peft import LoraConfig
 
@@ -58,7 +59,8 @@ def main(output_path: str, preset: str):
 
     model_dir(0)  # save the tiny model before the process group exists
     recipe = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / f"{preset}.yaml").read_text())
-    options = {**recipe, **{k: v for k, v in TINY_SIZES.items() if k in recipe or k in ("per_device_train_batch_size", "max_steps")}}
+    sizes = {k: v for k, v in TINY_SIZES.items() if k in recipe or k in ("per_device_train_batch_size", "max_steps")}
+    options = {**recipe, **sizes, **json.loads(overrides)}
     peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=peft_config, **options)
     initial_adapter = torch.cat(
@@ -76,6 +78,8 @@ def main(output_path: str, preset: str):
             {
                 "losses": [row["loss"] for row in logged],
                 "grad_norms": [row["grad_norm"] for row in logged],
+                "kl": [row.get("kl") for row in logged],
+                "ref_resets": [row.get("ref_resets") for row in logged],
                 "adapter_before": initial_adapter,
                 "adapter_after": torch.cat(adapter).tolist(),
                 "distributed_type": trainer.accelerator.distributed_type.value,
@@ -90,4 +94,4 @@ def main(output_path: str, preset: str):
 
 if __name__ == "__main__":
     faulthandler.dump_traceback_later(WORKER_TIMEOUT_S, exit=True)
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

@@ -25,6 +25,7 @@ step, before that step's log), so its result is logged with the step.
 from __future__ import annotations
 
 import torch
+from torch.distributed.tensor import DTensor
 from accelerate.state import AcceleratorState
 from accelerate.utils import is_peft_model
 from trl.trainer.callbacks import SyncRefModelCallback
@@ -116,5 +117,7 @@ def _copy_active_adapter_to_ref(model):
         for name, param in model.named_parameters():
             if f".{active}." in name:
                 reference = model.get_parameter(name.replace(f".{active}.", f".{REF_ADAPTER}."))
-                reference.copy_(param)
+                # under FSDP2 the policy adapter is sharded (a DTensor) while "ref", added after the sharding, is
+                # whole on every process: gathered (a collective; every process resets at the same step)
+                reference.copy_(param.full_tensor() if isinstance(param, DTensor) else param)
                 reference.requires_grad_(False)
