@@ -396,11 +396,11 @@ class CriticMixin:
 
 
 def check_critic_distribution(accelerator, estimator: str):
-    """The critic averages its own gradients across DDP processes; setups that shard parameters are refused."""
-    if accelerator.num_processes > 1 and accelerator.distributed_type in _SHARDED:
+    """The critic averages its own gradients across DDP processes; setups that shard parameters are refused, on any
+    number of processes (they shard the model, hence the value head, even on one)."""
+    if accelerator.distributed_type in _SHARDED:
         raise NotImplementedError(
-            f"advantage_estimator: {estimator!r} trains a critic, supported on one process or with DDP (accelerate "
-            f"launch --multi_gpu); not under {accelerator.distributed_type.value}, which shards the critic's "
-            f"parameters."
+            f"advantage_estimator: {estimator!r} trains a critic whose value passes run outside the wrapped model, "
+            f"so not under {accelerator.distributed_type.value}, which shards its parameters; launch with DDP "
+            f"instead (accelerate launch --multi_gpu, or --config_file configs/accelerate/ddp.yaml)."
         )
-

@@ -63,7 +63,8 @@ class KLControlMixin:
             deepspeed_plugin = AcceleratorState().deepspeed_plugin
             if self.ref_model is None and deepspeed_plugin is not None and deepspeed_plugin.zero_stage == 3:
                 raise NotImplementedError(
-                    "ref_reset_steps: resetting a PEFT reference adapter under DeepSpeed ZeRO-3 is not supported."
+                    "ref_reset_steps: the PEFT reference adapter cannot be created and copied under DeepSpeed ZeRO-3, "
+                    "which partitions it across processes; use ZeRO-2, FSDP2 (configs/accelerate/fsdp2.yaml) or DDP."
                 )
 
     # ------------------------------------------------------------------ KL in the reward
