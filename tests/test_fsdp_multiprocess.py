@@ -44,7 +44,9 @@ def test_fsdp_trains_the_adapter_as_ddp_does(runs):
     torch.testing.assert_close(torch.tensor(fsdp["adapter_before"]), torch.tensor(ddp["adapter_before"]))
     moved = torch.tensor(ddp["adapter_after"]) - torch.tensor(ddp["adapter_before"])
     assert moved.abs().max() > 1e-3
-    torch.testing.assert_close(torch.tensor(fsdp["adapter_after"]), torch.tensor(ddp["adapter_after"]), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        torch.tensor(fsdp["adapter_after"]), torch.tensor(ddp["adapter_after"]), rtol=1e-4, atol=1e-6
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,4 +71,6 @@ def test_reference_reset_under_fsdp_copies_the_sharded_adapter_as_ddp_does(refer
     assert ddp["kl"][3] > 1e-7
     torch.testing.assert_close(torch.tensor(fsdp["kl"]), torch.tensor(ddp["kl"]), rtol=1e-4, atol=1e-9)
     torch.testing.assert_close(torch.tensor(fsdp["grad_norms"]), torch.tensor(ddp["grad_norms"]), rtol=1e-4, atol=1e-7)
-    torch.testing.assert_close(torch.tensor(fsdp["adapter_after"]), torch.tensor(ddp["adapter_after"]), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(
+        torch.tensor(fsdp["adapter_after"]), torch.tensor(ddp["adapter_after"]), rtol=1e-4, atol=1e-6
+    )
