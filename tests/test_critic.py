@@ -468,5 +468,7 @@ def test_critic_is_refused_where_parameters_are_sharded(distributed_type):
     sharded = SimpleNamespace(num_processes=2, distributed_type=distributed_type)
     with pytest.raises(NotImplementedError, match=f"not under {distributed_type.value}"):
         check_critic_distribution(sharded, "gae")
-    check_critic_distribution(SimpleNamespace(num_processes=1, distributed_type=distributed_type), "gae")
+    with pytest.raises(NotImplementedError, match="launch with DDP instead"):  # one process is sharded too
+        check_critic_distribution(SimpleNamespace(num_processes=1, distributed_type=distributed_type), "gae")
     check_critic_distribution(SimpleNamespace(num_processes=2, distributed_type=DistributedType.MULTI_GPU), "gae")
+    check_critic_distribution(SimpleNamespace(num_processes=1, distributed_type=DistributedType.MULTI_CPU), "gae")

@@ -1,11 +1,12 @@
 """The critic under DDP on two processes (gloo on CPU): each process computes different critic gradients from its
 own rows, the hook averages them before the optimizer step, and policy and critic stay identical on both processes
-through value pre-training and PPO steps — with the LoRA value adapter and with the value head."""
+through value pre-training and PPO steps — with the LoRA value adapter and with the value head. On one distributed
+process (still wrapped in DDP) the critic trains as in a plain process."""
 
 import pytest
 import torch
 
-from tests.two_processes import launch_two_processes
+from tests.two_processes import launch_one_distributed_process, launch_two_processes, run_without_launcher
 
 
 @pytest.fixture(scope="module", params=["adapter", "head"])
@@ -31,3 +32,20 @@ def test_policy_and_critic_stay_identical_on_both_processes_and_both_train(two_p
     assert (first["critic_after"] - first["critic_before"]).abs().max() > 1e-3
     assert (first["policy_after"] - first["policy_before"]).abs().max() > 1e-3
     assert torch.isfinite(first["value_losses"]).all() and len(first["value_losses"]) == 3
+
+
+@pytest.mark.parametrize("critic_model", ["adapter", "head"])
+def test_one_distributed_process_trains_the_critic_as_a_plain_run(critic_model, tmp_path):
+    """A one-process distributed launch still wraps the model in DDP: the critic must be kept out of it there too,
+    and the run then trains exactly as a plain process does (same seed, same batches)."""
+    distributed = launch_one_distributed_process("critic_two_processes.py", tmp_path / "ddp.json", critic_model)
+    plain = run_without_launcher("critic_two_processes.py", tmp_path / "plain.json", critic_model)
+    assert distributed["num_processes"] == 1 and distributed["wrapped_in_ddp"]
+    assert not plain["wrapped_in_ddp"]
+    (ddp_record,), (plain_record,) = distributed["per_process"], plain["per_process"]
+    for name in ("critic_before", "critic_after", "policy_before", "policy_after", "value_losses"):
+        torch.testing.assert_close(
+            torch.tensor(ddp_record[name]), torch.tensor(plain_record[name]), rtol=1e-5, atol=1e-7, msg=name
+        )
+    critic_moved = torch.tensor(ddp_record["critic_after"]) - torch.tensor(ddp_record["critic_before"])
+    assert critic_moved.abs().max() > 1e-3

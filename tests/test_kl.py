@@ -199,3 +199,20 @@ def test_reference_reset_with_a_reference_model_copies_the_weights():
         assert torch.equal(ref, policy), name
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
     assert len(optimizer.state) > 0  # ref_reset_optimizer defaults to False
+
+
+def test_reference_adapter_reset_is_refused_under_zero3_with_what_to_use(monkeypatch):
+    from types import SimpleNamespace
+
+    from trl_zoo.hooks import kl_control
+
+    zero3 = SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=3))
+    monkeypatch.setattr(kl_control, "AcceleratorState", lambda: zero3)
+    trainer = SimpleNamespace(args=SimpleNamespace(beta=0.1, ref_reset_steps=2, sync_ref_model=False), ref_model=None)
+    with pytest.raises(NotImplementedError, match=r"ref_reset_steps: .*ZeRO-3.*; use ZeRO-2, FSDP2 .* or DDP\."):
+        kl_control.KLControlMixin._validate_kl_options(trainer)
+    trainer.ref_model = object()  # a separate reference model is synced by TRL's ZeRO-3-aware callback
+    kl_control.KLControlMixin._validate_kl_options(trainer)
+    zero3.deepspeed_plugin.zero_stage = 2
+    trainer.ref_model = None
+    kl_control.KLControlMixin._validate_kl_options(trainer)

@@ -21,6 +21,7 @@ import math
 import weakref
 
 import torch
+from torch.distributed.tensor import DTensor
 from transformers import TrainerCallback
 from transformers.utils import logging
 
@@ -68,7 +69,10 @@ class PolicyLossStep:
             return grad_norm
         # fp16's loss scaler overflows on purpose and skips those steps itself: only the loss is checked then.
         if torch.is_tensor(grad_norm) and self.accelerator.scaler is None:
-            health["gradient norm"] = grad_norm.detach().float().reshape(())
+            norm = grad_norm.detach()
+            if isinstance(norm, DTensor):  # FSDP2 clips to the global norm and returns it as a replicated DTensor
+                norm = norm.full_tensor()
+            health["gradient norm"] = norm.float().reshape(())
         names = list(health)
         stats = torch.stack([health[name].float().reshape(()) for name in names])
         values = dict(zip(names, self.accelerator.reduce(stats, reduction="sum").tolist()))

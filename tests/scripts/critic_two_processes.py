@@ -1,4 +1,5 @@
-"""Worker for tests/test_critic_multiprocess.py, launched on 2 CPU processes (gloo, DDP) by `accelerate launch`.
+"""Worker for tests/test_critic_multiprocess.py, launched on 2 CPU processes (gloo, DDP) by `accelerate launch`, on
+one distributed process (DDP around a single process) by torchrun, or run plainly without any process group.
 
 Trains PPO with GAE (one value pre-training step, then policy and critic) for a few steps with the critic named in
 argv[2] ("adapter": LoRA policy and a value adapter; "head": a full model and a value head). Writes, as JSON to
@@ -12,6 +13,7 @@ import faulthandler
 import sys
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from tests.two_processes import WORKER_TIMEOUT_S, write_result
 
@@ -61,9 +63,17 @@ def main(output_path: str, critic_model: str):
     trainer.record["value_losses"] = [row["critic/value_loss"] for row in trainer.state.log_history if "critic/value_loss" in row]
     per_process = gather_object([trainer.record])
     if trainer.accelerator.is_main_process:
-        write_result(output_path, {"per_process": per_process, "num_processes": trainer.accelerator.num_processes})
+        write_result(
+            output_path,
+            {
+                "per_process": per_process,
+                "num_processes": trainer.accelerator.num_processes,
+                "wrapped_in_ddp": isinstance(trainer.model_wrapped, DistributedDataParallel),
+            },
+        )
     trainer.accelerator.wait_for_everyone()
-    torch.distributed.destroy_process_group()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

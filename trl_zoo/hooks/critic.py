@@ -127,8 +127,9 @@ class CriticMixin:
         (model.get_base_model() if is_peft_model(model) else model).add_module(VALUE_HEAD, self.value_head)
         self.critic_parameters = adapter_parameters + list(self.value_head.parameters())
         self._restore_trainable()
+        self._keep_critic_out_of_ddp()
         if self.accelerator.num_processes > 1:
-            self._share_critic_across_processes()
+            self._share_critic_weights_across_processes()
         if getattr(self, "vllm_generation", None) is not None:
             self._keep_critic_out_of_weight_sync()
 
@@ -148,13 +149,17 @@ class CriticMixin:
         generation._iter_named_params = policy_named_params
 
     # ------------------------------------------------------------------ several processes (DDP)
-    def _share_critic_across_processes(self):
-        """Keep the critic out of DDP (its value passes run outside the wrapped forward, so DDP's reducer would
-        miss or wait for their gradients), start every process from rank 0's critic weights, and average the
-        critic's gradients ourselves at every optimizer step (`training_step`)."""
+    def _keep_critic_out_of_ddp(self):
+        """Mark the critic's parameters as ignored by any DistributedDataParallel that later wraps the model: its
+        value passes run outside the wrapped forward, so DDP's reducer would miss or wait for their gradients. The
+        mark is inert without DDP, and is set whatever the process count: accelerate wraps the model in DDP on a
+        one-process distributed launch too (torchrun --nproc_per_node 1 on CPU)."""
         critic_ids = {id(parameter) for parameter in self.critic_parameters}
         names = [name for name, parameter in self.model.named_parameters() if id(parameter) in critic_ids]
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.model, names)
+
+    def _share_critic_weights_across_processes(self):
+        """Start every process from rank 0's critic weights; their gradients are averaged by `training_step`."""
         with torch.no_grad():
             for parameter in self.critic_parameters:
                 torch.distributed.broadcast(parameter.data, src=0)
@@ -391,11 +396,11 @@ class CriticMixin:
 
 
 def check_critic_distribution(accelerator, estimator: str):
-    """The critic averages its own gradients across DDP processes; setups that shard parameters are refused."""
-    if accelerator.num_processes > 1 and accelerator.distributed_type in _SHARDED:
+    """The critic averages its own gradients across DDP processes; setups that shard parameters are refused, on any
+    number of processes (they shard the model, hence the value head, even on one)."""
+    if accelerator.distributed_type in _SHARDED:
         raise NotImplementedError(
-            f"advantage_estimator: {estimator!r} trains a critic, supported on one process or with DDP (accelerate "
-            f"launch --multi_gpu); not under {accelerator.distributed_type.value}, which shards the critic's "
-            f"parameters."
+            f"advantage_estimator: {estimator!r} trains a critic whose value passes run outside the wrapped model, "
+            f"so not under {accelerator.distributed_type.value}, which shards its parameters; launch with DDP "
+            f"instead (accelerate launch --multi_gpu, or --config_file configs/accelerate/ddp.yaml)."
         )
-

@@ -25,6 +25,7 @@ step, before that step's log), so its result is logged with the step.
 from __future__ import annotations
 
 import torch
+from torch.distributed.tensor import DTensor
 from accelerate.state import AcceleratorState
 from accelerate.utils import is_peft_model
 from trl.trainer.callbacks import SyncRefModelCallback
@@ -62,7 +63,8 @@ class KLControlMixin:
             deepspeed_plugin = AcceleratorState().deepspeed_plugin
             if self.ref_model is None and deepspeed_plugin is not None and deepspeed_plugin.zero_stage == 3:
                 raise NotImplementedError(
-                    "ref_reset_steps: resetting a PEFT reference adapter under DeepSpeed ZeRO-3 is not supported."
+                    "ref_reset_steps: the PEFT reference adapter cannot be created and copied under DeepSpeed ZeRO-3, "
+                    "which partitions it across processes; use ZeRO-2, FSDP2 (configs/accelerate/fsdp2.yaml) or DDP."
                 )
 
     # ------------------------------------------------------------------ KL in the reward
@@ -116,5 +118,7 @@ def _copy_active_adapter_to_ref(model):
         for name, param in model.named_parameters():
             if f".{active}." in name:
                 reference = model.get_parameter(name.replace(f".{active}.", f".{REF_ADAPTER}."))
-                reference.copy_(param)
+                # under FSDP2 the policy adapter is sharded (a DTensor) while "ref", added after the sharding, is
+                # whole on every process: gathered (a collective; every process resets at the same step)
+                reference.copy_(param.full_tensor() if isinstance(param, DTensor) else param)
                 reference.requires_grad_(False)

@@ -1,0 +1,97 @@
+"""Worker for tests/test_fsdp_multiprocess.py: a few LoRA training steps of a preset (argv[2], "grpo" or "dapo", read
+from configs/<preset>.yaml with tiny sizes, then the GRPOConfig fields of the JSON object argv[3] if given) on the two
+CPU processes `accelerate launch` started, under DDP or under FSDP (the launcher's config file). Writes, as JSON to
+argv[1]: the logged loss, gradient norm, KL and reference resets of every step, the LoRA weights before and after
+training (gathered whole), the distributed type and the number of sharded (DTensor) parameters."""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+from torch.distributed.tensor import DTensor
+
+from tests.two_processes import WORKER_TIMEOUT_S, write_result
+
+TINY_SIZES = dict(  # the preset's own loss, clipping, KL and sampling options; sizes fit a tiny model on a CPU
+    num_generations=4,
+    per_device_train_batch_size=4,
+    steps_per_generation=2,
+    max_completion_length=8,
+    overlong_buffer_length=2,
+    max_steps=3,
+)
+
+
+def force_fsdp_on_cpu_processes():
+    """accelerate turns FSDP on only over accelerator devices (its CPU processes stay DDP, MULTI_CPU, whatever the
+    config says); set the FSDP plugin the launcher's config describes on the CPU processes, as accelerate does on
+    GPUs, so accelerate's FSDP preparation (torch's fully_shard over gloo) runs."""
+    import os
+
+    from accelerate import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+    from transformers import Trainer
+
+    create = Trainer.create_accelerator_and_postprocess
+
+    def create_with_fsdp(self):
+        create(self)
+        state = self.accelerator.state
+        if os.environ.get("ACCELERATE_USE_FSDP") == "true" and state.distributed_type == DistributedType.MULTI_CPU:
+            state.fsdp_plugin = FullyShardedDataParallelPlugin()
+            state.distributed_type = PartialState().distributed_type = DistributedType.FSDP
+            self.is_fsdp_enabled = True
+
+    Trainer.create_accelerator_and_postprocess = create_with_fsdp
+
+
+def main(output_path: str, preset: str, overrides: str = "{}"):
+    force_fsdp_on_cpu_processes()
+    from peft import LoraConfig
+
+    import trl_zoo
+    from tests.tiny import make_trainer, model_dir
+
+    model_dir(0)  # save the tiny model before the process group exists
+    recipe = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / f"{preset}.yaml").read_text())
+    sizes = {k: v for k, v in TINY_SIZES.items() if k in recipe or k in ("per_device_train_batch_size", "max_steps")}
+    options = {**recipe, **sizes, **json.loads(overrides)}
+    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=peft_config, **options)
+    initial_adapter = torch.cat(
+        [p.detach().reshape(-1) for _, p in sorted(trainer.model.named_parameters()) if p.requires_grad]
+    ).tolist()
+    trainer.train()
+    logged = [row for row in trainer.state.log_history if "loss" in row]
+    adapter = [  # FSDP2 holds each process's shard as a DTensor: gathered whole (a collective, on every process)
+        (p.full_tensor() if isinstance(p, DTensor) else p).detach().reshape(-1)
+        for _, p in sorted(trainer.model.named_parameters()) if p.requires_grad
+    ]
+    if trainer.accelerator.is_main_process:
+        write_result(
+            output_path,
+            {
+                "losses": [row["loss"] for row in logged],
+                "grad_norms": [row["grad_norm"] for row in logged],
+                "kl": [row.get("kl") for row in logged],
+                "ref_resets": [row.get("ref_resets") for row in logged],
+                "adapter_before": initial_adapter,
+                "adapter_after": torch.cat(adapter).tolist(),
+                "distributed_type": trainer.accelerator.distributed_type.value,
+                "sharded_parameters": sum(isinstance(p, DTensor) for p in trainer.model.parameters()),
+                "num_processes": trainer.accelerator.num_processes,
+            },
+        )
+    trainer.accelerator.wait_for_everyone()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    faulthandler.dump_traceback_later(WORKER_TIMEOUT_S, exit=True)
+    main(*sys.argv[1:])
