@@ -19,8 +19,33 @@ from datasets import Dataset
 from .rewards import exact_match_reward
 
 
+class SumPairDatasets:
+    """Datasets of a task built from (a, b) pairs: its `_split` gives (train pairs, held-out pairs) and its `prompt`
+    writes one; the answer is a + b."""
+
+    @property
+    def train_pairs(self) -> list[tuple[int, int]]:
+        return self._split[0]
+
+    @property
+    def heldout_pairs(self) -> list[tuple[int, int]]:
+        return self._split[1]
+
+    def _dataset(self, pairs) -> Dataset:
+        return Dataset.from_dict(
+            {"prompt": [self.prompt(a, b) for a, b in pairs], "answer": [str(a + b) for a, b in pairs]}
+        )
+
+    def train_dataset(self) -> Dataset:
+        """Columns `prompt` and `answer`; the answer column feeds the reward."""
+        return self._dataset(self.train_pairs)
+
+    def heldout_dataset(self) -> Dataset:
+        return self._dataset(self.heldout_pairs)
+
+
 @dataclass(frozen=True)
-class AdditionTask:
+class AdditionTask(SumPairDatasets):
     """d-digit addition with a fixed, seeded train / held-out split."""
 
     name: str
@@ -62,25 +87,6 @@ class AdditionTask:
         pairs = [(low + index // span, low + index % span) for index in chosen]
         return pairs[self.num_heldout :], pairs[: self.num_heldout]
 
-    @property
-    def train_pairs(self) -> list[tuple[int, int]]:
-        return self._split[0]
-
-    @property
-    def heldout_pairs(self) -> list[tuple[int, int]]:
-        return self._split[1]
-
-    def _dataset(self, pairs) -> Dataset:
-        return Dataset.from_dict(
-            {"prompt": [self.prompt(a, b) for a, b in pairs], "answer": [str(a + b) for a, b in pairs]}
-        )
-
-    def train_dataset(self) -> Dataset:
-        """Columns `prompt` and `answer`; the answer column feeds the reward."""
-        return self._dataset(self.train_pairs)
-
-    def heldout_dataset(self) -> Dataset:
-        return self._dataset(self.heldout_pairs)
 
 
 ADDITION = AdditionTask(

@@ -25,8 +25,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from functools import cached_property
 
-from datasets import Dataset
-
+from .arithmetic import SumPairDatasets
 from .rewards import final_answer_reward
 
 
@@ -62,7 +61,7 @@ def carried_columns(a: int, b: int, digits: int) -> list[int]:
 
 
 @dataclass(frozen=True)
-class ScratchpadAdditionTask:
+class ScratchpadAdditionTask(SumPairDatasets):
     """Column addition with a worked scratchpad, operands of min_digits..max_digits digits, a seeded held-out split."""
 
     name: str
@@ -118,26 +117,6 @@ class ScratchpadAdditionTask:
             if pair not in seen:
                 train.append(pair)
         return train, heldout
-
-    @property
-    def train_pairs(self) -> list[tuple[int, int]]:
-        return self._split[0]
-
-    @property
-    def heldout_pairs(self) -> list[tuple[int, int]]:
-        return self._split[1]
-
-    def _dataset(self, pairs) -> Dataset:
-        return Dataset.from_dict(
-            {"prompt": [self.prompt(a, b) for a, b in pairs], "answer": [str(a + b) for a, b in pairs]}
-        )
-
-    def train_dataset(self) -> Dataset:
-        """Columns `prompt` and `answer`; the answer column feeds the reward."""
-        return self._dataset(self.train_pairs)
-
-    def heldout_dataset(self) -> Dataset:
-        return self._dataset(self.heldout_pairs)
 
 
 SCRATCHPAD = ScratchpadAdditionTask(
