@@ -21,6 +21,7 @@ regrouped yet (use `reweight`).
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import torch
@@ -113,7 +114,9 @@ class DynamicSamplingMixin:
                 if skip:
                     skip -= 1
                     continue
-                yield [dataset[i] for i in indices[offset : offset + size][start : start + local]]
+                batch_indices = indices[offset : offset + size][start : start + local]
+                rows = {i: dataset[i] for i in dict.fromkeys(batch_indices)}  # each prompt read once, not G times
+                yield [copy.deepcopy(rows[i]) for i in batch_indices]
 
 
 def _too_small_message(prompts_per_batch: int) -> str:
