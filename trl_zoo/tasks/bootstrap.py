@@ -127,33 +127,17 @@ def supervise(model, tokenizer, task: AdditionTask, recipe: BootstrapRecipe, log
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=recipe.learning_rate, betas=(0.9, recipe.adam_beta2), weight_decay=recipe.weight_decay
     )
-    warmup = max(1, recipe.max_steps // 50)
-
-    def learning_rate(step: int) -> float:
-        """Linear warm-up, then cosine decay to a tenth of the peak at `max_steps`."""
-        if step < warmup:
-            return recipe.learning_rate * (step + 1) / warmup
-        progress = (step - warmup) / max(1, recipe.max_steps - warmup)
-        return recipe.learning_rate * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
-
     def step(slip_rate: float, learning_rate: float) -> float:
         index = torch.randint(len(right_ids), (recipe.batch_size,), generator=generator).to(device)
         slip = (torch.rand(recipe.batch_size, generator=generator) < slip_rate).to(device)[:, None]
         ids = torch.where(slip, slip_ids[index], right_ids[index])
         labels = torch.where(slip, slip_labels[index], right_labels[index])
-        loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.item()
+        return supervised_step(model, optimizer, ids, labels, tokenizer.pad_token_id, learning_rate)
 
     model.train()
     steps, loss, accuracy = 0, float("nan"), 0.0
     while steps < recipe.max_steps:
-        loss = step(0.0, learning_rate(steps))
+        loss = step(0.0, warmup_cosine_learning_rate(steps, recipe.learning_rate, recipe.max_steps))
         steps += 1
         if steps % recipe.check_every == 0:
             accuracy, _ = _probe(model, tokenizer, task, probe)
@@ -212,14 +196,45 @@ def bootstrap_policy(
     seconds = time.perf_counter() - started
     log(f"Bootstrapped in {seconds:.1f} s: held-out greedy accuracy {accuracy:.1%}")
 
+    summary = {"task": task.name, "recipe": asdict(recipe), **outcome, "heldout_accuracy": accuracy, "seconds": seconds}
+    save_policy(model, tokenizer, target, {"bootstrap.json": json.dumps(summary, indent=2)})
+    return target
+
+
+def warmup_cosine_learning_rate(step: int, peak: float, max_steps: int) -> float:
+    """Linear warm-up over max_steps/50 steps, then cosine decay to a tenth of `peak` at `max_steps`."""
+    warmup = max(1, max_steps // 50)
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, max_steps - warmup)
+    return peak * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
+
+
+def supervised_step(model, optimizer, ids, labels, pad_token_id: int, learning_rate: float) -> float:
+    """One step of next-token cross-entropy on `labels` (-100 ignored), gradient norm clipped at 1; the loss."""
+    loss = model(input_ids=ids, attention_mask=(ids != pad_token_id).long(), labels=labels).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    for group in optimizer.param_groups:
+        group["lr"] = learning_rate
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def save_policy(model, tokenizer, target: Path, extra_files: dict[str, str] | None = None):
+    """Save model and tokenizer into `target` atomically (a staging folder renamed; a finished one is kept)."""
+    if target.exists():
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    device = next(model.parameters()).device
     model.cpu().save_pretrained(staging)
+    model.to(device)
     tokenizer.save_pretrained(staging)
-    summary = {"task": task.name, "recipe": asdict(recipe), **outcome, "heldout_accuracy": accuracy, "seconds": seconds}
-    (staging / "bootstrap.json").write_text(json.dumps(summary, indent=2))
+    for name, text in (extra_files or {}).items():
+        (staging / name).write_text(text)
     try:
         staging.rename(target)
     except OSError:  # another process finished the same bootstrap first: use theirs
         shutil.rmtree(staging, ignore_errors=True)
-    return target

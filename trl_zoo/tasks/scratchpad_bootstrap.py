@@ -17,10 +17,7 @@ estimated at 2-3 minutes on one H200, not yet measured). The result is cached li
 from __future__ import annotations
 
 import json
-import math
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -29,7 +26,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .bootstrap import cache_root
+from .bootstrap import cache_root, save_policy, supervised_step, warmup_cosine_learning_rate
 from .evaluation import greedy_accuracy, greedy_completions
 from .scratchpad import SCRATCHPAD, SCRATCHPAD_SMALL, ScratchpadAdditionTask, carried_columns, worked_solution
 from .tiny import build_char_tokenizer, build_tiny_causal_lm
@@ -126,31 +123,15 @@ def supervise(
     width = 2 * task.max_digits + 2 + task.max_completion_length
     probe = task.train_pairs[: recipe.probe_size]
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, betas=(0.9, 0.95), weight_decay=0.0)
-    warmup = max(1, recipe.max_steps // 50)
-
-    def learning_rate(step: int) -> float:
-        """Linear warm-up, then cosine decay to a tenth of the peak at `max_steps`."""
-        if step < warmup:
-            return recipe.learning_rate * (step + 1) / warmup
-        progress = (step - warmup) / max(1, recipe.max_steps - warmup)
-        return recipe.learning_rate * (0.1 + 0.45 * (1 + math.cos(math.pi * progress)))
-
     def step(slip_rate: float, lr: float) -> float:
         pairs = rng.choices(task.train_pairs, k=recipe.batch_size)
         ids, labels = (tensor.to(device) for tensor in _batch(tokenizer, task, pairs, slip_rate, rng, width))
-        loss = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss.item()
+        return supervised_step(model, optimizer, ids, labels, tokenizer.pad_token_id, lr)
 
     model.train()
     steps, loss, accuracy = 0, float("nan"), 0.0
     while steps < recipe.max_steps and not learned:
-        loss = step(0.0, learning_rate(steps))
+        loss = step(0.0, warmup_cosine_learning_rate(steps, recipe.learning_rate, recipe.max_steps))
         steps += 1
         if steps % recipe.check_every == 0:
             accuracy = probe_accuracy(model, tokenizer, task, probe)
@@ -197,7 +178,7 @@ def bootstrap_scratchpad_policy(
     if torch.cuda.is_available():
         model.to("cuda")
     outcome = supervise(
-        model, tokenizer, task, recipe, log, learned, after_learning=lambda model: _save(model, tokenizer, learned_dir)
+        model, tokenizer, task, recipe, log, learned, after_learning=lambda model: save_policy(model, tokenizer, learned_dir)
     )
     heldout = task.heldout_dataset()
     accuracy = greedy_accuracy(model, tokenizer, heldout["prompt"], task.max_completion_length, reward=task.reward,
@@ -206,23 +187,6 @@ def bootstrap_scratchpad_policy(
     log(f"Bootstrapped in {seconds:.1f} s: held-out greedy accuracy {accuracy:.1%}")
     summary = {"task": task.name, "recipe": asdict(recipe), **outcome, "heldout_accuracy": accuracy,
                "seconds": seconds}
-    _save(model, tokenizer, target, {"bootstrap.json": json.dumps(summary, indent=2)})
+    save_policy(model, tokenizer, target, {"bootstrap.json": json.dumps(summary, indent=2)})
     return target
 
-
-def _save(model, tokenizer, target: Path, extra_files: dict[str, str] | None = None):
-    """Save model and tokenizer into `target` atomically (a staging folder renamed; a finished one is kept)."""
-    if target.exists():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    device = next(model.parameters()).device
-    model.cpu().save_pretrained(staging)
-    model.to(device)
-    tokenizer.save_pretrained(staging)
-    for name, text in (extra_files or {}).items():
-        (staging / name).write_text(text)
-    try:
-        staging.rename(target)
-    except OSError:  # another process finished the same bootstrap first: use theirs
-        shutil.rmtree(staging, ignore_errors=True)
