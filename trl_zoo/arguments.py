@@ -53,9 +53,26 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
     task: str = field(
         default="addition",
         metadata={
-            "help": "Built-in task (addition, addition3, scratchpad, scratchpad_small), used when no dataset_name is "
-            "given. The scratchpad tasks bootstrap their base policy with their own recipe (the bootstrap_* flags "
-            "apply to the addition tasks)."
+            "help": "Built-in task (addition, addition3, scratchpad, scratchpad_small, chat_arithmetic, "
+            "chat_arithmetic_hard), used when no dataset_name is given. The addition and scratchpad tasks bootstrap "
+            "a tiny base policy (the bootstrap_* flags apply to the addition tasks); the chat_arithmetic tasks train "
+            "a pretrained chat model, by default the packaged smollm2-135m-instruct."
+        },
+    )
+    gguf_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "A GGUF file in the model_name_or_path folder (as transformers' from_pretrained(dir, "
+            "gguf_file=...)): its weights are dequantized once into a cached float32 checkpoint, which the run "
+            "trains. model_name_or_path may also name a .gguf file, or a packaged model (smollm2-135m-instruct)."
+        },
+    )
+    null_reward_control: bool = field(
+        default=False,
+        metadata={
+            "help": "Control run: every reward batch is shuffled across its completions before training sees it, "
+            "so rewards carry no information about correctness (the held-out evaluation still scores truly). "
+            "Compare a run with its control, paired by seed, to separate what the reward taught from format."
         },
     )
     prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the prompt."})
@@ -216,7 +233,10 @@ DEFAULT_OUTPUT_DIR = "runs/{task}-{run_name}"
 
 
 def quickstart_preset(task) -> dict:
-    """Hyperparameters for the built-in tasks' tiny policy (measured: see docs/quickstart.md)."""
+    """Hyperparameters for a built-in task: its own `preset()` (the chat tasks), else those of the tiny policy
+    (measured: see docs/quickstart.md)."""
+    if hasattr(task, "preset"):
+        return {**task.preset(), "output_dir": DEFAULT_OUTPUT_DIR}
     return {
         "loss_type": "grpo",
         "learning_rate": 1e-3,

@@ -27,13 +27,16 @@ from trl import DatasetMixtureConfig, get_dataset, get_peft_config, get_quantiza
 
 from .arguments import ConfigError, one_line, parse_train_args
 from .checkpoint_integrity import check_checkpoint
+from .gguf_checkpoint import GGUFError, policy_path
 from .hooks.prompt_length import PromptTooLongError
 from .hooks.resume import interrupted_message as resume_interrupted_message
 from .hooks.resume import last_complete_checkpoint
+from .null_reward_control import permuted_reward
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
 from .reward_names import check_reward_columns, heldout_scorer, resolve_reward
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
+from .tasks.chat_arithmetic import ChatArithmeticTask
 from .tasks.scratchpad import ScratchpadAdditionTask
 from .tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
 from .tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy
@@ -322,6 +325,10 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         source = task.name
         model_path = model_args.model_name_or_path
         default_reward = task.reward_name
+        if task_args.num_heldout is not None:  # evaluate on the first N held-out prompts only
+            heldout = heldout.select(range(min(task_args.num_heldout, len(heldout))))
+        if model_path is None and isinstance(task, ChatArithmeticTask):
+            model_path = task.default_model
         if model_path is None and isinstance(task, ScratchpadAdditionTask):
             model_path = str(bootstrap_scratchpad_policy(task, scratchpad_recipe(task, training_args.seed), log=log))
         elif model_path is None:
@@ -346,6 +353,10 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         default_reward = "exact_match"
 
     try:
+        model_path = policy_path(model_path, task_args.gguf_file, log)
+    except GGUFError as error:
+        raise ConfigError(str(error)) from None
+    try:
         tokenizer = AutoTokenizer.from_pretrained(
             model_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
         )
@@ -368,6 +379,10 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         check_reward_columns(name, function, columns)
     if scorer not in functions:
         check_reward_columns("exact_match (the greedy held-out evaluation's scorer)", scorer, columns)
+    if task_args.null_reward_control:
+        log("null_reward_control: training rewards are shuffled across each batch (a control run); the held-out "
+            "evaluation scores with the real reward.")
+        functions = [permuted_reward(function, training_args.seed + k) for k, function in enumerate(functions)]
     rewards = [task_args.reward_model_name_or_path] if task_args.reward_model_name_or_path else []
     rewards += functions
     model_init_kwargs = {

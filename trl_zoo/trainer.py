@@ -38,6 +38,7 @@ from trl import GRPOTrainer as TRLGRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .config import GRPOConfig, to_zoo_config
+from .gguf_checkpoint import policy_path
 from .hooks.advantages import AdvantageMixin
 from .hooks.critic import CriticMixin
 from .hooks.kl_control import KLControlMixin
@@ -120,6 +121,18 @@ def check_finite_parameters(model) -> None:
         )
 
 
+def dense_policy(model, args):
+    """A policy named by path with `model_init_kwargs={"gguf_file": ...}` (or a packaged model's short name) is
+    loaded from its dequantized checkpoint (gguf_checkpoint.py), which `Trainer` can train; anything else as given."""
+    if not isinstance(model, str):
+        return model
+    init_kwargs = dict(args.model_init_kwargs or {})
+    path = policy_path(model, init_kwargs.pop("gguf_file", None))
+    if path != model:
+        args.model_init_kwargs = init_kwargs
+    return path
+
+
 class GRPOTrainer(
     ResumableStateMixin,
     LengthBucketingMixin,
@@ -144,6 +157,7 @@ class GRPOTrainer(
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = GRPOConfig(f"{model_name.split('/')[-1]}-GRPO")
         args = to_zoo_config(args)
+        model = dense_policy(model, args)
         self.loss_entry = LOSSES.get(args.loss_type)
         self.aggregate = AGGREGATIONS.get(args.loss_aggregation or self.loss_entry.spec.aggregation).fn
         self.kl_estimator = KL_ESTIMATORS.get(args.kl_estimator).fn

@@ -4,20 +4,22 @@
 """
 
 from .arithmetic import ADDITION, ADDITION3, AdditionTask
+from .chat_arithmetic import CHAT_ARITHMETIC, CHAT_ARITHMETIC_HARD, ChatArithmeticTask
 from .scratchpad import SCRATCHPAD, SCRATCHPAD_SMALL, ScratchpadAdditionTask
 
-TASKS: dict[str, AdditionTask | ScratchpadAdditionTask] = {
-    task.name: task for task in (ADDITION, ADDITION3, SCRATCHPAD, SCRATCHPAD_SMALL)
+TASKS: dict[str, AdditionTask | ScratchpadAdditionTask | ChatArithmeticTask] = {
+    task.name: task
+    for task in (ADDITION, ADDITION3, SCRATCHPAD, SCRATCHPAD_SMALL, CHAT_ARITHMETIC, CHAT_ARITHMETIC_HARD)
 }
 
 
-def get_task(name: str) -> AdditionTask | ScratchpadAdditionTask:
+def get_task(name: str) -> AdditionTask | ScratchpadAdditionTask | ChatArithmeticTask:
     if name not in TASKS:
         raise ValueError(f"task: unknown built-in task {name!r}. Known: {', '.join(sorted(TASKS))}.")
     return TASKS[name]
 
 
 __all__ = [
-    "ADDITION", "ADDITION3", "AdditionTask", "SCRATCHPAD", "SCRATCHPAD_SMALL", "ScratchpadAdditionTask", "TASKS",
-    "get_task",
+    "ADDITION", "ADDITION3", "AdditionTask", "CHAT_ARITHMETIC", "CHAT_ARITHMETIC_HARD", "ChatArithmeticTask",
+    "SCRATCHPAD", "SCRATCHPAD_SMALL", "ScratchpadAdditionTask", "TASKS", "get_task",
 ]

@@ -1,0 +1,128 @@
+"""Built-in task for pretrained chat models: arithmetic questions asked in words, at two levels of difficulty.
+
+    easy  (chat_arithmetic)       "What is 47 + 38?"          answer 85
+    hard  (chat_arithmetic_hard)  "What is 47 + 38 - 21?"     answer 64
+
+    reward R = [ last number in the completion == answer ]     (final_number, see rewards.py)
+
+Operands are two-digit numbers; the held-out questions are drawn first, by seed, and never asked in training.
+The prompts are plain questions: the model answers in its own words (a chat model explains, rambles, and ends with
+a number or not), so the reward reads the last number it wrote.
+
+How the levels were chosen (SmolLM2-135M-Instruct, greedy, 64 new tokens, chat template): two-digit sums start
+near 10-14 % correct, where plain GRPO has enough groups with reward spread to learn from; a third term drops the
+model to about 1 % greedy, most groups of 8 samples carry no reward spread, and what is learned depends on spending
+generation on the few informative prompts (dynamic sampling, GRESO) — the regime where samplers and losses differ.
+Word problems (0 %) were tried and left out: no recipe gets a signal there at this model size.
+
+The default policy is the packaged SmolLM2-135M-Instruct (`smollm2-135m-instruct`, see gguf_checkpoint.py), and
+`preset()` holds the hyperparameters measured on one GPU (LoRA r 16 on every linear layer, 16 prompts × 8
+completions a step, 64 new tokens, learning rate 2e-4).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from functools import cached_property
+
+from datasets import Dataset
+
+from .rewards import final_number_reward
+
+Question = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ChatArithmeticTask:
+    """Questions 'What is a + b?' (terms=2) or 'What is a + b - c?' (terms=3) over two-digit operands."""
+
+    name: str
+    terms: int
+    num_train: int
+    num_heldout: int
+    level: str
+    seed: int = 1234
+    description: str = ""
+
+    reward = staticmethod(final_number_reward)
+    reward_name = "final_number"
+    default_model = "smollm2-135m-instruct"
+    max_completion_length = 64
+
+    def __post_init__(self):
+        if self.terms not in (2, 3):
+            raise ValueError(f"terms: 2 (a + b) or 3 (a + b - c), got {self.terms}.")
+
+    @staticmethod
+    def expression(question: Question) -> str:
+        signs = ["+", "-"]
+        text = str(question[0])
+        for index, operand in enumerate(question[1:]):
+            text += f" {signs[index]} {operand}"
+        return text
+
+    @classmethod
+    def prompt(cls, question: Question) -> str:
+        return f"What is {cls.expression(question)}?"
+
+    @staticmethod
+    def answer(question: Question) -> int:
+        a, b, *rest = question
+        return a + b - sum(rest)
+
+    @cached_property
+    def _split(self) -> tuple[list[Question], list[Question]]:
+        pool_size = 90**self.terms
+        if self.num_train + self.num_heldout > pool_size:
+            raise ValueError(f"num_train + num_heldout: more than the {pool_size} distinct questions; lower them.")
+        rng = random.Random(self.seed)
+        chosen = rng.sample(range(pool_size), self.num_train + self.num_heldout)
+        questions = [tuple(10 + index // 90**k % 90 for k in range(self.terms)) for index in chosen]
+        return questions[self.num_heldout :], questions[: self.num_heldout]
+
+    def _dataset(self, questions: list[Question]) -> Dataset:
+        return Dataset.from_dict(
+            {"prompt": [self.prompt(q) for q in questions], "answer": [str(self.answer(q)) for q in questions]}
+        )
+
+    def train_dataset(self) -> Dataset:
+        """Columns `prompt` (a plain question; the CLI wraps it in the chat template) and `answer`."""
+        return self._dataset(self._split[0])
+
+    def heldout_dataset(self) -> Dataset:
+        return self._dataset(self._split[1])
+
+    def preset(self) -> dict:
+        """Defaults for this task on one GPU (any field can be overridden)."""
+        return {
+            "model_name_or_path": self.default_model,
+            "loss_type": "grpo",
+            "learning_rate": 2e-4,
+            "max_steps": 50,
+            "per_device_train_batch_size": 128,
+            "num_generations": 8,
+            "max_completion_length": self.max_completion_length,
+            "temperature": 1.0,
+            "beta": 0.0,
+            "logging_steps": 1,
+            "save_strategy": "no",
+            "report_to": "none",
+            "seed": 0,
+            "lora_r": 16,
+            "lora_alpha": 32,
+            "lora_dropout": 0.0,
+            "lora_target_modules": ["all-linear"],
+            "gradient_checkpointing": False,
+            "eval_every_steps": 10,
+        }
+
+
+CHAT_ARITHMETIC = ChatArithmeticTask(
+    "chat_arithmetic", terms=2, num_train=6000, num_heldout=500, level="easy",
+    description="chat model, 'What is a + b?' with two-digit operands, last-number reward (easy)",
+)
+CHAT_ARITHMETIC_HARD = ChatArithmeticTask(
+    "chat_arithmetic_hard", terms=3, num_train=20000, num_heldout=500, level="hard",
+    description="chat model, 'What is a + b - c?' with two-digit operands, last-number reward (hard)",
+)
