@@ -1,0 +1,42 @@
+"""The chat_arithmetic tasks (questions for pretrained chat models) and the null-reward control."""
+
+import pytest
+
+from trl_zoo.null_reward_control import permuted_reward
+from trl_zoo.tasks import get_task
+from trl_zoo.tasks.chat_arithmetic import ChatArithmeticTask
+from trl_zoo.tasks.rewards import final_number_reward
+
+
+@pytest.mark.parametrize("name, terms", [("chat_arithmetic", 2), ("chat_arithmetic_hard", 3)])
+def test_levels_have_disjoint_heldout_sets_and_right_answers(name, terms):
+    task = get_task(name)
+    train, heldout = task.train_dataset(), task.heldout_dataset()
+    assert len(heldout) >= 500
+    assert not set(train["prompt"]) & set(heldout["prompt"])
+    for prompt, answer in zip(heldout["prompt"][:50], heldout["answer"][:50]):
+        numbers = [int(token.rstrip("?")) for token in prompt.split() if token.rstrip("?").isdigit()]
+        assert len(numbers) == terms and all(10 <= n <= 99 for n in numbers)
+        assert int(answer) == numbers[0] + numbers[1] - sum(numbers[2:])
+
+
+def test_the_reward_reads_the_last_number_of_a_rambling_answer():
+    completions = [[{"role": "assistant", "content": "Let me add 47 and 38. The sum is 85."}],
+                   [{"role": "assistant", "content": "85 is close, but the answer is 75"}]]
+    assert final_number_reward(completions, answer=["85", "85"]) == [1.0, 0.0]
+    assert ChatArithmeticTask.reward is final_number_reward
+
+
+def test_prompts_spell_the_expression():
+    assert ChatArithmeticTask.prompt((47, 38)) == "What is 47 + 38?"
+    assert ChatArithmeticTask.prompt((47, 38, 21)) == "What is 47 + 38 - 21?"
+    assert ChatArithmeticTask.answer((47, 38, 21)) == 64
+
+
+def test_null_reward_control_keeps_the_rewards_and_breaks_their_link_to_completions():
+    rewards = [float(i % 3 == 0) for i in range(64)]
+    control = permuted_reward(lambda completions, **kwargs: list(rewards), seed=0)
+    shuffled = [control(list(range(64))) for _ in range(5)]
+    assert all(sorted(batch) == sorted(rewards) for batch in shuffled)  # the same multiset of rewards
+    assert sum(batch != rewards for batch in shuffled) == 5  # each call draws a new order
+    assert control.__name__ == "<lambda>"  # the wrapped function's name, so logs name the reward as before
