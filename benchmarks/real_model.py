@@ -1,0 +1,106 @@
+"""The real-model study on one GPU: the packaged SmolLM2-135M-Instruct with LoRA on the chat_arithmetic tasks,
+many configurations × seeds as parallel processes on one card (a 135 M run uses ~1.4 GiB; accuracy does not
+depend on what else runs; step times taken this way are not speed comparisons — see time_to_target.py).
+
+    python benchmarks/real_model.py --plan easy --out results/real-model [--parallel 14] [--deadline 560]
+
+Plans (each run: `benchmarks/real_model_run.py`, 3 seeds unless --seeds):
+    easy      chat_arithmetic: grpo, dr_grpo, dapo, gspo, cispo, sapo; the null-reward control (grpo, rewards
+              shuffled); dapo with a symmetric clip (ε_high 0.2, against dapo's 0.28); TRL's GRPOTrainer with grpo,
+              dr_grpo, dapo, cispo, sapo
+    hard      chat_arithmetic_hard: grpo, grpo + resample, grpo + greso, gspo + resample, the control
+Runs land in <out>/<task>/<name>/seed<s> (the layout `trl-zoo compare` reads); a run still going at the deadline
+is stopped and left out. `--list` prints the commands without running them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LOSSES = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo"]
+TRL_LOSSES = ["grpo", "dr_grpo", "dapo", "cispo", "sapo"]  # TRL's own loss_type names
+
+
+def plan(name: str) -> tuple[str, dict[str, list[str]]]:
+    """(task, {run name: extra train flags})."""
+    if name == "easy":
+        runs = {loss: ["--loss_type", loss] for loss in LOSSES}
+        runs["control"] = ["--loss_type", "grpo", "--null_reward_control", "true"]
+        runs["dapo_symmetric"] = ["--loss_type", "dapo", "--epsilon_high", "0.2"]
+        runs.update({f"trl_{loss}": ["--trainer", "trl", "--loss_type", loss] for loss in TRL_LOSSES})
+        return "chat_arithmetic", runs
+    if name == "hard":
+        return "chat_arithmetic_hard", {
+            "grpo": ["--loss_type", "grpo"],
+            "grpo_resample": ["--loss_type", "grpo", "--dynamic_sampling", "resample"],
+            "grpo_greso": ["--loss_type", "grpo", "--dynamic_sampling", "greso"],
+            "gspo_resample": ["--loss_type", "gspo", "--dynamic_sampling", "resample"],
+            "control": ["--loss_type", "grpo", "--null_reward_control", "true"],
+        }
+    raise SystemExit(f"--plan: easy or hard, got {name!r}")
+
+
+def command(task: str, flags: list[str], seed: int, out: Path, extra: list[str]) -> list[str]:
+    trainer = flags[:2] if flags[:1] == ["--trainer"] else []
+    rest = flags[2:] if trainer else flags
+    return [
+        sys.executable, "benchmarks/real_model_run.py", *trainer, "--task", task, "--seed", str(seed),
+        "--output_dir", str(out), "--overwrite_output_dir", "true", "--write_report", "false", *rest, *extra,
+    ]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--only", default=None, help="Comma-separated run names of the plan.")
+    parser.add_argument("--parallel", type=int, default=14)
+    parser.add_argument("--deadline", type=float, default=560, help="Seconds; runs still going are stopped.")
+    parser.add_argument("--list", action="store_true")
+    args, extra = parser.parse_known_args(argv)
+    task, runs = plan(args.plan)
+    if args.only:
+        runs = {name: runs[name] for name in args.only.split(",")}
+    seeds = [int(s) for s in args.seeds.split(",")]
+    # seeds outermost, so that a deadline cuts whole configurations' last seeds rather than whole configurations
+    queue = [(name, seed) for seed in seeds for name in runs]
+    jobs = []
+    for name, seed in queue:
+        out = Path(args.out) / task / name / f"seed{seed}"
+        jobs.append((name, seed, out, command(task, runs[name], seed, out, extra)))
+    if args.list:
+        for *_, cmd in jobs:
+            print(" ".join(cmd))
+        return 0
+    started, running, finished = time.time(), [], []
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    while jobs or running:
+        while jobs and len(running) < args.parallel:
+            name, seed, out, cmd = jobs.pop(0)
+            out.mkdir(parents=True, exist_ok=True)
+            log = open(out / "log.txt", "w")
+            running.append((name, seed, out, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)))
+        time.sleep(2)
+        for entry in list(running):
+            if entry[3].poll() is not None:
+                running.remove(entry)
+                finished.append((entry[0], entry[1], entry[3].returncode))
+                print(f"[{time.time() - started:5.0f} s] {entry[0]} seed{entry[1]}: exit {entry[3].returncode}",
+                      flush=True)
+        if time.time() - started > args.deadline:
+            for name, seed, out, process in running:
+                process.kill()
+                print(f"[deadline] {name} seed{seed} stopped", flush=True)
+            print(f"[deadline] {len(jobs)} runs never started", flush=True)
+            break
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

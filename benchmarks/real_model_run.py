@@ -1,0 +1,109 @@
+"""One `trl-zoo train` run of the real-model study, instrumented: per-step wall time, peak GPU memory, and the
+training completions' lengths split by correctness.
+
+    python benchmarks/real_model_run.py [--trainer trl] <trl-zoo train flags>
+
+`--trainer trl` runs the same setup (data, rewards, LoRA, evaluation) with `trl.GRPOTrainer` in place of trl_zoo's,
+for side-by-side curves and costs. Writes `<output_dir>/costs.json` (median step time, evaluation excluded; peak
+memory) and `<output_dir>/completions.jsonl` (per generation batch: mean reward, mean token length of the right
+and of the wrong completions). The reward is `final_number`, recorded before any null-reward shuffling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from trl_zoo.tasks.rewards import final_number_reward
+
+RECORD_ENV = "REAL_MODEL_COMPLETIONS"
+
+
+def recorded_final_number(completions, answer, completion_ids=None, **kwargs):
+    """final_number, and for training batches (completion_ids given) a record of lengths by correctness."""
+    rewards = final_number_reward(completions, answer)
+    if completion_ids is not None and os.environ.get(RECORD_ENV):
+        lengths = [len(ids) for ids in completion_ids]
+        right = [n for n, r in zip(lengths, rewards) if r == 1.0]
+        wrong = [n for n, r in zip(lengths, rewards) if r != 1.0]
+        record = {
+            "reward": sum(rewards) / len(rewards),
+            "length": sum(lengths) / len(lengths),
+            "length_right": sum(right) / len(right) if right else None,
+            "length_wrong": sum(wrong) / len(wrong) if wrong else None,
+        }
+        with open(os.environ[RECORD_ENV], "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+    return rewards
+
+
+class StepTimer(TrainerCallback):
+    """Wall time of each optimizer step, from its begin to its end (device synchronised)."""
+
+    def __init__(self):
+        self.seconds: list[float] = []
+        self.started = 0.0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.seconds.append(time.perf_counter() - self.started)
+
+
+def instrumented(trainer_class, timer: StepTimer):
+    class Instrumented(trainer_class):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            # first, so that the held-out evaluation (another on_step_end) falls outside the timed span
+            self.callback_handler.callbacks.insert(0, timer)
+
+    Instrumented.__name__ = trainer_class.__name__
+    return Instrumented
+
+
+def main(argv: list[str]) -> int:
+    import trl
+
+    import trl_zoo.train
+    from trl_zoo.cli import main as cli_main
+
+    trainer = "trl_zoo"
+    if argv[:2] == ["--trainer", "trl"]:
+        trainer, argv = "trl", argv[2:]
+    output_dir = Path(argv[argv.index("--output_dir") + 1])
+    output_dir.mkdir(parents=True, exist_ok=True)
+    os.environ[RECORD_ENV] = str(output_dir / "completions.jsonl")
+    Path(os.environ[RECORD_ENV]).unlink(missing_ok=True)
+    timer = StepTimer()
+    base = trl.GRPOTrainer if trainer == "trl" else trl_zoo.train.GRPOTrainer
+    trl_zoo.train.GRPOTrainer = instrumented(base, timer)
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    code = cli_main(["train", *argv, "--reward_funcs", "benchmarks.real_model_run.recorded_final_number"])
+    costs = {
+        "trainer": trainer,
+        "steps": len(timer.seconds),
+        "median_step_seconds": statistics.median(timer.seconds) if timer.seconds else None,
+        "step_seconds": timer.seconds,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "versions": {"torch": torch.__version__, "trl": trl.__version__},
+    }
+    (output_dir / "costs.json").write_text(json.dumps(costs, indent=2))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
