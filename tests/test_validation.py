@@ -75,6 +75,11 @@ IMPOSSIBLE = [
     ("clip_cov_ratio / kl_cov_ratio", dict(kl_cov_ratio=1.5), "(0, 1]"),
     ("clip_cov_lower", dict(clip_cov_lower=5.0, clip_cov_upper=1.0), "< clip_cov_upper"),
     ("kl_cov_coef", dict(kl_cov_coef=-1.0), "≥ 0"),
+    ("dppo_divergence", dict(loss_type="dppo", dppo_divergence="js"), "use 'tv' or 'kl'"),
+    ("dppo_mask_low", dict(loss_type="dppo", dppo_mask_low=0.0), "must be > 0"),
+    ("dppo_mask_high", dict(loss_type="dppo", dppo_mask_high=1.0), "a value in (0, 1)"),
+    ("dppo_kl_coef", dict(loss_type="dppo", dppo_kl_coef=-1e-3), "must be ≥ 0"),
+    ("m2po_threshold", dict(loss_type="m2po", m2po_threshold=0.0), "must be > 0"),
     ("rspo_gamma_min", dict(rspo_gamma_min=0.0), "(0, 1]"),
     ("rspo_gamma_min", dict(rspo_gamma_min=1.5), "(0, 1]"),
     ("beta", dict(beta=-0.1), "≥ 0"),
@@ -117,6 +122,8 @@ BOUNDARIES = [  # the closest allowed settings: each must build
     dict(loss_type="cispo", cispo_epsilon_low=0.2, epsilon_high=0.8),
     dict(loss_type="cispo", epsilon=3.0),  # CISPO's cap is absolute: ε ≥ 1 is allowed there
     dict(rspo_gamma_min=1.0),
+    dict(loss_type="dppo", dppo_divergence="kl", dppo_mask_low=2.0),  # a binary KL can exceed 1
+    dict(loss_type="dppo", dppo_kl_coef=0.0),  # the paper's loss
     dict(advantage_epsilon=0.0),
     dict(overlong_buffer_length=8),
     dict(overlong_penalty_factor=0.0),

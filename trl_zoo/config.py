@@ -63,6 +63,30 @@ class GRPOConfig(TRLGRPOConfig):
     kl_cov_ratio: float = _help("KL-Cov: fraction of tokens (top covariance) that get the KL penalty.", 2e-3)
     kl_cov_coef: float = _help("KL-Cov: coefficient of the per-token |log r| penalty on selected tokens.", 1.0)
     rspo_gamma_min: float = _help("RSPO: floor γ_min of the router-shift weight, in (0, 1].", 0.1)
+    dppo_divergence: str = _help(
+        "DPPO: the divergence between π_θ and π_old at each token that defines the trust region: 'tv' (binary total "
+        "variation, p − q; prime-rl's default) or 'kl' (binary KL).",
+        "tv",
+        choices=["tv", "kl"],
+    )
+    dppo_mask_low: float | None = _help(
+        "DPPO: threshold δ_low for tokens with Â < 0 (masked once their probability fell that far: p − q < −δ_low, "
+        "or binary KL > δ_low with p < q). None: the paper's value for dppo_divergence, 0.15 (tv) or 0.05 (kl)."
+    )
+    dppo_mask_high: float | None = _help(
+        "DPPO: threshold δ_high for tokens with Â > 0 (masked once p − q > δ_high, or binary KL > δ_high with p > q). "
+        "None: dppo_mask_low's value."
+    )
+    dppo_kl_coef: float = _help(
+        "DPPO: coefficient of the per-token (log π_θ − log π_old)² added to every token's loss (prime-rl's kl_tau). "
+        "0 is the paper's loss.",
+        1e-3,
+    )
+    m2po_threshold: float = _help(
+        "M2PO: τ of the second-moment trust region; the tokens of largest (log π_θ − log π_old)² are masked until the "
+        "mean over the rest of the micro-batch is below τ (paper and AReaL: 0.04).",
+        0.04,
+    )
 
     # --- advantages and KL ---
     advantage_estimator: str | None = _help(
