@@ -111,6 +111,43 @@ def test_unscorable_completions_are_left_out_of_the_baselines():
     assert torch.isnan(lone).all()  # no scorable sibling: no baseline (the trainer zeroes it)
 
 
+# ---------------------------------------------------------------------------------------------------- MaxRL
+def test_maxrl_is_the_success_average_minus_the_average_score():
+    """Binary rewards, K successes of N: ĝ = (1/K) Σ r_i S_i − (1/N) Σ S_i = (1/N) Σ Â_i S_i, so Â_i = N r_i/K − 1;
+    no success: ĝ = 0."""
+    rewards = torch.tensor([0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    successes = rewards.view(4, 4).sum(1, keepdim=True).expand(4, 4).reshape(-1)
+    expected = torch.where(successes > 0, 4 * rewards / successes.clamp(min=1) - 1, 0.0)
+    advantages = estimate("maxrl", rewards)
+    torch.testing.assert_close(advantages, expected)
+    torch.testing.assert_close(advantages[:4], torch.tensor([-1.0, -1.0, 3.0, -1.0]))  # 1 of 4: the success ×3
+    assert (advantages[8:] == 0).all()  # no success, and all successes: no signal, exactly
+
+
+def test_maxrl_weights_a_prompt_by_one_over_its_pass_rate():
+    """Â = (R − mean)/mean = Dr. GRPO's Â / p: GRPO's 1/std gives a hard and an easy prompt the same weight, MaxRL
+    weights the hard one (p = 1/8) 7 times the easy one (p = 7/8)."""
+    hard, easy = torch.tensor([1.0] + [0.0] * 7), torch.tensor([0.0] + [1.0] * 7)
+    rewards = torch.cat([hard, easy])
+    maxrl = estimate("maxrl", rewards, num_generations=8)
+    torch.testing.assert_close(maxrl, estimate("dr_grpo", rewards, num_generations=8) / torch.tensor([1 / 8] * 8 + [7 / 8] * 8))
+    assert maxrl[:8].abs().sum() == pytest.approx(7 * maxrl[8:].abs().sum())
+    grpo = estimate("grpo", rewards, num_generations=8)
+    assert grpo[:8].abs().sum() == pytest.approx(grpo[8:].abs().sum())
+
+
+def test_maxrl_takes_graded_rewards_and_leaves_unscorable_out():
+    rewards = torch.tensor([0.5, float("nan"), 0.25, 0.0])
+    advantages = estimate("maxrl", rewards)
+    torch.testing.assert_close(advantages[[0, 2, 3]], torch.tensor([0.5, 0.25, 0.0]) / 0.25 - 1)
+    assert torch.isnan(advantages[1])
+
+
+def test_maxrl_refuses_negative_rewards():
+    with pytest.raises(ValueError, match=r"^advantage_estimator: 'maxrl' .* needs rewards ≥ 0; got -1\."):
+        estimate("maxrl", torch.tensor([1.0, -1.0, 1.0, 1.0]))
+
+
 def test_nan_std_matches_torch():
     values = torch.randn(5, 7, generator=torch.Generator().manual_seed(5))
     torch.testing.assert_close(nan_std(values, dim=1), values.std(1))
@@ -245,8 +282,12 @@ def test_multi_objective_normalize_then_sum_is_rejected():
 
 
 # every estimator once, the two KL placements alternating (each placement meets group, token-level and
-# extra-input estimators)
-RUNS = [(name, ("loss", "reward")[i % 2]) for i, name in enumerate(sorted(trl_zoo.ADVANTAGES.names()))]
+# extra-input estimators); an estimator of rewards ≥ 0 only (maxrl) keeps the KL out of the reward
+NONNEGATIVE = sorted(name for name in trl_zoo.ADVANTAGES.names() if trl_zoo.ADVANTAGES.get(name).spec.nonnegative_rewards)
+RUNS = [
+    (name, ("loss", "reward")[i % 2])
+    for i, name in enumerate(sorted(set(trl_zoo.ADVANTAGES.names()) - set(NONNEGATIVE)))
+] + [(name, "loss") for name in NONNEGATIVE]
 
 
 @pytest.mark.parametrize("name, placement", RUNS)

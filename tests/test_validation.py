@@ -93,6 +93,9 @@ IMPOSSIBLE = [
     ("overlong_max_length", dict(overlong_max_length=0), "≥ 1"),
     ("overlong_penalty_factor", dict(overlong_penalty_factor=-1.0), "≥ 0"),
     ("kl_placement", dict(kl_placement="both"), "use one of loss, reward"),
+    # an estimator of pass rates (maxrl) gets no negative reward term
+    ("kl_placement", dict(advantage_estimator="maxrl", kl_placement="reward", beta=0.05), "use kl_placement='loss'"),
+    ("overlong_buffer_length", dict(advantage_estimator="maxrl", overlong_buffer_length=4), "overlong_buffer_length=None"),
     ("dynamic_sampling_on_exhausted", dict(dynamic_sampling_on_exhausted="skip"), "use one of fill, raise"),
     ("nan_rewards", dict(nan_rewards="ignore"), "use one of raise, drop"),
     ("nonfinite_policy", dict(nonfinite_policy="ignore"), "use one of raise, skip"),

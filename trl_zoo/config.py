@@ -333,6 +333,24 @@ class GRPOConfig(TRLGRPOConfig):
                 f"{self.loss_type!r} by its length; use 'sequence_mean', or set allow_sequence_loss_token_sum=True."
             )
         self._validate_critic()
+        self._validate_reward_domain()
+
+    def _validate_reward_domain(self):
+        """An estimator defined for rewards ≥ 0 only (`nonnegative_rewards`, e.g. maxrl) gets no negative reward terms."""
+        estimator = ADVANTAGES.get(self.advantage_estimator) if self.advantage_estimator else None
+        if estimator is None or not estimator.spec.nonnegative_rewards:
+            return
+        if self.kl_placement == "reward" and self.beta > 0:
+            raise ValueError(
+                f"kl_placement: 'reward' subtracts β Σ_t KL_t from the rewards, but advantage_estimator="
+                f"{estimator.name!r} needs rewards ≥ 0 (a pass rate); use kl_placement='loss' or beta=0."
+            )
+        if self.overlong_buffer_length is not None:
+            raise ValueError(
+                f"overlong_buffer_length: the soft overlong punishment adds rewards ≤ 0, but advantage_estimator="
+                f"{estimator.name!r} needs rewards ≥ 0 (a pass rate); set overlong_buffer_length=None, or mask truncated "
+                f"completions with mask_truncated_completions=True."
+            )
 
     def _validate_greso(self):
         """The greso sampler's fields (trl_zoo/greso.py)."""
