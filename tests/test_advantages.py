@@ -273,12 +273,41 @@ def test_estimator_none_leaves_trl_advantages_untouched():
     assert torch.equal(generate(trainer)["advantages"], reference["advantages"])
 
 
-def test_multi_objective_normalize_then_sum_is_rejected():
-    with pytest.raises(ValueError, match="multi_objective_aggregation"):
-        make_trainer(
-            trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="rloo",
-            multi_objective_aggregation="normalize_then_sum",
-        )
+# ---------------------------------------------------------------------------------------------------- GDPO
+def _length_reward(completions, **kwargs):
+    """Completion length in characters, None for every third completion: a second objective of another scale."""
+    return [None if i % 3 == 1 else 10.0 * len(c) for i, c in enumerate(completions)]
+
+
+GDPO_REWARDS = [_reward_with_gaps, _length_reward]
+
+
+def _whiten(values: torch.Tensor) -> torch.Tensor:
+    scored = values[~torch.isnan(values)]
+    return (values - scored.mean()) / (scored.std() + 1e-4)
+
+
+def test_normalize_then_sum_with_grpo_is_trls_gdpo():
+    config = dict(multi_objective_aggregation="normalize_then_sum", reward_funcs=GDPO_REWARDS, reward_weights=[1.0, 0.5])
+    reference = generate(make_trainer(trl.GRPOTrainer, trl.GRPOConfig, **config))
+    ours = generate(make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="grpo", **config))
+    torch.testing.assert_close(ours["completion_ids"], reference["completion_ids"])
+    assert reference["advantages"].abs().max() > 0.5
+    torch.testing.assert_close(ours["advantages"], reference["advantages"], rtol=1e-5, atol=1e-5)
+
+
+def test_normalize_then_sum_runs_the_estimator_on_each_reward_then_whitens_the_sum():
+    trainer = make_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="rloo", reward_funcs=GDPO_REWARDS,
+        reward_weights=[2.0, 1.0], multi_objective_aggregation="normalize_then_sum",
+    )
+    advantages = generate(trainer)["advantages"]
+    rewards = trainer.rewards_per_func  # (N, 2), NaN where the length reward returned None
+    per_reward = torch.stack([estimate("rloo", rewards[:, k]) for k in range(2)], dim=-1)
+    expected = _whiten((per_reward * torch.tensor([2.0, 1.0])).nansum(-1))
+    torch.testing.assert_close(advantages, expected, rtol=1e-5, atol=1e-5)
+    summed = _whiten(estimate("rloo", (rewards * torch.tensor([2.0, 1.0])).nansum(-1)))
+    assert (advantages - summed).abs().max() > 0.1  # decoupling changes the advantages: the length reward's scale
 
 
 # every estimator once, the two KL placements alternating (each placement meets group, token-level and

@@ -93,9 +93,13 @@ IMPOSSIBLE = [
     ("overlong_max_length", dict(overlong_max_length=0), "≥ 1"),
     ("overlong_penalty_factor", dict(overlong_penalty_factor=-1.0), "≥ 0"),
     ("kl_placement", dict(kl_placement="both"), "use one of loss, reward"),
-    # an estimator of pass rates (maxrl) gets no negative reward term
+    # an estimator of pass rates (maxrl) gets no negative reward term; GDPO has no per-function KL penalty or critic
     ("kl_placement", dict(advantage_estimator="maxrl", kl_placement="reward", beta=0.05), "use kl_placement='loss'"),
     ("overlong_buffer_length", dict(advantage_estimator="maxrl", overlong_buffer_length=4), "overlong_buffer_length=None"),
+    ("multi_objective_aggregation", dict(multi_objective_aggregation="normalize_then_sum", kl_placement="reward",
+                                         beta=0.05), "use kl_placement='loss'"),
+    ("multi_objective_aggregation", dict(multi_objective_aggregation="normalize_then_sum", advantage_estimator="gae"),
+     "needs a critic"),
     ("dynamic_sampling_on_exhausted", dict(dynamic_sampling_on_exhausted="skip"), "use one of fill, raise"),
     ("nan_rewards", dict(nan_rewards="ignore"), "use one of raise, drop"),
     ("nonfinite_policy", dict(nonfinite_policy="ignore"), "use one of raise, skip"),
@@ -127,6 +131,7 @@ BOUNDARIES = [  # the closest allowed settings: each must build
     dict(rspo_gamma_min=1.0),
     dict(loss_type="dppo", dppo_divergence="kl", dppo_mask_low=2.0),  # a binary KL can exceed 1
     dict(loss_type="dppo", dppo_kl_coef=0.0),  # the paper's loss
+    dict(advantage_estimator="maxrl", multi_objective_aggregation="normalize_then_sum"),
     dict(advantage_epsilon=0.0),
     dict(overlong_buffer_length=8),
     dict(overlong_penalty_factor=0.0),

@@ -40,7 +40,7 @@ length-weighted baseline is the same b* under the approximation ‖s_j‖² ∝ 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -277,6 +277,29 @@ def optimal_baseline_advantages(inputs: AdvantageInputs, args) -> Tensor:
     if inputs.score_sq_norms is None:
         raise ValueError("optimal_baseline needs score_sq_norms (‖s‖² per completion); pass score_sq_norms=.")
     return inputs.rewards - weighted_group_baseline(inputs, inputs.score_sq_norms)
+
+
+def reward_decoupled_advantages(estimator, inputs: AdvantageInputs, rewards_per_func: Tensor, weights: Tensor, args):
+    """GDPO's `multi_objective_aggregation="normalize_then_sum"` (arXiv:2601.05242, TRL's implementation) with any
+    estimator: the estimator on each reward function's own rewards, their weighted sum, whitened over the batch,
+
+        Â_i = whiten_batch( Σ_k w_k Â_k(R_{·,k})_i )
+
+    (per token for a token-level estimator). GDPO normalises each reward within its group so that a reward of
+    large scale or spread does not drown the others in the sum, and whitens the sum to keep its range; the
+    estimator takes the place of that per-reward normalisation. With `grpo` (scale_rewards="group") this is TRL's
+    normalize_then_sum. A NaN reward of one function drops out of the sum (nansum, as TRL); a completion with no
+    scorable reward stays NaN. `inputs` carries the extras (mask, ‖s‖²); its rewards are replaced per function.
+    """
+    per_reward = [
+        estimator.fn(replace(inputs, rewards=rewards_per_func[:, k].to(inputs.rewards.dtype)), args)
+        for k in range(rewards_per_func.size(1))
+    ]
+    stacked = torch.stack(per_reward, dim=-1)
+    weights = weights.to(stacked)
+    summed = (stacked * weights).nansum(dim=-1).masked_fill(torch.isnan(stacked).all(dim=-1), float("nan"))
+    mask = inputs.mask if estimator.spec.token_level else None
+    return whiten(summed, mask, args.advantage_std_unbiased, args.advantage_epsilon)
 
 
 def score_sq_norms(logps: Tensor, log_sum_sq_probs: Tensor, mask: Tensor) -> Tensor:

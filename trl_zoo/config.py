@@ -334,6 +334,25 @@ class GRPOConfig(TRLGRPOConfig):
             )
         self._validate_critic()
         self._validate_reward_domain()
+        self._validate_reward_decoupling()
+
+    def _validate_reward_decoupling(self):
+        """GDPO (`normalize_then_sum`) runs the estimator once per reward function: what has no per-function form."""
+        if self.multi_objective_aggregation != "normalize_then_sum":
+            return
+        if self.kl_placement == "reward" and self.beta > 0:
+            raise ValueError(
+                "multi_objective_aggregation: 'normalize_then_sum' runs the advantage estimator on each reward function "
+                "separately, and the KL penalty of kl_placement='reward' belongs to none of them; use "
+                "kl_placement='loss' (or 'sum_then_normalize')."
+            )
+        needs = ADVANTAGES.get(self.advantage_estimator).spec.needs if self.advantage_estimator else ()
+        if "values" in needs:
+            raise ValueError(
+                f"multi_objective_aggregation: 'normalize_then_sum' runs the advantage estimator on each reward "
+                f"function separately, but {self.advantage_estimator!r} needs a critic, which learns the value of the "
+                f"summed reward only; use 'sum_then_normalize' or another estimator."
+            )
 
     def _validate_reward_domain(self):
         """An estimator defined for rewards ≥ 0 only (`nonnegative_rewards`, e.g. maxrl) gets no negative reward terms."""
