@@ -20,6 +20,11 @@ Where this follows or departs from AReaL (`areal/trainer/ppo/actor.py`):
 - AReaL measures δ between the behaviour policy and its proximal policy (the policy at the start of the training
   step, its decoupled-PPO setting); TRL has one old policy, so here δ = log π_θ − log π_old, the paper's
   (log π_θ/π_behav)². At the first update of a generation batch the two agree.
+- The authors' own verl code (Infini-AI-Lab/M2PO, `compute_m2po_policy_loss`) is a clipped variant: only tokens
+  whose ratio moved in the direction of their advantage (Â > 0, r > 1 or Â < 0, r < 1) enter the mean, their δ²
+  are capped at a τ² chosen so that the capped mean meets the budget, and exp(±τ) becomes a PPO clip range (so the
+  tokens beyond it lose their gradient in that direction only). This file follows the paper's masking algorithm as
+  AReaL implements it.
 - Because the selection spans the whole micro-batch, rows with Â = 0 still move the mean: the entry declares
   `zero_advantage_is_inert=False`, and the masked set depends on how a generation batch is cut into micro-batches.
 """
