@@ -38,13 +38,17 @@ def tapered_weights(batch: PolicyBatch) -> torch.Tensor:
     return torch.where(batch.advantages >= 0, torch.ones_like(truncated_ratio), truncated_ratio)
 
 
+def validate_topr(args) -> None:
+    """Nothing to check: TOPR has no hyperparameter of its own and reads no clip range (ε, δ)."""
+
+
 @LOSSES.register(
     "topr",
     description="REINFORCE on Â ≥ 0, negatives tapered by sg(clip(π(y)/μ(y), 0, 1)) of the sequence; no KL needed",
     source="TOPR, arXiv:2503.14286",
     aggregation="sequence_sum",
     zero_advantage_is_inert=True,
-    validate=lambda args: None,  # no hyperparameter of its own, and it reads no clip range
+    validate=validate_topr,
 )
 def topr_loss(batch: PolicyBatch, args) -> PolicyTerm:
     weights = tapered_weights(batch)
