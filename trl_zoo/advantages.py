@@ -232,7 +232,7 @@ def opo_advantages(inputs: AdvantageInputs, args) -> Tensor:
 
 @ADVANTAGES.register(
     "maxrl",
-    description="(R − group mean) / group mean, 0 where the mean is 0: the gradient of log pass-rate (R ≥ 0)",
+    description="(R − group mean) / group mean, 0 without success: log pass rate, a prompt weighted 1/p (R ≥ 0)",
     source="MaxRL, arXiv:2602.02710",
     nonnegative_rewards=True,
 )

@@ -37,20 +37,20 @@ from .base import PolicyBatch, PolicyTerm, importance_ratio, ratio_metrics
 
 def second_moment_mask(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
     """M (float, shaped like `mask`): 0 for the largest δ² until the mean δ² of the kept tokens is below τ."""
-    second_moment = log_ratio.detach().double() ** 2
     selected = mask.bool()
-    values = second_moment[selected]
+    values = log_ratio.detach()[selected].double() ** 2
     count = values.numel()
     keep = mask.clone()
     if count == 0:
         return keep
     order = torch.argsort(values, descending=True, stable=True)
-    suffix_means = values[order].flip(0).cumsum(0).flip(0) / torch.arange(count, 0, -1, dtype=values.dtype)
-    below = torch.nonzero(suffix_means < threshold)
-    masked = int(below[0]) if below.numel() else count - 1  # dropping the first k leaves the suffix from k
-    kept_values = torch.ones(count, dtype=mask.dtype)
-    kept_values[order[:masked]] = 0
-    keep[selected] = kept_values
+    kept_counts = torch.arange(count, 0, -1, dtype=values.dtype, device=values.device)
+    suffix_means = values[order].flip(0).cumsum(0).flip(0) / kept_counts  # mean δ² left after dropping the first k
+    below = suffix_means < threshold
+    dropped = torch.where(below.any(), below.int().argmax(), count - 1)  # the first k that qualifies, no host sync
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(count, device=order.device)
+    keep[selected] = (rank >= dropped).to(keep.dtype)
     return keep
 
 
