@@ -130,7 +130,8 @@ def test_maxrl_weights_a_prompt_by_one_over_its_pass_rate():
     hard, easy = torch.tensor([1.0] + [0.0] * 7), torch.tensor([0.0] + [1.0] * 7)
     rewards = torch.cat([hard, easy])
     maxrl = estimate("maxrl", rewards, num_generations=8)
-    torch.testing.assert_close(maxrl, estimate("dr_grpo", rewards, num_generations=8) / torch.tensor([1 / 8] * 8 + [7 / 8] * 8))
+    pass_rates = torch.tensor([1 / 8] * 8 + [7 / 8] * 8)
+    torch.testing.assert_close(maxrl, estimate("dr_grpo", rewards, num_generations=8) / pass_rates)
     assert maxrl[:8].abs().sum() == pytest.approx(7 * maxrl[8:].abs().sum())
     grpo = estimate("grpo", rewards, num_generations=8)
     assert grpo[:8].abs().sum() == pytest.approx(grpo[8:].abs().sum())
@@ -288,7 +289,9 @@ def _whiten(values: torch.Tensor) -> torch.Tensor:
 
 
 def test_normalize_then_sum_with_grpo_is_trls_gdpo():
-    config = dict(multi_objective_aggregation="normalize_then_sum", reward_funcs=GDPO_REWARDS, reward_weights=[1.0, 0.5])
+    config = dict(
+        multi_objective_aggregation="normalize_then_sum", reward_funcs=GDPO_REWARDS, reward_weights=[1.0, 0.5]
+    )
     reference = generate(make_trainer(trl.GRPOTrainer, trl.GRPOConfig, **config))
     ours = generate(make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="grpo", **config))
     torch.testing.assert_close(ours["completion_ids"], reference["completion_ids"])
@@ -312,7 +315,7 @@ def test_normalize_then_sum_runs_the_estimator_on_each_reward_then_whitens_the_s
 
 # every estimator once, the two KL placements alternating (each placement meets group, token-level and
 # extra-input estimators); an estimator of rewards ≥ 0 only (maxrl) keeps the KL out of the reward
-NONNEGATIVE = sorted(name for name in trl_zoo.ADVANTAGES.names() if trl_zoo.ADVANTAGES.get(name).spec.nonnegative_rewards)
+NONNEGATIVE = [name for name in trl_zoo.ADVANTAGES.names() if trl_zoo.ADVANTAGES.get(name).spec.nonnegative_rewards]
 RUNS = [
     (name, ("loss", "reward")[i % 2])
     for i, name in enumerate(sorted(set(trl_zoo.ADVANTAGES.names()) - set(NONNEGATIVE)))

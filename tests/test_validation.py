@@ -95,7 +95,7 @@ IMPOSSIBLE = [
     ("kl_placement", dict(kl_placement="both"), "use one of loss, reward"),
     # an estimator of pass rates (maxrl) gets no negative reward term; GDPO has no per-function KL penalty or critic
     ("kl_placement", dict(advantage_estimator="maxrl", kl_placement="reward", beta=0.05), "use kl_placement='loss'"),
-    ("overlong_buffer_length", dict(advantage_estimator="maxrl", overlong_buffer_length=4), "overlong_buffer_length=None"),
+    ("overlong_buffer_length", dict(advantage_estimator="maxrl", overlong_buffer_length=4), "buffer_length=None"),
     ("multi_objective_aggregation", dict(multi_objective_aggregation="normalize_then_sum", kl_placement="reward",
                                          beta=0.05), "use kl_placement='loss'"),
     ("multi_objective_aggregation", dict(multi_objective_aggregation="normalize_then_sum", advantage_estimator="gae"),

@@ -342,8 +342,8 @@ class GRPOConfig(TRLGRPOConfig):
             return
         if self.kl_placement == "reward" and self.beta > 0:
             raise ValueError(
-                "multi_objective_aggregation: 'normalize_then_sum' runs the advantage estimator on each reward function "
-                "separately, and the KL penalty of kl_placement='reward' belongs to none of them; use "
+                "multi_objective_aggregation: 'normalize_then_sum' runs the advantage estimator on each reward "
+                "function separately, and the KL penalty of kl_placement='reward' belongs to none of them; use "
                 "kl_placement='loss' (or 'sum_then_normalize')."
             )
         needs = ADVANTAGES.get(self.advantage_estimator).spec.needs if self.advantage_estimator else ()
@@ -355,7 +355,7 @@ class GRPOConfig(TRLGRPOConfig):
             )
 
     def _validate_reward_domain(self):
-        """An estimator defined for rewards ≥ 0 only (`nonnegative_rewards`, e.g. maxrl) gets no negative reward terms."""
+        """An estimator of rewards ≥ 0 only (`nonnegative_rewards`, e.g. maxrl) gets no negative reward terms."""
         estimator = ADVANTAGES.get(self.advantage_estimator) if self.advantage_estimator else None
         if estimator is None or not estimator.spec.nonnegative_rewards:
             return
@@ -367,8 +367,8 @@ class GRPOConfig(TRLGRPOConfig):
         if self.overlong_buffer_length is not None:
             raise ValueError(
                 f"overlong_buffer_length: the soft overlong punishment adds rewards ≤ 0, but advantage_estimator="
-                f"{estimator.name!r} needs rewards ≥ 0 (a pass rate); set overlong_buffer_length=None, or mask truncated "
-                f"completions with mask_truncated_completions=True."
+                f"{estimator.name!r} needs rewards ≥ 0 (a pass rate); set overlong_buffer_length=None, or mask "
+                f"truncated completions with mask_truncated_completions=True."
             )
 
     def _validate_greso(self):

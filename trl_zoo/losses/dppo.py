@@ -69,7 +69,7 @@ def validate_dppo(args) -> None:
         if value is None:
             continue
         if not value > 0:
-            raise ValueError(f"{name}: the divergence threshold must be > 0, got {value}; paper: 0.15 (tv), 0.05 (kl).")
+            raise ValueError(f"{name}: the divergence threshold must be > 0, got {value}; paper: 0.15 (tv), 0.05 (kl)")
         if args.dppo_divergence == "tv" and value >= 1:
             raise ValueError(
                 f"{name}: a probability moves by less than 1, so a TV threshold of {value} never masks a token; use a "

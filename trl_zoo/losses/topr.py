@@ -9,7 +9,7 @@ only as far as their truncated sequence importance weight allows:
 
 The ratio is the full sequence ratio π(τ)/μ(τ) = exp(Σ_t δ_t) of the paper (a product of token ratios, not GSPO's
 geometric mean), with the behaviour policy μ = π_old. Once a negative example's probability has fallen below its
-probability under μ its push-down tapers off, which bounds the objective (the paper's Prop. 3.2) and keeps the run
+probability under μ its push-down tapers off, which keeps the objective bounded (the paper proves it) and the run
 stable without a KL term; a positive example is never weighted, so it keeps its full gradient however far the
 policy has moved. On-policy (π_θ = π_old) every w_i = 1: plain REINFORCE.
 
