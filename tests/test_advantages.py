@@ -12,7 +12,7 @@ from peft import LoraConfig
 
 import trl_zoo
 from tests.tiny import config_kwargs, make_trainer
-from trl_zoo.advantages import AdvantageInputs, nan_std, score_sq_norms
+from trl_zoo.advantages import AdvantageInputs, nan_std, reward_decoupled_advantages, score_sq_norms
 
 ARGS = SimpleNamespace(advantage_std_unbiased=True, advantage_epsilon=0.0, scale_rewards="group")
 WORKED = torch.tensor([0.0, 0.0, 1.0, 0.0])
@@ -283,9 +283,9 @@ def _length_reward(completions, **kwargs):
 GDPO_REWARDS = [_reward_with_gaps, _length_reward]
 
 
-def _whiten(values: torch.Tensor) -> torch.Tensor:
+def _whiten(values: torch.Tensor, epsilon: float = 1e-4) -> torch.Tensor:
     scored = values[~torch.isnan(values)]
-    return (values - scored.mean()) / (scored.std() + 1e-4)
+    return (values - scored.mean()) / (scored.std() + epsilon)
 
 
 def test_normalize_then_sum_with_grpo_is_trls_gdpo():
@@ -311,6 +311,27 @@ def test_normalize_then_sum_runs_the_estimator_on_each_reward_then_whitens_the_s
     torch.testing.assert_close(advantages, expected, rtol=1e-5, atol=1e-5)
     summed = _whiten(estimate("rloo", (rewards * torch.tensor([2.0, 1.0])).nansum(-1)))
     assert (advantages - summed).abs().max() > 0.1  # decoupling changes the advantages: the length reward's scale
+
+
+def test_normalize_then_sum_drops_a_missing_reward_and_whitens_token_advantages_over_tokens():
+    rewards_per_func = torch.tensor([[1.0, 0.0], [0.0, float("nan")], [1.0, 2.0], [float("nan"), float("nan")],
+                                     [0.0, 1.0], [1.0, 1.0], [0.5, 0.0], [0.0, 3.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 0, 0.0]])
+    args = SimpleNamespace(advantage_std_unbiased=True, advantage_epsilon=0.0, scale_rewards="group")
+    inputs = AdvantageInputs(rewards_per_func.nansum(1), 4, mask=mask)
+    weights = torch.tensor([1.0, 0.5])
+    rloo = reward_decoupled_advantages(trl_zoo.ADVANTAGES.get("rloo"), inputs, rewards_per_func, weights, args)
+    per_reward = torch.stack([estimate("rloo", rewards_per_func[:, k]) for k in range(2)], dim=-1)
+    summed = (per_reward * weights).nansum(-1)
+    summed[3] = float("nan")  # no scorable reward at all: stays unscorable
+    torch.testing.assert_close(rloo, _whiten(summed, epsilon=0.0), equal_nan=True)
+    assert torch.isnan(rloo[3]) and torch.isfinite(rloo[[0, 1, 2, 4, 5, 6, 7]]).all()
+    assert per_reward[1, 1].isnan() and rloo[1] != 0  # row 1 keeps its first reward's advantage
+    reinforce_pp = trl_zoo.ADVANTAGES.get("reinforce_pp")
+    tokens = reward_decoupled_advantages(reinforce_pp, inputs, rewards_per_func, weights, args)
+    selected = tokens[(mask > 0) & ~torch.isnan(tokens)]
+    assert tokens.shape == mask.shape and selected.numel() == int(mask.sum()) - 2  # row 3 (2 tokens) unscorable
+    assert abs(selected.mean().item()) < 1e-5 and selected.std().item() == pytest.approx(1.0, abs=1e-5)
 
 
 # every estimator once, the two KL placements alternating (each placement meets group, token-level and
