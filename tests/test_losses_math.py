@@ -250,7 +250,7 @@ def probability_batch(pairs, advantages) -> PolicyBatch:
     return PolicyBatch(current, old, advantages, torch.ones(current.shape), state={})
 
 
-DPPO_PAIRS = [  # (π_θ, π_old); δ_low = δ_high = 0.15 (the paper's TV thresholds)
+DPPO_PAIRS = [  # (π_θ, π_old); ε_low = ε_high = 0.15 (the paper's TV thresholds)
     [(0.9, 0.5), (0.5, 0.9), (1e-3, 1e-5), (0.6, 0.5)],  # Â > 0: masked if π_θ rose by more than 0.15
     [(0.5, 0.9), (0.9, 0.5), (0.8, 0.99), (0.45, 0.5)],  # Â < 0: masked if π_θ fell by more than 0.15
 ]

@@ -70,11 +70,11 @@ class GRPOConfig(TRLGRPOConfig):
         choices=["tv", "kl"],
     )
     dppo_mask_low: float | None = _help(
-        "DPPO: threshold δ_low for tokens with Â < 0 (masked once their probability fell that far: p − q < −δ_low, "
-        "or binary KL > δ_low with p < q). None: the paper's value for dppo_divergence, 0.15 (tv) or 0.05 (kl)."
+        "DPPO: threshold ε_low for tokens with Â < 0 (masked once their probability fell that far: p − q < −ε_low, "
+        "or binary KL > ε_low with p < q). None: the paper's value for dppo_divergence, 0.15 (tv) or 0.05 (kl)."
     )
     dppo_mask_high: float | None = _help(
-        "DPPO: threshold δ_high for tokens with Â > 0 (masked once p − q > δ_high, or binary KL > δ_high with p > q). "
+        "DPPO: threshold ε_high for tokens with Â > 0 (masked once p − q > ε_high, or binary KL > ε_high with p > q). "
         "None: dppo_mask_low's value."
     )
     dppo_kl_coef: float = _help(

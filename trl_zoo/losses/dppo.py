@@ -8,9 +8,9 @@ leaves the region, in the direction its advantage pushes (one-sided by the sign 
 p = π_θ(y_t), q = μ(y_t), δ = log p − log q, r = e^δ, the binary approximations of the paper (the distribution
 collapsed to {y_t, everything else}):
 
-    tv (DPPO-Binary-TV):  Â > 0: masked if p − q > δ_high        Â < 0: masked if p − q < −δ_low
+    tv (DPPO-Binary-TV):  Â > 0: masked if p − q > ε_high        Â < 0: masked if p − q < −ε_low
     kl (DPPO-Binary-KL):  D = q·log(q/p) + (1 − q)·log((1 − q)/(1 − p))
-                          Â > 0: masked if D > δ_high and p > q    Â < 0: masked if D > δ_low and p < q
+                          Â > 0: masked if D > ε_high and p > q    Â < 0: masked if D > ε_low and p < q
 
     loss_t = −M_t · r_t · Â_t + c_KL · δ_t²        ∇ = −M r Â ∇log π + 2 c_KL δ ∇log π      (M = 1 − masked, sg)
 
@@ -42,7 +42,7 @@ _EPS = 1e-8  # inside the logs of 1 − p, as in the authors' code
 
 
 def mask_thresholds(args) -> tuple[float, float]:
-    """(δ_low, δ_high): the configured ones, the paper's for the divergence where None; δ_high defaults to δ_low."""
+    """(ε_low, ε_high): as configured, else the paper's for the divergence; ε_high defaults to ε_low."""
     low = args.dppo_mask_low if args.dppo_mask_low is not None else PAPER_THRESHOLDS[args.dppo_divergence]
     high = args.dppo_mask_high if args.dppo_mask_high is not None else low
     return low, high

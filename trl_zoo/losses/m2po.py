@@ -18,8 +18,9 @@ Where this follows or departs from AReaL (`areal/trainer/ppo/actor.py`):
 - The threshold test is strict (mean < τ) and, when even the smallest δ² is ≥ τ, every token but that one is
   masked (AReaL's guard against an empty loss), as there.
 - AReaL measures δ between the behaviour policy and its proximal policy (the policy at the start of the training
-  step, its decoupled-PPO setting); TRL has one old policy, so here δ = log π_θ − log π_old, the paper's
-  (log π_θ/π_behav)². At the first update of a generation batch the two agree.
+  step, in its asynchronous, decoupled-PPO setting), one mask for the step. TRL has one old policy, the one that
+  generated the batch, so here δ = log π_θ − log π_old with the current π_θ (the paper's (log π_θ/π_behav)²),
+  evaluated again at every update of the batch.
 - The authors' own verl code (Infini-AI-Lab/M2PO, `compute_m2po_policy_loss`) is a clipped variant: only tokens
   whose ratio moved in the direction of their advantage (Â > 0, r > 1 or Â < 0, r < 1) enter the mean, their δ²
   are capped at a τ² chosen so that the capped mean meets the budget, and exp(±τ) becomes a PPO clip range (so the
