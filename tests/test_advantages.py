@@ -12,7 +12,7 @@ from peft import LoraConfig
 
 import trl_zoo
 from tests.tiny import config_kwargs, make_trainer
-from trl_zoo.advantages import AdvantageInputs, nan_std, score_sq_norms
+from trl_zoo.advantages import AdvantageInputs, nan_std, reward_decoupled_advantages, score_sq_norms
 
 ARGS = SimpleNamespace(advantage_std_unbiased=True, advantage_epsilon=0.0, scale_rewards="group")
 WORKED = torch.tensor([0.0, 0.0, 1.0, 0.0])
@@ -109,6 +109,44 @@ def test_unscorable_completions_are_left_out_of_the_baselines():
     torch.testing.assert_close(grpo[[0, 2, 3]], (torch.tensor([0.0, 1.0, 0.0]) - 1 / 3) / (1 / 3) ** 0.5)
     lone = estimate("rloo", torch.tensor([2.0, float("nan")]), num_generations=2)
     assert torch.isnan(lone).all()  # no scorable sibling: no baseline (the trainer zeroes it)
+
+
+# ---------------------------------------------------------------------------------------------------- MaxRL
+def test_maxrl_is_the_success_average_minus_the_average_score():
+    """Binary rewards, K successes of N: ĝ = (1/K) Σ r_i S_i − (1/N) Σ S_i = (1/N) Σ Â_i S_i, so Â_i = N r_i/K − 1;
+    no success: ĝ = 0."""
+    rewards = torch.tensor([0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    successes = rewards.view(4, 4).sum(1, keepdim=True).expand(4, 4).reshape(-1)
+    expected = torch.where(successes > 0, 4 * rewards / successes.clamp(min=1) - 1, 0.0)
+    advantages = estimate("maxrl", rewards)
+    torch.testing.assert_close(advantages, expected)
+    torch.testing.assert_close(advantages[:4], torch.tensor([-1.0, -1.0, 3.0, -1.0]))  # 1 of 4: the success ×3
+    assert (advantages[8:] == 0).all()  # no success, and all successes: no signal, exactly
+
+
+def test_maxrl_weights_a_prompt_by_one_over_its_pass_rate():
+    """Â = (R − mean)/mean = Dr. GRPO's Â / p: GRPO's 1/std gives a hard and an easy prompt the same weight, MaxRL
+    weights the hard one (p = 1/8) 7 times the easy one (p = 7/8)."""
+    hard, easy = torch.tensor([1.0] + [0.0] * 7), torch.tensor([0.0] + [1.0] * 7)
+    rewards = torch.cat([hard, easy])
+    maxrl = estimate("maxrl", rewards, num_generations=8)
+    pass_rates = torch.tensor([1 / 8] * 8 + [7 / 8] * 8)
+    torch.testing.assert_close(maxrl, estimate("dr_grpo", rewards, num_generations=8) / pass_rates)
+    assert maxrl[:8].abs().sum() == pytest.approx(7 * maxrl[8:].abs().sum())
+    grpo = estimate("grpo", rewards, num_generations=8)
+    assert grpo[:8].abs().sum() == pytest.approx(grpo[8:].abs().sum())
+
+
+def test_maxrl_takes_graded_rewards_and_leaves_unscorable_out():
+    rewards = torch.tensor([0.5, float("nan"), 0.25, 0.0])
+    advantages = estimate("maxrl", rewards)
+    torch.testing.assert_close(advantages[[0, 2, 3]], torch.tensor([0.5, 0.25, 0.0]) / 0.25 - 1)
+    assert torch.isnan(advantages[1])
+
+
+def test_maxrl_refuses_negative_rewards():
+    with pytest.raises(ValueError, match=r"^advantage_estimator: 'maxrl' .* needs rewards ≥ 0; got -1\."):
+        estimate("maxrl", torch.tensor([1.0, -1.0, 1.0, 1.0]))
 
 
 def test_nan_std_matches_torch():
@@ -236,17 +274,73 @@ def test_estimator_none_leaves_trl_advantages_untouched():
     assert torch.equal(generate(trainer)["advantages"], reference["advantages"])
 
 
-def test_multi_objective_normalize_then_sum_is_rejected():
-    with pytest.raises(ValueError, match="multi_objective_aggregation"):
-        make_trainer(
-            trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="rloo",
-            multi_objective_aggregation="normalize_then_sum",
-        )
+# ---------------------------------------------------------------------------------------------------- GDPO
+def _length_reward(completions, **kwargs):
+    """Completion length in characters, None for every third completion: a second objective of another scale."""
+    return [None if i % 3 == 1 else 10.0 * len(c) for i, c in enumerate(completions)]
+
+
+GDPO_REWARDS = [_reward_with_gaps, _length_reward]
+
+
+def _whiten(values: torch.Tensor, epsilon: float = 1e-4) -> torch.Tensor:
+    scored = values[~torch.isnan(values)]
+    return (values - scored.mean()) / (scored.std() + epsilon)
+
+
+def test_normalize_then_sum_with_grpo_is_trls_gdpo():
+    config = dict(
+        multi_objective_aggregation="normalize_then_sum", reward_funcs=GDPO_REWARDS, reward_weights=[1.0, 0.5]
+    )
+    reference = generate(make_trainer(trl.GRPOTrainer, trl.GRPOConfig, **config))
+    ours = generate(make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="grpo", **config))
+    torch.testing.assert_close(ours["completion_ids"], reference["completion_ids"])
+    assert reference["advantages"].abs().max() > 0.5
+    torch.testing.assert_close(ours["advantages"], reference["advantages"], rtol=1e-5, atol=1e-5)
+
+
+def test_normalize_then_sum_runs_the_estimator_on_each_reward_then_whitens_the_sum():
+    trainer = make_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="rloo", reward_funcs=GDPO_REWARDS,
+        reward_weights=[2.0, 1.0], multi_objective_aggregation="normalize_then_sum",
+    )
+    advantages = generate(trainer)["advantages"]
+    rewards = trainer.rewards_per_func  # (N, 2), NaN where the length reward returned None
+    per_reward = torch.stack([estimate("rloo", rewards[:, k]) for k in range(2)], dim=-1)
+    expected = _whiten((per_reward * torch.tensor([2.0, 1.0])).nansum(-1))
+    torch.testing.assert_close(advantages, expected, rtol=1e-5, atol=1e-5)
+    summed = _whiten(estimate("rloo", (rewards * torch.tensor([2.0, 1.0])).nansum(-1)))
+    assert (advantages - summed).abs().max() > 0.1  # decoupling changes the advantages: the length reward's scale
+
+
+def test_normalize_then_sum_drops_a_missing_reward_and_whitens_token_advantages_over_tokens():
+    rewards_per_func = torch.tensor([[1.0, 0.0], [0.0, float("nan")], [1.0, 2.0], [float("nan"), float("nan")],
+                                     [0.0, 1.0], [1.0, 1.0], [0.5, 0.0], [0.0, 3.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 0, 0.0]])
+    args = SimpleNamespace(advantage_std_unbiased=True, advantage_epsilon=0.0, scale_rewards="group")
+    inputs = AdvantageInputs(rewards_per_func.nansum(1), 4, mask=mask)
+    weights = torch.tensor([1.0, 0.5])
+    rloo = reward_decoupled_advantages(trl_zoo.ADVANTAGES.get("rloo"), inputs, rewards_per_func, weights, args)
+    per_reward = torch.stack([estimate("rloo", rewards_per_func[:, k]) for k in range(2)], dim=-1)
+    summed = (per_reward * weights).nansum(-1)
+    summed[3] = float("nan")  # no scorable reward at all: stays unscorable
+    torch.testing.assert_close(rloo, _whiten(summed, epsilon=0.0), equal_nan=True)
+    assert torch.isnan(rloo[3]) and torch.isfinite(rloo[[0, 1, 2, 4, 5, 6, 7]]).all()
+    assert per_reward[1, 1].isnan() and rloo[1] != 0  # row 1 keeps its first reward's advantage
+    reinforce_pp = trl_zoo.ADVANTAGES.get("reinforce_pp")
+    tokens = reward_decoupled_advantages(reinforce_pp, inputs, rewards_per_func, weights, args)
+    selected = tokens[(mask > 0) & ~torch.isnan(tokens)]
+    assert tokens.shape == mask.shape and selected.numel() == int(mask.sum()) - 2  # row 3 (2 tokens) unscorable
+    assert abs(selected.mean().item()) < 1e-5 and selected.std().item() == pytest.approx(1.0, abs=1e-5)
 
 
 # every estimator once, the two KL placements alternating (each placement meets group, token-level and
-# extra-input estimators)
-RUNS = [(name, ("loss", "reward")[i % 2]) for i, name in enumerate(sorted(trl_zoo.ADVANTAGES.names()))]
+# extra-input estimators); an estimator of rewards ≥ 0 only (maxrl) keeps the KL out of the reward
+NONNEGATIVE = [name for name in trl_zoo.ADVANTAGES.names() if trl_zoo.ADVANTAGES.get(name).spec.nonnegative_rewards]
+RUNS = [
+    (name, ("loss", "reward")[i % 2])
+    for i, name in enumerate(sorted(set(trl_zoo.ADVANTAGES.names()) - set(NONNEGATIVE)))
+] + [(name, "loss") for name in NONNEGATIVE]
 
 
 @pytest.mark.parametrize("name, placement", RUNS)

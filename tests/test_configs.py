@@ -39,7 +39,7 @@ def moe_model_dir(tmp_path_factory) -> str:
 
 def test_the_recipes_are_there():
     names = {path.stem for path in CONFIGS}
-    assert {"grpo", "gspo", "gspo_token", "cispo", "sapo", "gmpo"} <= names
+    assert {"grpo", "gspo", "gspo_token", "cispo", "sapo", "gmpo", "maxrl", "dppo", "topr", "m2po"} <= names
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda path: path.stem)

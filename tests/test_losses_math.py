@@ -4,6 +4,7 @@ Gradients are taken with respect to the per-token log-probabilities, so d loss /
 token's score function ∇log π_{i,t} gets in the policy gradient.
 """
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -165,6 +166,140 @@ def test_gmpo_objective_bounded_by_grpo_unclipped():
     several_tokens = torch.tensor(LENGTHS) > 1
     assert (gmpo.abs() < grpo.abs() - 1e-4)[several_tokens].all()
     torch.testing.assert_close(gmpo[~several_tokens], grpo[~several_tokens])  # one token: equal
+
+
+# ---------------------------------------------------------------- TOPR
+def sequence_log_ratio_batch(sequence_log_ratios, advantages, seed=16) -> PolicyBatch:
+    """Token log-ratios with the given masked sums Σ_t δ_{i,t} (noise that sums to 0 over each row's tokens)."""
+    mask = completion_mask()
+    noise = 0.4 * torch.randn(B, T, generator=torch.Generator().manual_seed(seed)) * mask
+    noise = noise - mask * noise.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True)
+    log_ratio = (noise + mask * torch.tensor(sequence_log_ratios)[:, None] / mask.sum(-1, keepdim=True)) * mask
+    return make_batch(seed=seed, log_ratio=log_ratio, advantages=advantages, mask=mask)
+
+
+def test_topr_tapers_only_negative_sequences_by_their_truncated_sequence_ratio():
+    """Σ_t δ = [+1, −0.7, −2, +0.5], Â = [+, −, +, −]: weights 1 (positive), e^−0.7 (tapered), 1 (positive, however
+    unlikely it became), 1 (negative whose ratio e^0.5 > 1 is clipped at 1)."""
+    advantages = torch.tensor([[1.2], [-0.7], [0.4], [-1.5]])
+    batch = sequence_log_ratio_batch([1.0, -0.7, -2.0, 0.5], advantages)
+    term = LOSSES.get("topr").fn(batch, config("topr"))
+    gradient = token_gradient(aggregated("topr", term.loss, batch.mask), batch)
+    weights = torch.tensor([1.0, torch.exp(torch.tensor(-0.7)).item(), 1.0, 1.0])
+    expected = -(weights[:, None] * advantages) * batch.mask / B  # sequence_sum: (1/B) Σ_i Σ_t
+    torch.testing.assert_close(gradient, expected, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(term.metrics["topr/weight/mean"], weights[:, None], rtol=1e-5, atol=1e-7)
+    product_of_token_ratios = torch.exp((batch.log_ratio.detach() * batch.mask).sum(-1))
+    assert product_of_token_ratios[1] == pytest.approx(weights[1].item(), rel=1e-5)  # the full ratio, not GSPO's mean
+
+
+def test_topr_splits_token_advantages_by_their_own_sign():
+    mask = completion_mask()
+    advantages = torch.randn(B, T, generator=torch.Generator().manual_seed(17))
+    batch = sequence_log_ratio_batch([-0.3, -1.1, -0.5, 0.2], advantages * mask)
+    gradient = token_gradient(aggregated("topr", LOSSES.get("topr").fn(batch, config("topr")).loss, batch.mask), batch)
+    taper = torch.exp(torch.tensor([-0.3, -1.1, -0.5, 0.0]))[:, None]  # min(π/μ, 1) per sequence
+    weights = torch.where(batch.advantages >= 0, 1.0, taper)
+    torch.testing.assert_close(gradient, -weights * batch.advantages * mask / B, rtol=1e-5, atol=1e-7)
+    assert ((batch.advantages < 0) & (mask > 0) & (taper < 1)).any() and ((batch.advantages > 0) & (mask > 0)).any()
+
+
+# ---------------------------------------------------------------- M2PO
+def m2po_expected_kept(squares: list[float], threshold: float) -> list[bool]:
+    """Drop the largest δ² one at a time until the mean of the rest is below τ (all but one if it never is)."""
+    order = sorted(range(len(squares)), key=lambda k: -squares[k])
+    for dropped in range(len(squares)):
+        rest = [squares[k] for k in order[dropped:]]
+        if sum(rest) / len(rest) < threshold:
+            break
+    else:
+        dropped = len(squares) - 1
+    return [k not in order[:dropped] for k in range(len(squares))]
+
+
+@pytest.mark.parametrize("threshold", [0.04, 0.09, 1e-6])
+def test_m2po_masks_the_largest_squared_log_ratios_until_the_mean_is_below_tau(threshold):
+    log_ratio = 0.35 * torch.randn(B, T, generator=torch.Generator().manual_seed(18))
+    log_ratio[1, 5] = 40.0  # padding (row 1 has 4 tokens): an outlier there must count for nothing
+    batch = make_batch(seed=18, log_ratio=log_ratio)
+    term = LOSSES.get("m2po").fn(batch, config("m2po", m2po_threshold=threshold))
+    valid = batch.mask.bool()
+    kept = torch.zeros(B, T)
+    kept[valid] = torch.tensor(m2po_expected_kept((log_ratio[valid] ** 2).tolist(), threshold), dtype=torch.float)
+    torch.testing.assert_close(term.metrics["m2po/masked_fraction"], (1.0 - kept) * batch.mask)
+    gradient = token_gradient(aggregated("m2po", term.loss, batch.mask), batch)
+    ratio = torch.exp(log_ratio)
+    torch.testing.assert_close(gradient, -kept * ratio * batch.advantages * batch.mask / batch.mask.sum())
+    masked = valid & (kept == 0)
+    if threshold == 1e-6:  # no suffix qualifies: every token but the smallest δ² is masked
+        assert int(kept[valid].sum()) == 1 and kept[valid][(log_ratio[valid] ** 2).argmin()] == 1
+    else:
+        assert masked.any() and (kept[valid] == 1).any()
+        assert (log_ratio[valid & (kept == 1)] ** 2).mean() < threshold
+        assert (log_ratio[masked] ** 2).min() >= (log_ratio[valid & (kept == 1)] ** 2).max()  # the largest go
+    if threshold == 0.04:
+        signs = batch.advantages.expand(B, T)[masked]
+        assert (signs > 0).any() and (signs < 0).any()  # one pool, whatever the advantage's sign
+
+
+# ---------------------------------------------------------------- DPPO
+def probability_batch(pairs, advantages) -> PolicyBatch:
+    """One row per advantage, tokens with (π_θ, π_old) = pairs[i][t]."""
+    current = torch.tensor([[p for p, _ in row] for row in pairs]).log().requires_grad_()
+    old = torch.tensor([[q for _, q in row] for row in pairs]).log()
+    return PolicyBatch(current, old, advantages, torch.ones(current.shape), state={})
+
+
+DPPO_PAIRS = [  # (π_θ, π_old); ε_low = ε_high = 0.15 (the paper's TV thresholds)
+    [(0.9, 0.5), (0.5, 0.9), (1e-3, 1e-5), (0.6, 0.5)],  # Â > 0: masked if π_θ rose by more than 0.15
+    [(0.5, 0.9), (0.9, 0.5), (0.8, 0.99), (0.45, 0.5)],  # Â < 0: masked if π_θ fell by more than 0.15
+]
+DPPO_ADVANTAGES = torch.tensor([[1.2], [-0.7]])
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 1e-3, 0.5])
+def test_dppo_tv_masks_by_probability_gap_in_the_direction_of_the_advantage(kl_coef):
+    batch = probability_batch(DPPO_PAIRS, DPPO_ADVANTAGES)
+    args = config("dppo", dppo_kl_coef=kl_coef)
+    term = LOSSES.get("dppo").fn(batch, args)
+    masked = torch.tensor([[1, 0, 0, 0], [1, 0, 1, 0]], dtype=torch.float)
+    # the ratio-100 token (1e-5 → 1e-3) stays (PPO would clip it); 0.99 → 0.8 goes (PPO's clip would not, r = 0.81)
+    torch.testing.assert_close(term.metrics["dppo/masked_fraction"], masked)
+    delta = batch.log_ratio.detach()
+    ratio = torch.exp(delta)
+    per_token = -(1 - masked) * ratio * batch.advantages + kl_coef * 2 * delta
+    gradient = token_gradient(aggregated("dppo", term.loss, batch.mask), batch)
+    torch.testing.assert_close(gradient, per_token / batch.mask.sum(), rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(term.loss.detach(), -(1 - masked) * ratio * batch.advantages + kl_coef * delta**2)
+
+
+def binary_kl(p: float, q: float) -> float:
+    return q * math.log(q / p) + (1 - q) * math.log((1 - q) / (1 - p))
+
+
+def test_dppo_kl_masks_by_binary_kl_in_the_direction_of_the_advantage():
+    batch = probability_batch(DPPO_PAIRS, DPPO_ADVANTAGES)
+    term = LOSSES.get("dppo").fn(batch, config("dppo", dppo_divergence="kl", dppo_kl_coef=0.0))
+    expected = torch.zeros(2, 4)
+    for i, row in enumerate(DPPO_PAIRS):
+        for t, (p, q) in enumerate(row):
+            upward = p > q if DPPO_ADVANTAGES[i] > 0 else p < q
+            expected[i, t] = float(upward and binary_kl(p, q) > 0.05)  # the paper's KL threshold
+    assert expected.sum() >= 2 and expected[0, 2] == 0  # 1e-5 → 1e-3: binary KL ≈ 0.006, kept
+    torch.testing.assert_close(term.metrics["dppo/masked_fraction"], expected)
+    gradient = token_gradient(aggregated("dppo", term.loss, batch.mask), batch)
+    ratio = torch.exp(batch.log_ratio.detach())
+    torch.testing.assert_close(gradient, -(1 - expected) * ratio * batch.advantages / batch.mask.sum())
+
+
+@pytest.mark.parametrize("low, high", [(0.3, None), (0.05, 0.45)])
+def test_dppo_thresholds_are_one_per_direction(low, high):
+    batch = probability_batch(DPPO_PAIRS, DPPO_ADVANTAGES)
+    term = LOSSES.get("dppo").fn(batch, config("dppo", dppo_mask_low=low, dppo_mask_high=high))
+    high = low if high is None else high
+    gaps = torch.tensor([[p - q for p, q in row] for row in DPPO_PAIRS])
+    expected = torch.where(DPPO_ADVANTAGES > 0, gaps > high, gaps < -low).float()
+    torch.testing.assert_close(term.metrics["dppo/masked_fraction"], expected)
 
 
 # ---------------------------------------------------------------- the sanity law, for every registered loss

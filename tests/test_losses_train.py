@@ -93,3 +93,30 @@ def test_lora_training_and_adapter_roundtrip(name, tmp_path):
     assert torch.isfinite(trained_logits).all()
     torch.testing.assert_close(reloaded_logits, trained_logits, rtol=0, atol=0)
     assert (trained_logits - base_logits).abs().max() > 1e-4  # the adapter learned something
+
+
+@pytest.mark.parametrize(
+    "name, tight, loose",
+    [
+        ("m2po", dict(m2po_threshold=1e-4), dict(m2po_threshold=1e3)),
+        ("dppo", dict(dppo_mask_low=1e-3, dppo_mask_high=1e-3), dict(dppo_mask_low=0.99, dppo_mask_high=0.99)),
+    ],
+)
+def test_trust_region_masks_act_on_the_trainers_off_policy_batch(name, tight, loose):
+    """In the real loss step: nothing masked on-policy, part of the tokens once the policy moved, none with a wide
+    region; the masked share is logged."""
+    metric = f"{name}/masked_fraction"
+    shares = {}
+    for label, overrides, moved in (("on_policy", tight, False), ("tight", tight, True), ("loose", loose, True)):
+        trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, loss_type=name, num_iterations=2, **overrides)
+        torch.manual_seed(0)
+        trainer.model.train()
+        batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+        if moved:
+            perturb(trainer.model)
+        trainer.current_gradient_accumulation_steps = 1
+        loss = trainer.compute_loss(trainer.model, batch)
+        assert torch.isfinite(loss)
+        shares[label] = trainer._metrics["train"][metric][-1]
+    assert shares["on_policy"] == 0.0 and shares["loose"] == 0.0
+    assert 0.05 < shares["tight"] < 0.95, shares

@@ -12,6 +12,7 @@ Input ranges (all float32, the trainer's dtype):
 Examples are derandomised (the same every run) and nothing is written to a hypothesis database.
 """
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -231,14 +232,17 @@ def scorable_counts(inputs: AdvantageInputs) -> torch.Tensor:
 def test_every_estimator_is_finite_wherever_a_completion_has_a_baseline(name):
     """No ±inf ever (the trainer maps NaN to 0 but inf to ±3e38); NaN only for unscorable completions, for a group's
     only scorable completion, or for a batch-whitened estimator with fewer than two scorable tokens."""
-    token_level = bool(ADVANTAGES.get(name).spec.token_level)
-    unknown = set(ADVANTAGES.get(name).spec.needs) - BUILDABLE_EXTRAS
+    spec = ADVANTAGES.get(name).spec
+    token_level = bool(spec.token_level)
+    unknown = set(spec.needs) - BUILDABLE_EXTRAS
     if unknown:
         pytest.skip(f"{name} needs {sorted(unknown)}, which these tests cannot draw")
 
     @PROPERTY
     @given(inputs=reward_batches(), scale=st.sampled_from(["group", "batch", "none"]))
     def check(inputs, scale):
+        if spec.nonnegative_rewards:  # its domain (a pass rate); negative rewards are refused, see test_advantages.py
+            inputs = dataclasses.replace(inputs, rewards=inputs.rewards.abs())
         advantages = run_estimator(name, inputs, scale)
         assert not torch.isinf(advantages).any()
         scorable = ~torch.isnan(inputs.rewards)

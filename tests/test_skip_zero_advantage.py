@@ -13,7 +13,7 @@ from trl_zoo.hooks.skip_zero_advantage import zero_advantage_probe
 from trl_zoo.registry import AGGREGATIONS, LOSSES, Entry
 from trl_zoo.specs import LossSpec
 
-ROW_LOCAL_LOSSES = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "gmpo", "vespo"]
+ROW_LOCAL_LOSSES = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "gmpo", "vespo", "topr"]
 COUPLED = "the other sequences' terms or gradients depend on the rows with Â = 0"
 
 

@@ -75,6 +75,11 @@ IMPOSSIBLE = [
     ("clip_cov_ratio / kl_cov_ratio", dict(kl_cov_ratio=1.5), "(0, 1]"),
     ("clip_cov_lower", dict(clip_cov_lower=5.0, clip_cov_upper=1.0), "< clip_cov_upper"),
     ("kl_cov_coef", dict(kl_cov_coef=-1.0), "≥ 0"),
+    ("dppo_divergence", dict(loss_type="dppo", dppo_divergence="js"), "use 'tv' or 'kl'"),
+    ("dppo_mask_low", dict(loss_type="dppo", dppo_mask_low=0.0), "must be > 0"),
+    ("dppo_mask_high", dict(loss_type="dppo", dppo_mask_high=1.0), "a value in (0, 1)"),
+    ("dppo_kl_coef", dict(loss_type="dppo", dppo_kl_coef=-1e-3), "must be ≥ 0"),
+    ("m2po_threshold", dict(loss_type="m2po", m2po_threshold=0.0), "must be > 0"),
     ("rspo_gamma_min", dict(rspo_gamma_min=0.0), "(0, 1]"),
     ("rspo_gamma_min", dict(rspo_gamma_min=1.5), "(0, 1]"),
     ("beta", dict(beta=-0.1), "≥ 0"),
@@ -88,6 +93,13 @@ IMPOSSIBLE = [
     ("overlong_max_length", dict(overlong_max_length=0), "≥ 1"),
     ("overlong_penalty_factor", dict(overlong_penalty_factor=-1.0), "≥ 0"),
     ("kl_placement", dict(kl_placement="both"), "use one of loss, reward"),
+    # an estimator of pass rates (maxrl) gets no negative reward term; GDPO has no per-function KL penalty or critic
+    ("kl_placement", dict(advantage_estimator="maxrl", kl_placement="reward", beta=0.05), "use kl_placement='loss'"),
+    ("overlong_buffer_length", dict(advantage_estimator="maxrl", overlong_buffer_length=4), "buffer_length=None"),
+    ("multi_objective_aggregation", dict(multi_objective_aggregation="normalize_then_sum", kl_placement="reward",
+                                         beta=0.05), "use kl_placement='loss'"),
+    ("multi_objective_aggregation", dict(multi_objective_aggregation="normalize_then_sum", advantage_estimator="gae"),
+     "needs a critic"),
     ("dynamic_sampling_on_exhausted", dict(dynamic_sampling_on_exhausted="skip"), "use one of fill, raise"),
     ("nan_rewards", dict(nan_rewards="ignore"), "use one of raise, drop"),
     ("nonfinite_policy", dict(nonfinite_policy="ignore"), "use one of raise, skip"),
@@ -117,6 +129,9 @@ BOUNDARIES = [  # the closest allowed settings: each must build
     dict(loss_type="cispo", cispo_epsilon_low=0.2, epsilon_high=0.8),
     dict(loss_type="cispo", epsilon=3.0),  # CISPO's cap is absolute: ε ≥ 1 is allowed there
     dict(rspo_gamma_min=1.0),
+    dict(loss_type="dppo", dppo_divergence="kl", dppo_mask_low=2.0),  # a binary KL can exceed 1
+    dict(loss_type="dppo", dppo_kl_coef=0.0),  # the paper's loss
+    dict(advantage_estimator="maxrl", multi_objective_aggregation="normalize_then_sum"),
     dict(advantage_epsilon=0.0),
     dict(overlong_buffer_length=8),
     dict(overlong_penalty_factor=0.0),

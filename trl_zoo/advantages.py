@@ -22,6 +22,7 @@ reinforce_batch_baseline  R_i − mean over the whole batch of R                
 reinforce_pp              Â_{i,t} = whiten_batch( R_i − β Σ_{s≥t} KL_{i,s} )               REINFORCE++, 2501.03262
 reinforce_pp_baseline     Â_{i,t} = whiten_batch( R_i − mean R − β Σ_{s≥t} KL_{i,s} )      REINFORCE++, 2501.03262
 opo                       R_i − Σ_j l_j R_j / Σ_j l_j                                      OPO, arXiv:2505.23585
+maxrl                     (R_i − mean R) / mean R where mean R > 0, else 0 (R ≥ 0)         MaxRL, arXiv:2602.02710
 optimal_baseline          R_i − Σ_j ‖s_j‖² R_j / Σ_j ‖s_j‖²                                Greensmith et al. 2004
 ========================  ===============================================================  ==========================
 
@@ -39,7 +40,7 @@ length-weighted baseline is the same b* under the approximation ‖s_j‖² ∝ 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -230,6 +231,43 @@ def opo_advantages(inputs: AdvantageInputs, args) -> Tensor:
 
 
 @ADVANTAGES.register(
+    "maxrl",
+    description="(R − group mean) / group mean, 0 without success: log pass rate, a prompt weighted 1/p (R ≥ 0)",
+    source="MaxRL, arXiv:2602.02710",
+    nonnegative_rewards=True,
+)
+def maxrl_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    """MaxRL (Tajwar et al., arXiv:2602.02710): maximise log p(x), p the pass rate, instead of p.
+
+    With K successes among the N = G completions of a prompt and binary rewards, the paper's estimator of the
+    order-N truncated maximum-likelihood gradient (its Theorems 1 and 2) averages the score over the successes and
+    subtracts the zero-mean control variate (1/N) Σ_i S_i:
+
+        ĝ = (1/K) Σ_i r_i S_i − (1/N) Σ_i S_i = (1/N) Σ_i (r_i − r̄)/r̄ · S_i,    r̄ = K/N,   ĝ = 0 if K = 0
+
+    so Â_i = (R_i − mean R) / mean R: the plain group mean (not leave-one-out), divided by the mean instead of
+    GRPO's std, which weights a prompt by 1/p (hard prompts count more). A group with mean 0 (no success) carries
+    no signal, Â = 0, as in the paper (ĝ = 0 for K = 0) and prime-rl. The authors' code (verl's
+    `compute_maxrl_outcome_advantage`) divides by mean + 1e-6; here the division is exact where mean > 0, and a
+    group of equal rewards gets exactly 0. S_i is the whole sequence's score: the paper's ĝ is
+    `loss_aggregation="sequence_sum"` with a ratio-free loss; its own runs keep verl's PPO loss with a token mean.
+
+    Rewards must be ≥ 0 (a pass rate: canonically 1 pass, 0 fail); with negative rewards the mean no longer bounds
+    |Â| (≤ G − 1 for R ≥ 0) and the estimator raises. NaN rewards are left out of the mean and come back NaN.
+    """
+    scorable = inputs.rewards[~torch.isnan(inputs.rewards)]
+    if scorable.numel() and bool((scorable < 0).any()):
+        raise ValueError(
+            f"advantage_estimator: 'maxrl' divides by the group's mean reward, a pass rate, and needs rewards ≥ 0; "
+            f"got {scorable.min().item():.4g}. Use rewards in [0, 1] (1 = pass), or another estimator (e.g. 'grpo')."
+        )
+    mean = group_mean(inputs)
+    centred = inputs.rewards - mean
+    has_success = mean > 0
+    return torch.where(has_success, centred / mean.where(has_success, torch.ones_like(mean)), centred * 0.0)
+
+
+@ADVANTAGES.register(
     "optimal_baseline",
     description="R − b*, b* = Σ ‖s_j‖² R_j / Σ ‖s_j‖² (variance-minimising, score norm in logit space)",
     source="Weaver & Tao 2001; Greensmith et al. 2004",
@@ -239,6 +277,29 @@ def optimal_baseline_advantages(inputs: AdvantageInputs, args) -> Tensor:
     if inputs.score_sq_norms is None:
         raise ValueError("optimal_baseline needs score_sq_norms (‖s‖² per completion); pass score_sq_norms=.")
     return inputs.rewards - weighted_group_baseline(inputs, inputs.score_sq_norms)
+
+
+def reward_decoupled_advantages(estimator, inputs: AdvantageInputs, rewards_per_func: Tensor, weights: Tensor, args):
+    """GDPO's `multi_objective_aggregation="normalize_then_sum"` (arXiv:2601.05242, TRL's implementation) with any
+    estimator: the estimator on each reward function's own rewards, their weighted sum, whitened over the batch,
+
+        Â_i = whiten_batch( Σ_k w_k Â_k(R_{·,k})_i )
+
+    (per token for a token-level estimator). GDPO normalises each reward within its group so that a reward of
+    large scale or spread does not drown the others in the sum, and whitens the sum to keep its range; the
+    estimator takes the place of that per-reward normalisation. With `grpo` (scale_rewards="group") this is TRL's
+    normalize_then_sum. A NaN reward of one function drops out of the sum (nansum, as TRL); a completion with no
+    scorable reward stays NaN. `inputs` carries the extras (mask, ‖s‖²); its rewards are replaced per function.
+    """
+    per_reward = [
+        estimator.fn(replace(inputs, rewards=rewards_per_func[:, k].to(inputs.rewards.dtype)), args)
+        for k in range(rewards_per_func.size(1))
+    ]
+    stacked = torch.stack(per_reward, dim=-1)
+    weights = weights.to(stacked)
+    summed = (stacked * weights).nansum(dim=-1).masked_fill(torch.isnan(stacked).all(dim=-1), float("nan"))
+    mask = inputs.mask if estimator.spec.token_level else None
+    return whiten(summed, mask, args.advantage_std_unbiased, args.advantage_epsilon)
 
 
 def score_sq_norms(logps: Tensor, log_sum_sq_probs: Tensor, mask: Tensor) -> Tensor:

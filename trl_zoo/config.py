@@ -63,6 +63,30 @@ class GRPOConfig(TRLGRPOConfig):
     kl_cov_ratio: float = _help("KL-Cov: fraction of tokens (top covariance) that get the KL penalty.", 2e-3)
     kl_cov_coef: float = _help("KL-Cov: coefficient of the per-token |log r| penalty on selected tokens.", 1.0)
     rspo_gamma_min: float = _help("RSPO: floor γ_min of the router-shift weight, in (0, 1].", 0.1)
+    dppo_divergence: str = _help(
+        "DPPO: the divergence between π_θ and π_old at each token that defines the trust region: 'tv' (binary total "
+        "variation, p − q; prime-rl's default) or 'kl' (binary KL).",
+        "tv",
+        choices=["tv", "kl"],
+    )
+    dppo_mask_low: float | None = _help(
+        "DPPO: threshold ε_low for tokens with Â < 0 (masked once their probability fell that far: p − q < −ε_low, "
+        "or binary KL > ε_low with p < q). None: the paper's value for dppo_divergence, 0.15 (tv) or 0.05 (kl)."
+    )
+    dppo_mask_high: float | None = _help(
+        "DPPO: threshold ε_high for tokens with Â > 0 (masked once p − q > ε_high, or binary KL > ε_high with p > q). "
+        "None: dppo_mask_low's value."
+    )
+    dppo_kl_coef: float = _help(
+        "DPPO: coefficient of the per-token (log π_θ − log π_old)² added to every token's loss (prime-rl's kl_tau). "
+        "0 is the paper's loss.",
+        1e-3,
+    )
+    m2po_threshold: float = _help(
+        "M2PO: τ of the second-moment trust region; the tokens of largest (log π_θ − log π_old)² are masked until the "
+        "mean over the rest of the micro-batch is below τ (paper and AReaL: 0.04).",
+        0.04,
+    )
 
     # --- advantages and KL ---
     advantage_estimator: str | None = _help(
@@ -309,6 +333,43 @@ class GRPOConfig(TRLGRPOConfig):
                 f"{self.loss_type!r} by its length; use 'sequence_mean', or set allow_sequence_loss_token_sum=True."
             )
         self._validate_critic()
+        self._validate_reward_domain()
+        self._validate_reward_decoupling()
+
+    def _validate_reward_decoupling(self):
+        """GDPO (`normalize_then_sum`) runs the estimator once per reward function: what has no per-function form."""
+        if self.multi_objective_aggregation != "normalize_then_sum":
+            return
+        if self.kl_placement == "reward" and self.beta > 0:
+            raise ValueError(
+                "multi_objective_aggregation: 'normalize_then_sum' runs the advantage estimator on each reward "
+                "function separately, and the KL penalty of kl_placement='reward' belongs to none of them; use "
+                "kl_placement='loss' (or 'sum_then_normalize')."
+            )
+        needs = ADVANTAGES.get(self.advantage_estimator).spec.needs if self.advantage_estimator else ()
+        if "values" in needs:
+            raise ValueError(
+                f"multi_objective_aggregation: 'normalize_then_sum' runs the advantage estimator on each reward "
+                f"function separately, but {self.advantage_estimator!r} needs a critic, which learns the value of the "
+                f"summed reward only; use 'sum_then_normalize' or another estimator."
+            )
+
+    def _validate_reward_domain(self):
+        """An estimator of rewards ≥ 0 only (`nonnegative_rewards`, e.g. maxrl) gets no negative reward terms."""
+        estimator = ADVANTAGES.get(self.advantage_estimator) if self.advantage_estimator else None
+        if estimator is None or not estimator.spec.nonnegative_rewards:
+            return
+        if self.kl_placement == "reward" and self.beta > 0:
+            raise ValueError(
+                f"kl_placement: 'reward' subtracts β Σ_t KL_t from the rewards, but advantage_estimator="
+                f"{estimator.name!r} needs rewards ≥ 0 (a pass rate); use kl_placement='loss' or beta=0."
+            )
+        if self.overlong_buffer_length is not None:
+            raise ValueError(
+                f"overlong_buffer_length: the soft overlong punishment adds rewards ≤ 0, but advantage_estimator="
+                f"{estimator.name!r} needs rewards ≥ 0 (a pass rate); set overlong_buffer_length=None, or mask "
+                f"truncated completions with mask_truncated_completions=True."
+            )
 
     def _validate_greso(self):
         """The greso sampler's fields (trl_zoo/greso.py)."""

@@ -65,3 +65,4 @@ class AdvantageSpec:
 
     needs: tuple[str, ...] = ()  # AdvantageInputs fields beyond the rewards: "score_sq_norms", "values"
     token_level: bool = False  # returns (N, T) per-token advantages
+    nonnegative_rewards: bool = False  # defined for rewards ≥ 0 only (a pass rate): no negative shaping or KL reward

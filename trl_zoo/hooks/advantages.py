@@ -13,6 +13,10 @@ which needs the rewards before the baseline; the estimator is then "grpo", TRL's
    advantages are padded to the longest completion across processes and trimmed back to the local length;
 3. replaces TRL's advantages with them.
 
+With `multi_objective_aggregation="normalize_then_sum"` (GDPO) step 2 runs the estimator on each reward function's
+own rewards and whitens their weighted sum over the batch (`advantages.reward_decoupled_advantages`); with the
+`grpo` estimator that is TRL's own normalize_then_sum.
+
 With `advantage_estimator=None` and `kl_placement="loss"` every call goes straight to TRL.
 
 ‖s‖² for `optimal_baseline` needs Σ_v π(v)² per completion token. TRL's fused LM head computes it in its tiles
@@ -32,7 +36,7 @@ from accelerate.utils import is_peft_model
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import add_fused_lm_head
 
-from ..advantages import AdvantageInputs, score_sq_norms
+from ..advantages import AdvantageInputs, reward_decoupled_advantages, score_sq_norms
 from ..model_inputs import forward_inputs, is_multimodal, loss_mask
 from ..registry import ADVANTAGES
 
@@ -50,11 +54,6 @@ class AdvantageMixin:
         self.advantage_entry = ADVANTAGES.get(name) if name is not None else None
         if self.advantage_entry is None:
             return
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            raise ValueError(
-                "multi_objective_aggregation: advantage estimators work on the weighted sum of the rewards; "
-                "use 'sum_then_normalize' (or advantage_estimator=None with kl_placement='loss')."
-            )
         if "score_sq_norms" in self.advantage_entry.spec.needs:
             self._squares_forward = self._fused_forward_with_squares()
 
@@ -120,7 +119,13 @@ class AdvantageMixin:
             values=values,
         )
         self.last_advantage_inputs = estimator_inputs  # global; the critic derives its value targets from it
-        advantages = self.advantage_entry.fn(estimator_inputs, self.args)
+        if self.multi_objective_aggregation == "normalize_then_sum":  # GDPO: the estimator per reward function
+            weights = self.reward_weights.to(rewards.device)
+            advantages = reward_decoupled_advantages(
+                self.advantage_entry, estimator_inputs, self.rewards_per_func, weights, self.args
+            )
+        else:
+            advantages = self.advantage_entry.fn(estimator_inputs, self.args)
         advantages = torch.nan_to_num(advantages, nan=0.0)
         if advantages.dim() == 2:
             advantages = advantages * global_mask

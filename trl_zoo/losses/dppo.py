@@ -1,0 +1,104 @@
+"""DPPO: a trust region by divergence, not by ratio (Qi et al., "Rethinking the Trust Region in LLM Reinforcement
+Learning", arXiv:2602.04879), with prime-rl's squared-log-ratio KL to the behaviour policy.
+
+PPO's ratio clip over-constrains rare tokens (1e−5 → 1e−3 is a ratio of 100 but no real change of the
+distribution) and under-constrains likely ones (0.99 → 0.8 is a ratio of 0.81, inside the clip, yet a large
+shift of mass). DPPO masks a token when a divergence between π_θ and the behaviour policy μ = π_old at that token
+leaves the region, in the direction its advantage pushes (one-sided by the sign of Â, like PPO's clip). With
+p = π_θ(y_t), q = μ(y_t), δ = log p − log q, r = e^δ, the binary approximations of the paper (the distribution
+collapsed to {y_t, everything else}):
+
+    tv (DPPO-Binary-TV):  Â > 0: masked if p − q > ε_high        Â < 0: masked if p − q < −ε_low
+    kl (DPPO-Binary-KL):  D = q·log(q/p) + (1 − q)·log((1 − q)/(1 − p))
+                          Â > 0: masked if D > ε_high and p > q    Â < 0: masked if D > ε_low and p < q
+
+    loss_t = −M_t · r_t · Â_t + c_KL · δ_t²        ∇ = −M r Â ∇log π + 2 c_KL δ ∇log π      (M = 1 − masked, sg)
+
+The policy term is importance-weighted by the unclipped ratio (the paper's trust region is the mask, not a clip);
+the KL term acts on every token, masked or not, and pulls π_θ back towards μ. On-policy p = q and δ = 0: nothing is
+masked, the KL gradient is 0, and the gradient is REINFORCE's.
+
+Defaults and sources:
+- `dppo_divergence="tv"`, prime-rl's default loss and the paper's main variant; `dppo_mask_low/high` default to
+  the paper's thresholds (0.15 for tv, 0.05 for kl: its scripts for Qwen3-30B-A3B); prime-rl's own defaults are
+  0.2 / 0.2 (tv).
+- `dppo_kl_coef` = c_KL, prime-rl's `kl_tau` (default 1e-3, after Kimi K2.5's KL loss, arXiv:2602.02276). The
+  paper's DPPO has no KL term: set 0 for it (configs/dppo.yaml does).
+- Aggregated as prime-rl does: the token sum over the batch's token count (`token_mean_global`). The paper's runs
+  use Dr. GRPO's normaliser instead (configs/dppo.yaml sets it).
+- μ is π_old: the policy that generated the batch, recomputed by the trainer (the paper's "recompute" variant);
+  under vLLM generation TRL's importance-sampling correction is applied on top by the trainer. The paper prefers
+  measuring against the inference engine's own log-probs ("bypass mode"), which TRL does not hand to the loss.
+- Stable-RL (the authors' code) weights by sg(min(r, 10))·log π; r·Â has the same gradient, uncapped (prime-rl).
+"""
+
+import torch
+
+from ..registry import LOSSES
+from .base import PolicyBatch, PolicyTerm, importance_ratio, ratio_metrics
+
+PAPER_THRESHOLDS = {"tv": 0.15, "kl": 0.05}
+_EPS = 1e-8  # inside the logs of 1 − p, as in the authors' code
+
+
+def mask_thresholds(args) -> tuple[float, float]:
+    """(ε_low, ε_high): as configured, else the paper's for the divergence; ε_high defaults to ε_low."""
+    low = args.dppo_mask_low if args.dppo_mask_low is not None else PAPER_THRESHOLDS[args.dppo_divergence]
+    high = args.dppo_mask_high if args.dppo_mask_high is not None else low
+    return low, high
+
+
+def outside_trust_region(batch: PolicyBatch, divergence: str, low: float, high: float) -> torch.Tensor:
+    """True where the token left the region in the direction its advantage pushes (bool, (B, T))."""
+    with torch.no_grad():
+        p, q = batch.logps.exp(), batch.old_logps.exp()
+        if divergence == "tv":
+            up, down = p - q > high, p - q < -low
+        else:
+            kl = q * (batch.old_logps - batch.logps) + (1 - q) * (torch.log(1 - q + _EPS) - torch.log(1 - p + _EPS))
+            up, down = (kl > high) & (p > q), (kl > low) & (p < q)
+        advantages = batch.advantages.expand_as(p)
+        return torch.where(advantages > 0, up, torch.where(advantages < 0, down, torch.zeros_like(up)))
+
+
+def validate_dppo(args) -> None:
+    if args.dppo_divergence not in PAPER_THRESHOLDS:
+        raise ValueError(f"dppo_divergence: got {args.dppo_divergence!r}; use 'tv' or 'kl'.")
+    for name in ("dppo_mask_low", "dppo_mask_high"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if not value > 0:
+            raise ValueError(f"{name}: the divergence threshold must be > 0, got {value}; paper: 0.15 (tv), 0.05 (kl)")
+        if args.dppo_divergence == "tv" and value >= 1:
+            raise ValueError(
+                f"{name}: a probability moves by less than 1, so a TV threshold of {value} never masks a token; use a "
+                f"value in (0, 1) (paper: 0.15)."
+            )
+    if args.dppo_kl_coef < 0:
+        raise ValueError(f"dppo_kl_coef: must be ≥ 0, got {args.dppo_kl_coef} (prime-rl: 1e-3, the paper: 0).")
+
+
+@LOSSES.register(
+    "dppo",
+    description="trust region by divergence: mask tokens whose binary TV/KL to π_old leaves it; r·Â + c·(log r)²",
+    source="DPPO, arXiv:2602.04879; prime-rl's default loss",
+    aggregation="token_mean_global",
+    validate=validate_dppo,
+)
+def dppo_loss(batch: PolicyBatch, args) -> PolicyTerm:
+    low, high = mask_thresholds(args)
+    masked = outside_trust_region(batch, args.dppo_divergence, low, high)
+    log_ratio = batch.log_ratio
+    ratio = importance_ratio(log_ratio)
+    squared_log_ratio = log_ratio**2
+    advantages = batch.advantages.expand_as(masked)
+    metrics = {
+        "dppo/masked_fraction": masked.float(),
+        "dppo/masked_high_fraction": (masked & (advantages > 0)).float(),
+        "dppo/masked_low_fraction": (masked & (advantages < 0)).float(),
+        "dppo/squared_log_ratio": squared_log_ratio.detach(),
+    }
+    metrics.update(ratio_metrics(ratio))
+    policy_term = torch.where(masked, 0.0, ratio * batch.advantages)
+    return PolicyTerm(-policy_term + args.dppo_kl_coef * squared_log_ratio, metrics)
