@@ -19,6 +19,9 @@ import sys
 import warnings
 from importlib import metadata
 
+import datasets
+from transformers.utils import logging as transformers_logging
+
 from . import __version__
 from .arguments import ConfigError, one_line
 from .compare import compare_command
@@ -57,6 +60,13 @@ def list_command(argv: list[str]) -> int:
     return 0
 
 
+def silence_library_progress_bars():
+    """The libraries' own progress bars (weights loading and saving, dataset maps) would interleave with the run's
+    lines; the run prints its own progress."""
+    transformers_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
 COMMANDS = {"train": train_command, "list": list_command, "compare": compare_command}
 
 
@@ -64,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     for category in (FutureWarning, DeprecationWarning):  # libraries' notices to developers, not to CLI users
         warnings.filterwarnings("ignore", category=category)
+    silence_library_progress_bars()
     if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
