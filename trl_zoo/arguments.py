@@ -30,6 +30,7 @@ from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
 
 from .config import GRPOConfig
+from .preset_lengths import LENGTH_FIELDS, scale_preset_lengths, scaled_lengths_message
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe
 from .train_help import group_help
@@ -123,7 +124,10 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
 
 
 class StrictTrlParser(TrlParser):
-    """TrlParser that reports errors as exceptions and checks every YAML key and value against the fields."""
+    """TrlParser that reports errors as exceptions and checks every YAML key and value against the fields;
+    `preset_overrides` replace the config file's values (flags still win)."""
+
+    preset_overrides: dict = {}
 
     def error(self, message):  # argparse would print the whole usage and exit
         raise ConfigError(message)
@@ -138,7 +142,7 @@ class StrictTrlParser(TrlParser):
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise ConfigError(f"{key}: unknown key in the config file.{hint}")
             checked[key] = _coerce_config_value(key, value, actions[key], str(field_types.get(key, "")))
-        return super().set_defaults_with_config(**checked)
+        return super().set_defaults_with_config(**{**checked, **self.preset_overrides})
 
 
 def _coerce_config_value(key: str, value, action, field_type: str):
@@ -270,21 +274,33 @@ class ParsedArguments(NamedTuple):
     model: ModelConfig
 
 
-def parse_train_args(argv: list[str]) -> ParsedArguments:
-    """The arguments from YAML and flags, with the layered defaults described above."""
+def given_as_flag(key: str, argv: list[str]) -> bool:
+    return any(arg == f"--{key}" or arg.startswith(f"--{key}=") for arg in argv)
+
+
+def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
+    """The arguments from YAML and flags, with the layered defaults described above. On the built-in task with its
+    own policy, a preset's lengths are scaled to the task (`preset_lengths.py`), saying so through `log`."""
     argv = list(argv)
     config_file = config_path(argv)
+    config = read_config(config_file) if config_file else {}
     peek = make_train_parser()
     peek.set_defaults(**trl_zoo_defaults())
-    if config_file:
-        peek.set_defaults_with_config(**read_config(config_file))
+    peek.set_defaults_with_config(**config)
     without_config = [a for i, a in enumerate(argv) if a != "--config" and (i == 0 or argv[i - 1] != "--config")]
     namespace, _ = peek.parse_known_args(without_config)
 
     parser = make_train_parser()
     parser.set_defaults(**trl_zoo_defaults())
     if namespace.dataset_name is None and not namespace.datasets:
-        parser.set_defaults(**quickstart_preset(get_task(namespace.task)))
+        task = get_task(namespace.task)
+        parser.set_defaults(**quickstart_preset(task))
+        if namespace.model_name_or_path is None:
+            preset = {key: config[key] for key in LENGTH_FIELDS if key in config}
+            flags = {key: getattr(namespace, key) for key in LENGTH_FIELDS if given_as_flag(key, argv)}
+            parser.preset_overrides = scale_preset_lengths(task.max_completion_length, preset, flags)
+            if parser.preset_overrides:
+                log(scaled_lengths_message(Path(config_file).name, task, preset, parser.preset_overrides))
     try:
         task_args, training_args, model_args, unknown = parser.parse_args_and_config(argv, return_remaining_strings=True)
     except (ValueError, TypeError) as error:

@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,8 @@ from .checkpoint_integrity import check_checkpoint
 from .hooks.prompt_length import PromptTooLongError
 from .hooks.resume import interrupted_message as resume_interrupted_message
 from .hooks.resume import last_complete_checkpoint
+from .preset_lengths import completion_room_error, position_limit_of
+from .registry import LOSSES
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
 from .reward_names import check_reward_columns, heldout_scorer, resolve_reward
 from .tasks import get_task
@@ -322,6 +325,12 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         source = task.name
         model_path = model_args.model_name_or_path
         default_reward = task.reward_name
+        if model_path is None and LOSSES.get(training_args.loss_type).spec.requires_moe:
+            raise ConfigError(
+                f"loss_type: {training_args.loss_type!r} needs a Mixture-of-Experts model and the built-in task's "
+                "policy is dense; give --model_name_or_path of an MoE model (Qwen2-MoE, Qwen3-MoE, Mixtral, ...) or "
+                "use a dense loss such as 'gmpo'."
+            )
         if model_path is None and isinstance(task, ScratchpadAdditionTask):
             model_path = str(bootstrap_scratchpad_policy(task, scratchpad_recipe(task, training_args.seed), log=log))
         elif model_path is None:
@@ -345,6 +354,10 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             raise ConfigError("max_steps: a streamed dataset has no length to count epochs in; give --max_steps N.")
         default_reward = "exact_match"
 
+    positions = position_limit_of(model_path, model_args.model_revision, training_args.trust_remote_code)
+    too_long = completion_room_error(training_args.max_completion_length, positions)
+    if too_long:
+        raise ConfigError(too_long)
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             model_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
@@ -358,6 +371,11 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         conversational = getattr(tokenizer, "chat_template", None) is not None
     if conversational:
         train, heldout = (_conversational_prompts(d, task_args.system_prompt) for d in (train, heldout))
+    if task_args.dataset_name is None and not task_args.datasets:  # a built-in task's prompts are few and short
+        longest = max(len(ids) for ids in tokenizer([*train["prompt"], *heldout["prompt"]])["input_ids"])
+        too_long = completion_room_error(training_args.max_completion_length, positions, longest)
+        if too_long:
+            raise ConfigError(too_long)
 
     # As `trl grpo`: the reward model (if any) first, then the reward functions.
     reward_names = task_args.reward_funcs or ([] if task_args.reward_model_name_or_path else [default_reward])
@@ -442,7 +460,18 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     """Prepare, measure held-out accuracy, train with RL, measure again, save the adapter and a report.
 
     A resumed run takes its accuracy before RL from the run log (step 0) and trains on from the checkpoint;
-    `train_seconds` and `total_seconds` count this process only."""
+    `train_seconds` and `total_seconds` count this process only. A run refused for bad input (ConfigError) before
+    it saved a checkpoint removes the output_dir it created, so the next run of the same preset takes its name."""
+    created = not os.path.exists(training_args.output_dir)
+    try:
+        return _run_train(task_args, training_args, model_args, log)
+    except ConfigError:
+        if created and os.path.isdir(training_args.output_dir) and not get_last_checkpoint(training_args.output_dir):
+            shutil.rmtree(training_args.output_dir)
+        raise
+
+
+def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     started = time.perf_counter()
     try:
         prepared = prepare_training(task_args, training_args, model_args, log)
