@@ -31,6 +31,7 @@ from .checkpoint_integrity import check_checkpoint
 from .hooks.prompt_length import PromptTooLongError
 from .hooks.resume import interrupted_message as resume_interrupted_message
 from .hooks.resume import last_complete_checkpoint
+from .hooks.rewards import RewardOutputError
 from .preset_lengths import completion_room_error, position_limit_of
 from .registry import LOSSES
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
@@ -484,7 +485,10 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     if accuracy.history and accuracy.history[0][0] == 0:
         before = accuracy.history[0][1]  # measured before the checkpoint was written
     else:
-        before = accuracy.measure(trainer.model, 0)
+        try:
+            before = accuracy.measure(trainer.model, 0)
+        except RewardOutputError as error:
+            raise ConfigError(one_line(error)) from None
     length = (
         f"{training_args.max_steps} steps" if training_args.max_steps > 0 else f"{training_args.num_train_epochs:g} epochs"
     )
@@ -498,7 +502,7 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         trainer.train(resume_from_checkpoint=prepared.checkpoint)
     except KeyboardInterrupt:  # Ctrl-C: one line saying what was saved, no traceback (the CLI exits 130)
         raise TrainingInterrupted(interrupted_message(trainer.state.global_step, training_args.output_dir)) from None
-    except PromptTooLongError as error:  # bad input that shows only at the first generation batch
+    except (PromptTooLongError, RewardOutputError) as error:  # bad input that shows only once generated for
         raise ConfigError(one_line(error)) from None
     train_seconds = time.perf_counter() - train_started
     trainer.save_model(training_args.output_dir)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 from transformers import TrainerCallback
 
+from ..hooks.rewards import check_reward_shape
 from .rewards import exact_match_reward
 
 
@@ -64,7 +65,8 @@ def greedy_accuracy(
     reward_kwargs: dict | None = None,
     batch_size: int = 256,
 ) -> float:
-    """Fraction of prompts whose greedy completion earns reward 1.
+    """Fraction of prompts whose greedy completion earns reward 1. An output that is not one number or None per
+    prompt raises `RewardOutputError`, as in training.
 
     `reward` is called like TRL calls a reward function: `reward(completions, prompts=..., **reward_kwargs)`, with
     the dataset's other columns (e.g. `answer`) in `reward_kwargs`; chat prompts get chat-message completions.
@@ -75,6 +77,7 @@ def greedy_accuracy(
     conversational = isinstance(prompts[0], list)
     completions = [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
     rewards = reward(completions, prompts=prompts, completion_ids=None, **(reward_kwargs or {}))
+    check_reward_shape(getattr(reward, "__name__", type(reward).__name__), rewards, len(prompts))
     return sum(r == 1.0 for r in rewards) / len(prompts)
 
 
