@@ -20,7 +20,7 @@ from trl_zoo.cli import COMMANDS, main
 from trl_zoo.config import GRPOConfig
 from trl_zoo.report import Run, write_report
 from trl_zoo.tasks import ADDITION
-from trl_zoo.tasks.evaluation import greedy_accuracy
+from trl_zoo.tasks.evaluation import greedy_accuracy, greedy_evaluation
 from trl_zoo.train_help import GROUP_ORDER, TRL_MODEL_GROUP, TRL_SCRIPT_GROUP, TRL_TRAINING_GROUP, own_fields
 
 from . import tiny
@@ -177,11 +177,11 @@ def test_train_local_model_and_local_dataset_file(tmp_path, suffix):
 def test_dataset_run_says_what_it_holds_out_and_reports_its_last_step(tmp_path, capsys, monkeypatch):
     lengths = []
 
-    def recording_accuracy(*args, max_new_tokens, **kwargs):
+    def recording_evaluation(*args, max_new_tokens, **kwargs):
         lengths.append(max_new_tokens)
-        return greedy_accuracy(*args, max_new_tokens=max_new_tokens, **kwargs)
+        return greedy_evaluation(*args, max_new_tokens=max_new_tokens, **kwargs)
 
-    monkeypatch.setattr(trl_zoo.train, "greedy_accuracy", recording_accuracy)
+    monkeypatch.setattr(trl_zoo.train, "greedy_evaluation", recording_evaluation)
     out = tmp_path / "run"
     argv = ["train", *local_sums(tmp_path, num_heldout=None), *TINY_RL, "--logging_steps", "10",
             "--output_dir", str(out)]

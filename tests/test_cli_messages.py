@@ -26,3 +26,12 @@ def test_the_libraries_progress_bars_stay_out_of_the_run(capsys):
     for bar in ("Loading weights", "Writing model shards", "it/s]"):
         assert bar not in captured.out + captured.err
     assert "Bootstrapped in" in captured.out
+
+
+def test_the_progress_line_says_at_which_step_the_held_out_value_was_measured(capsys):
+    argv = ["train", *TINY_BOOTSTRAP, *TINY_RL, "--max_steps", "3", "--eval_every_steps", "2", "--write_report",
+            "false", "--output_dir", "run"]
+    assert main(argv) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  step ")]
+    assert [line.split("(at step ")[1].split(")")[0] for line in lines] == ["0", "2", "3"]
+    assert all(", mean reward " in line for line in lines)

@@ -40,7 +40,7 @@ from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from .tasks.scratchpad import ScratchpadAdditionTask
 from .tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
-from .tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy
+from .tasks.evaluation import HeldOutAccuracyCallback, HeldOutResult, greedy_evaluation
 from .trainer import GRPOTrainer
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -82,6 +82,8 @@ class RunSummary:
     steps: int
     accuracy_before: float
     accuracy_after: float
+    mean_reward_before: float | None  # the held-out mean reward (accuracy counts rewards exactly 1)
+    mean_reward_after: float | None
     heldout_size: int
     best_accuracy: float
     best_step: int
@@ -273,7 +275,8 @@ def _conversational_prompts(dataset, system_prompt: str | None):
 
 
 class ConciseProgress(TrainerCallback):
-    """One line per logging step: step, sampled reward, latest held-out accuracy, elapsed time. The trainer also
+    """One line per logging step: step, sampled reward, latest held-out accuracy and mean reward with the step they
+    were measured at, elapsed time. The trainer also
     logs the last step, so a run shorter than logging_steps (or not a multiple of it) shows and records its end."""
 
     def __init__(self, accuracy_callback: HeldOutAccuracyCallback, log=print):
@@ -293,12 +296,20 @@ class ConciseProgress(TrainerCallback):
         if logs and "eval_reward" in logs:
             self.log(f"  step {state.global_step:>4}/{state.max_steps}  TRL eval reward {logs['eval_reward']:.3f}")
         if logs and "reward" in logs:
-            history = self.accuracy_callback.history
-            accuracy = f"{history[-1][1]:.1%}" if history else "—"
             self.log(
                 f"  step {state.global_step:>4}/{state.max_steps}  reward {logs['reward']:.3f}  "
-                f"held-out {accuracy}  ({time.perf_counter() - self.started:.0f} s)"
+                f"{self.latest_heldout()}  ({time.perf_counter() - self.started:.0f} s)"
             )
+
+    def latest_heldout(self) -> str:
+        """The latest held-out measurement and the step it was made at (evaluations are rarer than log lines)."""
+        history = self.accuracy_callback.history
+        if not history:
+            return "held-out —"
+        step, accuracy = history[-1]
+        result = self.accuracy_callback.results[step]
+        mean = f", mean reward {_number(result.mean_reward)}" if isinstance(result, HeldOutResult) else ""
+        return f"held-out {accuracy:.1%}{mean} (at step {step})"
 
 
 def prepare_training(task_args, training_args, model_args, log=print) -> TrainingSetup:
@@ -411,8 +422,8 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     run_log = RunLog(output_dir / METRICS_FILE, resume_step=checkpoint_step(checkpoint) if checkpoint else None)
     heldout_columns = {name: heldout[name] for name in heldout.column_names if name != "prompt"}
 
-    def evaluate(model) -> float:
-        return greedy_accuracy(
+    def evaluate(model) -> HeldOutResult:
+        return greedy_evaluation(
             model,
             tokenizer,
             heldout["prompt"],
@@ -422,10 +433,16 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             batch_size=task_args.eval_batch_size,
         )
 
-    def record(step: int, accuracy: float):
-        run_log.write({"kind": "eval", "step": step, "heldout_accuracy": accuracy})
+    def record(step: int, result: HeldOutResult):
+        run_log.write({"kind": "eval", "step": step, "heldout_accuracy": result.accuracy,
+                       "heldout_mean_reward": result.mean_reward, "heldout_reward_graded": result.graded})
 
-    earlier = [(record["step"], record["heldout_accuracy"]) for record in run_log.kept if record["kind"] == "eval"]
+    earlier = [
+        (record["step"], HeldOutResult(record["heldout_accuracy"], record.get("heldout_mean_reward"),
+                                       record.get("heldout_reward_graded", False)))
+        for record in run_log.kept
+        if record["kind"] == "eval"
+    ]
     accuracy_callback = HeldOutAccuracyCallback(
         evaluate, task_args.eval_every_steps, on_result=record, history=earlier
     )
@@ -482,18 +499,21 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     trainer.interrupt_notice = False  # the CLI says it in its own line (TrainingInterrupted)
     if prepared.checkpoint:
         log(f"Resuming from {prepared.checkpoint} (step {checkpoint_step(prepared.checkpoint)}).")
-    if accuracy.history and accuracy.history[0][0] == 0:
-        before = accuracy.history[0][1]  # measured before the checkpoint was written
+    if 0 in accuracy.results:
+        measured = accuracy.results[0]  # measured before the checkpoint was written
     else:
         try:
-            before = accuracy.measure(trainer.model, 0)
+            measured = accuracy.measure(trainer.model, 0)
         except RewardOutputError as error:
             raise ConfigError(one_line(error)) from None
+    before = measured.accuracy
     length = (
         f"{training_args.max_steps} steps" if training_args.max_steps > 0 else f"{training_args.num_train_epochs:g} epochs"
     )
+    graded = "; the reward is graded: accuracy counts completions with reward exactly 1" if measured.graded else ""
     log(
-        f"Held-out greedy accuracy before RL: {before:.1%} ({prepared.heldout_size} prompts). "
+        f"Held-out greedy accuracy before RL: {before:.1%}, mean reward {_number(measured.mean_reward)} "
+        f"({prepared.heldout_size} prompts{graded}). "
         f"Training with loss_type={training_args.loss_type!r}, {'LoRA' if model_args.use_peft else 'full'} "
         f"fine-tuning, {length} ..."
     )
@@ -508,6 +528,7 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     trainer.save_model(training_args.output_dir)
     history = accuracy.history
     best_step, best = max(history, key=lambda point: (point[1], -point[0]))
+    last = accuracy.results[history[-1][0]]
     summary = RunSummary(
         name=Path(training_args.output_dir).name,
         loss_type=training_args.loss_type,
@@ -518,6 +539,8 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         steps=trainer.state.global_step,
         accuracy_before=before,
         accuracy_after=history[-1][1],
+        mean_reward_before=measured.mean_reward,
+        mean_reward_after=last.mean_reward,
         heldout_size=prepared.heldout_size,
         best_accuracy=best,
         best_step=best_step,
@@ -527,7 +550,8 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     )
     Path(training_args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary.to_json(), indent=2))
     log(
-        f"Held-out greedy accuracy after RL: {summary.accuracy_after:.1%} (before {before:.1%}, best "
+        f"Held-out greedy accuracy after RL: {summary.accuracy_after:.1%}, mean reward "
+        f"{_number(last.mean_reward)} (before {before:.1%}, {_number(measured.mean_reward)}; best accuracy "
         f"{best:.1%} at step {best_step}); RL took {train_seconds:.0f} s, the whole run {summary.total_seconds:.0f} s."
     )
     log(f"{'Adapter' if model_args.use_peft else 'Model'} saved to {training_args.output_dir}")
@@ -536,6 +560,10 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         summary = dataclasses.replace(summary, report=str(report))
         log(f"Report: {report}")
     return summary
+
+
+def _number(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def train_command(argv: list[str]) -> int:
