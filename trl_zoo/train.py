@@ -84,6 +84,8 @@ class RunSummary:
     accuracy_after: float
     mean_reward_before: float | None  # the held-out mean reward (accuracy counts rewards exactly 1)
     mean_reward_after: float | None
+    base_policy: str  # model_name_or_path, or which bootstrapped policy (`base_policy_name`)
+    updates_per_batch: int  # optimizer updates per generation batch; 1 is on-policy (every ratio 1)
     heldout_size: int
     best_accuracy: float
     best_step: int
@@ -133,6 +135,20 @@ def check_output_dir(output_dir: str, overwrite: bool):
     raise ConfigError(
         f"output_dir: {output_dir} already holds {earlier}; give --output_dir NEW,{resume} or "
         f"--overwrite_output_dir true to replace it."
+    )
+
+
+def base_policy_name(model_path: str) -> str:
+    """The base policy as a report names it: a bootstrapped built-in policy by its task and recipe (its folder is
+    a cache path), any other model by the name or path it was given."""
+    bootstrap = Path(model_path, "bootstrap.json")
+    if not bootstrap.is_file():
+        return model_path
+    made = json.loads(bootstrap.read_text())
+    recipe = made.get("recipe", {})
+    return (
+        f"{made.get('task', 'the task')}'s bootstrapped policy (hidden {recipe.get('hidden_size')}, "
+        f"{recipe.get('num_layers')} layers, seed {recipe.get('seed')})"
     )
 
 
@@ -541,6 +557,9 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         accuracy_after=history[-1][1],
         mean_reward_before=measured.mean_reward,
         mean_reward_after=last.mean_reward,
+        base_policy=base_policy_name(prepared.model_path),
+        updates_per_batch=training_args.num_iterations * training_args.steps_per_generation
+        // training_args.gradient_accumulation_steps,
         heldout_size=prepared.heldout_size,
         best_accuracy=best,
         best_step=best_step,
