@@ -32,6 +32,7 @@ from .hooks.prompt_length import PromptTooLongError
 from .hooks.resume import interrupted_message as resume_interrupted_message
 from .hooks.resume import last_complete_checkpoint
 from .hooks.rewards import RewardOutputError
+from .model_card import model_card
 from .preset_lengths import completion_room_error, position_limit_of
 from .registry import LOSSES
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
@@ -65,6 +66,7 @@ class TrainingSetup:
     model_path: str  # the base policy: model_name_or_path or the bootstrapped tiny policy's directory
     heldout_size: int
     reward_names: tuple[str, ...]
+    heldout_reward: str  # the reward function that scores the greedy held-out evaluation
     checkpoint: str | None  # the checkpoint folder the run resumes from, None for a fresh run
 
 
@@ -486,6 +488,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         model_path=model_path,
         heldout_size=len(heldout),
         reward_names=tuple(filter(None, [task_args.reward_model_name_or_path, *reward_names])),
+        heldout_reward=reward_names[functions.index(scorer)] if scorer in functions else "exact_match",
         checkpoint=checkpoint,
     )
 
@@ -568,6 +571,8 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         adapter_dir=str(training_args.output_dir),
     )
     Path(training_args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary.to_json(), indent=2))
+    save_model_card(summary, prepared, trainer, training_args, model_args, builtin_task=task_args.dataset_name is None
+                    and not task_args.datasets)
     log(
         f"Held-out greedy accuracy after RL: {summary.accuracy_after:.1%}, mean reward "
         f"{_number(last.mean_reward)} (before {before:.1%}, {_number(measured.mean_reward)}; best accuracy "
@@ -579,6 +584,26 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         summary = dataclasses.replace(summary, report=str(report))
         log(f"Report: {report}")
     return summary
+
+
+def save_model_card(summary: RunSummary, prepared: TrainingSetup, trainer, training_args, model_args,
+                    builtin_task: bool):
+    """README.md beside the saved adapter (or model): the run's own card (`model_card.py`), replacing PEFT's blank
+    template and TRL's card."""
+    settings = {
+        "steps": f"{summary.steps} (seed {summary.seed})",
+        "learning rate": f"{training_args.learning_rate:g}",
+        "completions per prompt": training_args.num_generations,
+        "max completion length": training_args.max_completion_length,
+        "KL coefficient β": f"{training_args.beta:g}",
+    }
+    if model_args.use_peft:
+        settings["LoRA"] = f"r {model_args.lora_r}, alpha {model_args.lora_alpha}"
+    card = model_card(
+        summary.to_json(), trainer._name, trainer._paper.get("citation"), settings, adapter=model_args.use_peft,
+        heldout_reward=prepared.heldout_reward, builtin_task=builtin_task,
+    )
+    card.save(os.path.join(training_args.output_dir, "README.md"))
 
 
 def _number(value: float | None) -> str:
