@@ -37,6 +37,55 @@ from .train_help import group_help
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
+# PEFT's LoraConfig names (and common spellings) -> the names TRL's ModelConfig gives them, accepted with a note.
+PEFT_ALIASES = {
+    "lora_rank": "lora_r",
+    "rank": "lora_r",
+    "r": "lora_r",
+    "alpha": "lora_alpha",
+    "target_modules": "lora_target_modules",
+    "lora_target": "lora_target_modules",
+    "target_parameters": "lora_target_parameters",
+    "modules_to_save": "lora_modules_to_save",
+    "task_type": "lora_task_type",
+}
+
+
+def alias_note(alias: str) -> str:
+    return f"{alias}: read as {PEFT_ALIASES[alias]} (the name TRL's ModelConfig gives PEFT's {alias_meaning(alias)})."
+
+
+def alias_meaning(alias: str) -> str:
+    return {"lora_r": "LoRA rank", "lora_alpha": "LoRA alpha"}.get(PEFT_ALIASES[alias], PEFT_ALIASES[alias][5:])
+
+
+def with_canonical_keys(values: dict, log=None) -> dict:
+    """`values` (a config file's mapping) with PEFT's names renamed to TRL's; each renaming noted through `log`."""
+    renamed = {}
+    for key, value in values.items():
+        canonical = PEFT_ALIASES.get(key, key)
+        if canonical != key:
+            if canonical in values:
+                raise ConfigError(f"{key}: the same field as {canonical}, which is given too; keep one ({canonical}).")
+            if log:
+                log(alias_note(key))
+        renamed[canonical] = value
+    return renamed
+
+
+def canonical_flags(argv: list[str], log=None) -> list[str]:
+    """`argv` with `--alias` flags (PEFT's names) renamed to TRL's, each noted through `log`."""
+    renamed = []
+    for arg in argv:
+        flag, equals, value = arg.partition("=")
+        alias = flag[2:] if flag.startswith("--") else None
+        if alias in PEFT_ALIASES:
+            if log:
+                log(alias_note(alias))
+            arg = f"--{PEFT_ALIASES[alias]}{equals}{value}"
+        renamed.append(arg)
+    return renamed
+
 
 class ConfigError(Exception):
     """A configuration problem, reported as one line naming the field."""
@@ -128,6 +177,7 @@ class StrictTrlParser(TrlParser):
     `preset_overrides` replace the config file's values (flags still win)."""
 
     preset_overrides: dict = {}
+    log = None  # where notes on renamed keys go (None: nowhere)
 
     def error(self, message):  # argparse would print the whole usage and exit
         raise ConfigError(message)
@@ -136,7 +186,7 @@ class StrictTrlParser(TrlParser):
         actions = {action.dest: action for action in self._actions}
         field_types = {f.name: f.type for cls in self.dataclass_types for f in dataclasses.fields(cls)}
         checked = {}
-        for key, value in kwargs.items():
+        for key, value in with_canonical_keys(kwargs, self.log).items():
             if key not in actions:
                 close = difflib.get_close_matches(key, list(actions), n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -281,9 +331,9 @@ def given_as_flag(key: str, argv: list[str]) -> bool:
 def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
     """The arguments from YAML and flags, with the layered defaults described above. On the built-in task with its
     own policy, a preset's lengths are scaled to the task (`preset_lengths.py`), saying so through `log`."""
-    argv = list(argv)
+    argv = canonical_flags(list(argv), log)
     config_file = config_path(argv)
-    config = read_config(config_file) if config_file else {}
+    config = with_canonical_keys(read_config(config_file)) if config_file else {}
     peek = make_train_parser()
     peek.set_defaults(**trl_zoo_defaults())
     peek.set_defaults_with_config(**config)
@@ -291,6 +341,7 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
     namespace, _ = peek.parse_known_args(without_config)
 
     parser = make_train_parser()
+    parser.log = log
     parser.set_defaults(**trl_zoo_defaults())
     if namespace.dataset_name is None and not namespace.datasets:
         task = get_task(namespace.task)

@@ -28,7 +28,7 @@ from .compare import compare_command
 from .registry import TABLES
 from .train import TrainingInterrupted, train_command
 
-USAGE = "\n\n".join(__doc__.split("\n\n")[1:3])
+USAGE = "usage: trl-zoo COMMAND [options]\n\n" + "\n\n".join(__doc__.split("\n\n")[1:3])
 LIST_USAGE = """usage: trl-zoo list
 
 Every plugin table (losses, aggregations, advantage estimators, KL estimators, samplers, plugins included): each
@@ -41,6 +41,11 @@ def package_version() -> str:
         return metadata.version("trl-zoo")
     except metadata.PackageNotFoundError:
         return __version__
+
+
+def library_versions() -> str:
+    """The versions of the libraries trl_zoo runs on, for bug reports."""
+    return ", ".join(f"{name} {metadata.version(name)}" for name in ("trl", "transformers", "torch"))
 
 
 def list_command(argv: list[str]) -> int:
@@ -79,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0
     if argv and argv[0] == "--version":
-        print(f"trl-zoo {package_version()}")
+        print(f"trl-zoo {package_version()} ({library_versions()})")
         return 0
     command, rest = ("train", argv) if not argv or argv[0].startswith("-") else (argv[0], argv[1:])
     if command not in COMMANDS:
