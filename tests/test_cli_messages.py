@@ -103,8 +103,8 @@ def test_runs_on_your_own_data_get_a_named_folder_and_the_next_one_its_own(tmp_p
     from trl_zoo.arguments import parse_train_args
 
     flags = ["--model_name_or_path", tiny.model_dir(), "--dataset_name", "data/sums.jsonl"]
-    assert parse_train_args(flags).training.output_dir == "runs/sums-grpo"
-    Path("runs/sums-grpo").mkdir(parents=True)
-    assert parse_train_args([*flags, "--loss_type", "dapo"]).training.output_dir == "runs/sums-dapo"
-    assert parse_train_args(flags).training.output_dir == "runs/sums-grpo-2"
+    assert parse_train_args(flags).training.output_dir == "runs/sums-dapo"  # TRL's default loss_type
+    Path("runs/sums-dapo").mkdir(parents=True)
+    assert parse_train_args([*flags, "--loss_type", "grpo"]).training.output_dir == "runs/sums-grpo"
+    assert parse_train_args(flags).training.output_dir == "runs/sums-dapo-2"
     assert parse_train_args([*flags, "--output_dir", "mine"]).training.output_dir == "mine"

@@ -258,15 +258,28 @@ def make_train_parser() -> StrictTrlParser:
 
 
 def trl_zoo_defaults() -> dict:
-    defaults = {"use_peft": True}
+    defaults = {"use_peft": True, "output_dir": DEFAULT_OUTPUT_DIR}
     if not torch.cuda.is_available():
         defaults.update(bf16=False, dataloader_pin_memory=False)
     return defaults
 
 
-# Filled in once the task and the run's name are known: the config file's stem (the preset) if there is one, else
-# the loss_type, so presets that share a loss_type (dapo, prorl, vapo) get their own folders.
+# Filled in once the data and the run's name are known: the built-in task's name or the dataset's file stem, and the
+# config file's stem (the preset) if there is one, else the loss_type, so presets that share a loss_type (dapo, prorl,
+# vapo) get their own folders.
 DEFAULT_OUTPUT_DIR = "runs/{task}-{run_name}"
+
+
+def data_name(task_args) -> str:
+    """What the default output_dir calls the data: the built-in task, or the stem of the dataset's name or file (of
+    the mixture's first dataset)."""
+    if task_args.datasets:
+        first = task_args.datasets[0]
+        files = first.data_files
+        return Path(str((files[0] if isinstance(files, list) else files) or first.path)).stem
+    if task_args.dataset_name:
+        return Path(task_args.dataset_name).stem
+    return task_args.task
 
 
 def quickstart_preset(task) -> dict:
@@ -289,7 +302,6 @@ def quickstart_preset(task) -> dict:
         "lora_dropout": 0.0,
         "lora_target_modules": ["all-linear"],
         "gradient_checkpointing": False,  # TRL turns it on; on a tiny model recomputation only costs time
-        "output_dir": DEFAULT_OUTPUT_DIR,
     }
 
 
@@ -364,7 +376,7 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
         raise ConfigError(f"{flag.lstrip('-')}: unknown argument {flag}.{hint}")
     if training_args.output_dir == DEFAULT_OUTPUT_DIR:
         run_name = Path(config_file).stem if config_file else training_args.loss_type
-        output_dir = DEFAULT_OUTPUT_DIR.format(task=task_args.task, run_name=run_name)
+        output_dir = DEFAULT_OUTPUT_DIR.format(task=data_name(task_args), run_name=run_name)
         fresh = not training_args.resume_from_checkpoint and not task_args.overwrite_output_dir
         training_args.output_dir = next_free_directory(output_dir) if fresh else output_dir
     return ParsedArguments(task_args, training_args, model_args)
