@@ -19,7 +19,8 @@ def in_a_fresh_folder(tmp_path, tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TRL_ZOO_CACHE", str(tmp_path_factory.getbasetemp() / "trl_zoo_cache"))
 
 
-def test_the_libraries_progress_bars_stay_out_of_the_run(capsys):
+def test_the_libraries_progress_bars_stay_out_of_the_run(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("TRL_ZOO_CACHE", str(tmp_path / "own_cache"))  # a bootstrap that saves its weights
     argv = ["train", *TINY_BOOTSTRAP, *TINY_RL, "--write_report", "false", "--output_dir", "run"]
     assert main(argv) == 0
     captured = capsys.readouterr()
