@@ -206,9 +206,9 @@ def bootstrap_policy(
     return target
 
 
-def time_to_go(elapsed: float, steps: int, recipe: BootstrapRecipe) -> str:
-    """Elapsed time and an upper bound on the rest, at the pace so far: phase 1 may stop at any check, so the
-    remaining (max_steps − steps) + slip_steps steps are the most it can take."""
+def time_to_go(elapsed: float, steps: int, recipe) -> str:
+    """Elapsed time and an upper bound on the rest at the pace so far (`recipe`: either bootstrap's): phase 1 may
+    stop at any check, so the remaining (max_steps − steps) + slip_steps steps are the most it can take."""
     remaining = recipe.max_steps - steps + (recipe.slip_steps if recipe.carry_slip_rate > 0 else 0)
     return f"{elapsed:.0f} s so far, at most ~{elapsed / steps * remaining:.0f} s to go"
 
