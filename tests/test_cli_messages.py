@@ -48,8 +48,8 @@ def test_peft_names_in_a_yaml_or_as_flags_are_read_as_trls_with_a_note(tmp_path,
     assert model_args.lora_r == 8 and model_args.lora_target_modules == ["q_proj", "v_proj"]
     printed = capsys.readouterr().out
     assert printed.count("\n") == 2
-    assert "lora_rank: read as lora_r (the name TRL's ModelConfig gives PEFT's LoRA rank)." in printed
-    assert "target_modules: read as lora_target_modules (the name TRL's ModelConfig gives PEFT's " in printed
+    assert "lora_rank: read as lora_r, the name TRL's ModelConfig gives this LoRA setting.\n" in printed
+    assert "target_modules: read as lora_target_modules, the name TRL's ModelConfig gives this LoRA setting." in printed
     assert parse_train_args(["--lora_rank", "4"]).model.lora_r == 4
     assert "lora_rank: read as lora_r" in capsys.readouterr().out
 

@@ -52,11 +52,7 @@ PEFT_ALIASES = {
 
 
 def alias_note(alias: str) -> str:
-    return f"{alias}: read as {PEFT_ALIASES[alias]} (the name TRL's ModelConfig gives PEFT's {alias_meaning(alias)})."
-
-
-def alias_meaning(alias: str) -> str:
-    return {"lora_r": "LoRA rank", "lora_alpha": "LoRA alpha"}.get(PEFT_ALIASES[alias], PEFT_ALIASES[alias][5:])
+    return f"{alias}: read as {PEFT_ALIASES[alias]}, the name TRL's ModelConfig gives this LoRA setting."
 
 
 def with_canonical_keys(values: dict, log=None) -> dict:

@@ -16,6 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from huggingface_hub import ModelCard, ModelCardData
 
 from . import __version__
+from .tasks.evaluation import format_mean_reward
 
 
 def _version(package: str) -> str:
@@ -30,10 +31,6 @@ def _hub_id(name: str | None) -> str | None:
     if not name or os.path.exists(name) or name.startswith((".", "/", "~")):
         return None
     return name
-
-
-def _number(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
 
 
 def model_card(summary: dict, method: str, citation: str | None, settings: dict, adapter: bool,
@@ -62,6 +59,7 @@ def model_card(summary: dict, method: str, citation: str | None, settings: dict,
         else f'model = AutoModelForCausalLM.from_pretrained("{summary["adapter_dir"]}")'
     )
     imports = "from peft import PeftModel\n" if adapter else ""
+    mean_before, mean_after = (format_mean_reward(summary.get(f"mean_reward_{when}")) for when in ("before", "after"))
     cite = f"Cite the method as:\n\n```bibtex\n{citation}\n```\n\n" if citation else ""
     content = f"""---
 {metadata.to_yaml()}
@@ -76,9 +74,8 @@ def model_card(summary: dict, method: str, citation: str | None, settings: dict,
 
 Greedy held-out accuracy {summary["accuracy_before"]:.1%} before RL, {summary["accuracy_after"]:.1%} after \
 {summary["steps"]} steps (best {summary["best_accuracy"]:.1%} at step {summary["best_step"]}), on \
-{summary["heldout_size"]} held-out prompts scored by `{heldout_reward}`; mean reward \
-{_number(summary.get("mean_reward_before"))} before, {_number(summary.get("mean_reward_after"))} after. Accuracy counts \
-the completions whose reward is exactly 1.
+{summary["heldout_size"]} held-out prompts scored by `{heldout_reward}`; mean reward {mean_before} before, \
+{mean_after} after. Accuracy counts the completions whose reward is exactly 1.
 
 ## Training
 

@@ -567,9 +567,11 @@ def headline(runs: list[Run], groups: dict[str, list[Run]] | None = None) -> str
         return winner_sentence(runs)
     first, second = _rank_runs(runs)[:2]
     if identical_runs(first, second):
-        first, second = sorted((first, second), key=lambda run: [id(r) for r in runs].index(id(run)))
+        order = {id(run): index for index, run in enumerate(runs)}  # as given, not by wall time
+        first, second = sorted((first, second), key=lambda run: order[id(run)])
         names = {id(run): name for name, group in (groups or {}).items() for run in group}
-        return identical_sentence(names.get(id(first), first.name), names.get(id(second), second.name), [(first, second)])
+        first_name, second_name = (names.get(id(run), run.name) for run in (first, second))
+        return identical_sentence(first_name, second_name, [(first, second)])
     return f"{winner_sentence(runs)} {single_seed_sentence(runs)}"
 
 

@@ -42,6 +42,7 @@ from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from .tasks.scratchpad import ScratchpadAdditionTask
 from .tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
 from .tasks.evaluation import HeldOutAccuracyCallback, HeldOutResult, greedy_evaluation
+from .tasks.evaluation import format_mean_reward as mean_text
 from .trainer import GRPOTrainer
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -294,8 +295,8 @@ def _conversational_prompts(dataset, system_prompt: str | None):
 
 class ConciseProgress(TrainerCallback):
     """One line per logging step: step, sampled reward, latest held-out accuracy and mean reward with the step they
-    were measured at, elapsed time. The trainer also
-    logs the last step, so a run shorter than logging_steps (or not a multiple of it) shows and records its end."""
+    were measured at, elapsed time. The trainer also logs the last step, so a run shorter than logging_steps (or not
+    a multiple of it) shows and records its end."""
 
     def __init__(self, accuracy_callback: HeldOutAccuracyCallback, log=print):
         self.accuracy_callback = accuracy_callback
@@ -326,7 +327,7 @@ class ConciseProgress(TrainerCallback):
             return "held-out —"
         step, accuracy = history[-1]
         result = self.accuracy_callback.results[step]
-        mean = f", mean reward {_number(result.mean_reward)}" if isinstance(result, HeldOutResult) else ""
+        mean = f", mean reward {mean_text(result.mean_reward)}" if isinstance(result, HeldOutResult) else ""
         return f"held-out {accuracy:.1%}{mean} (at step {step})"
 
 
@@ -531,7 +532,7 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     )
     graded = "; the reward is graded: accuracy counts completions with reward exactly 1" if measured.graded else ""
     log(
-        f"Held-out greedy accuracy before RL: {before:.1%}, mean reward {_number(measured.mean_reward)} "
+        f"Held-out greedy accuracy before RL: {before:.1%}, mean reward {mean_text(measured.mean_reward)} "
         f"({prepared.heldout_size} prompts{graded}). "
         f"Training with loss_type={training_args.loss_type!r}, {'LoRA' if model_args.use_peft else 'full'} "
         f"fine-tuning, {length} ..."
@@ -541,7 +542,7 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         trainer.train(resume_from_checkpoint=prepared.checkpoint)
     except KeyboardInterrupt:  # Ctrl-C: one line saying what was saved, no traceback (the CLI exits 130)
         raise TrainingInterrupted(interrupted_message(trainer.state.global_step, training_args.output_dir)) from None
-    except (PromptTooLongError, RewardOutputError) as error:  # bad input that shows only once generated for
+    except (PromptTooLongError, RewardOutputError) as error:  # bad input that shows only once something is generated
         raise ConfigError(one_line(error)) from None
     train_seconds = time.perf_counter() - train_started
     trainer.save_model(training_args.output_dir)
@@ -575,7 +576,7 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
                     and not task_args.datasets)
     log(
         f"Held-out greedy accuracy after RL: {summary.accuracy_after:.1%}, mean reward "
-        f"{_number(last.mean_reward)} (before {before:.1%}, {_number(measured.mean_reward)}; best accuracy "
+        f"{mean_text(last.mean_reward)} (before {before:.1%}, {mean_text(measured.mean_reward)}; best accuracy "
         f"{best:.1%} at step {best_step}); RL took {train_seconds:.0f} s, the whole run {summary.total_seconds:.0f} s."
     )
     log(f"{'Adapter' if model_args.use_peft else 'Model'} saved to {training_args.output_dir}")
@@ -604,10 +605,6 @@ def save_model_card(summary: RunSummary, prepared: TrainingSetup, trainer, train
         heldout_reward=prepared.heldout_reward, builtin_task=builtin_task,
     )
     card.save(os.path.join(training_args.output_dir, "README.md"))
-
-
-def _number(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
 
 
 def train_command(argv: list[str]) -> int:

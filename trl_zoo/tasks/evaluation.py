@@ -71,6 +71,11 @@ class HeldOutResult(NamedTuple):
     graded: bool
 
 
+def format_mean_reward(value: float | None) -> str:
+    """A mean reward as the CLI prints it; "—" when no prompt was scored."""
+    return "—" if value is None else f"{value:.3f}"
+
+
 def greedy_evaluation(
     model,
     tokenizer,
