@@ -77,3 +77,18 @@ def test_the_cli_records_and_prints_the_mean_reward(tmp_path, tmp_path_factory, 
         f"with reward exactly 1)."
     ) in printed
     assert f"mean reward {summary['mean_reward_after']:.3f}" in printed.split("after RL")[1]
+
+
+def test_results_md_shows_the_final_mean_reward_beside_accuracy(tmp_path):
+    from trl_zoo.report import Run, write_report
+
+    def run(name, mean):
+        summary = {"accuracy_before": 0.0, "accuracy_after": 0.0, "train_seconds": 1.0, "seed": 0, "loss_type": name,
+                   "task": "addition", "model": "m", "mean_reward_after": mean}
+        return Run(name, summary, [{"kind": "eval", "step": 0, "heldout_accuracy": 0.0}])
+
+    text = write_report(tmp_path, [run("grpo", 0.4123), run("dapo", None)]).read_text()
+    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+    assert "| final held-out mean reward |" in rows["run"]
+    assert "| 0.412 |" in rows["grpo"] and "| — |" in rows["dapo"]
+    assert "with a graded reward (values other than 0 and ±1) read the mean reward" in text

@@ -39,6 +39,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from .tasks.evaluation import format_mean_reward
+
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 
@@ -222,7 +224,8 @@ def winner_sentence(runs: list[Run]) -> str:
 
 
 def markdown_table(runs: list[Run]) -> str:
-    header = ["run", "loss_type", "held-out acc before", "final held-out acc", "best held-out acc (step)"]
+    header = ["run", "loss_type", "held-out acc before", "final held-out acc", "best held-out acc (step)",
+              "final held-out mean reward"]
     header += list(TRAIN_METRICS) + ["train wall time (s)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for run in runs:
@@ -233,6 +236,7 @@ def markdown_table(runs: list[Run]) -> str:
             _format(run.summary["accuracy_before"], percent=True),
             _format(run.final_accuracy, percent=True),
             f"{best:.1%} ({best_step})",
+            format_mean_reward(run.summary.get("mean_reward_after")),
         ]
         cells += [_format(run.final(column)) for column in TRAIN_METRICS]
         cells.append(f"{run.summary['train_seconds']:.1f}")
@@ -623,7 +627,8 @@ def write_report(
     sections += [
         headline(runs, groups),
         f"Held-out accuracy: the share of held-out prompts whose greedy completion earns reward 1 from "
-        f"`{reward}`, measured before RL (step 0) and every few steps. Final reward, entropy, completion length "
+        f"`{reward}`, measured before RL (step 0) and every few steps; with a graded reward (values other than 0 and "
+        "±1) read the mean reward, as accuracy then counts only perfect scores. Final reward, entropy, completion length "
         f"and clip fraction are the last logged values (TRL averages each over its logging window). {curves} "
         "Every record: metrics.csv, metrics.jsonl.",
     ]
