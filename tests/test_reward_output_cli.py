@@ -24,6 +24,11 @@ def words_in_training(completions, **kwargs):
     return ["good"] * 8 if len(completions) == 8 else [1.0] * len(completions)
 
 
+def nan_in_training(completions, **kwargs):
+    """Right for the evaluation's batches, NaN for a training batch of 8."""
+    return [float("nan")] * 8 if len(completions) == 8 else [1.0] * len(completions)
+
+
 def run(tmp_path, reward: str) -> list[str]:
     data = tmp_path / "sums.jsonl"
     data.write_text("\n".join(json.dumps({"prompt": f"{a}+1=", "answer": str(a + 1)}) for a in range(10, 40)))
@@ -39,8 +44,10 @@ def run(tmp_path, reward: str) -> list[str]:
         ("short_reward", "reward 'short_reward': returned 4 values for 5 completions; return a list of 5 floats"),
         ("words_in_training", "reward 'words_in_training': completion 0 got 'good' (str), not a number; return a "
                               "list of 8 floats"),
+        ("nan_in_training", "nan_rewards: reward functions returned NaN or ±inf: 'nan_in_training' (8 of 8, e.g. "
+                            "completion 0 got nan)"),
     ],
-    ids=["in_the_evaluation", "in_training"],
+    ids=["in_the_evaluation", "in_training", "nan_in_training"],
 )
 def test_a_malformed_reward_is_one_line_and_exit_status_2(reward, expected, tmp_path, capsys):
     argv = run(tmp_path, reward)
