@@ -20,7 +20,7 @@ from trl_zoo.cli import COMMANDS, main
 from trl_zoo.config import GRPOConfig
 from trl_zoo.report import Run, write_report
 from trl_zoo.tasks import ADDITION
-from trl_zoo.tasks.evaluation import greedy_accuracy
+from trl_zoo.tasks.evaluation import greedy_accuracy, greedy_evaluation
 from trl_zoo.train_help import GROUP_ORDER, TRL_MODEL_GROUP, TRL_SCRIPT_GROUP, TRL_TRAINING_GROUP, own_fields
 
 from . import tiny
@@ -73,7 +73,7 @@ def test_help_points_to_the_commands_and_version_prints_the_project_version(caps
     assert all(f"trl-zoo {command} " in out for command in COMMANDS) and "trl-zoo COMMAND --help" in out
     assert main(["--version"]) == 0
     version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.MULTILINE).group(1)
-    assert capsys.readouterr().out == f"trl-zoo {version}\n"
+    assert capsys.readouterr().out.startswith(f"trl-zoo {version} (trl ")
     assert main(["list", "--help"]) == 0
     assert capsys.readouterr().out.startswith("usage: trl-zoo list\n\nEvery plugin table")
 
@@ -177,11 +177,11 @@ def test_train_local_model_and_local_dataset_file(tmp_path, suffix):
 def test_dataset_run_says_what_it_holds_out_and_reports_its_last_step(tmp_path, capsys, monkeypatch):
     lengths = []
 
-    def recording_accuracy(*args, max_new_tokens, **kwargs):
+    def recording_evaluation(*args, max_new_tokens, **kwargs):
         lengths.append(max_new_tokens)
-        return greedy_accuracy(*args, max_new_tokens=max_new_tokens, **kwargs)
+        return greedy_evaluation(*args, max_new_tokens=max_new_tokens, **kwargs)
 
-    monkeypatch.setattr(trl_zoo.train, "greedy_accuracy", recording_accuracy)
+    monkeypatch.setattr(trl_zoo.train, "greedy_evaluation", recording_evaluation)
     out = tmp_path / "run"
     argv = ["train", *local_sums(tmp_path, num_heldout=None), *TINY_RL, "--logging_steps", "10",
             "--output_dir", str(out)]
@@ -292,11 +292,11 @@ def test_compare_two_losses_writes_table_csv_and_png(tmp_path, capsys):
         row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
         assert f"{summary['accuracy_after']:.1%}" in row
     # The barely bootstrapped policy samples no right sum in two steps (every advantage 0), so neither loss moves it
-    # off its starting accuracy and the report must call it a tie.
+    # off its starting accuracy: the two runs are one run, and the report must say so and why, not call it a tie.
     accuracy = summaries["grpo"]["accuracy_before"]
     assert all(s["accuracy_after"] == s["best_accuracy"] == accuracy for s in summaries.values())
-    assert "**No winner: " in table and f" tied** at {accuracy:.1%} final and {accuracy:.1%} best held-out" in table
-    assert "One seed cannot separate losses whose gap is below the seed-to-seed spread" in table
+    assert "**grpo and dapo are identical runs** on seed 0" in table and "tied" not in table
+    assert "Why: every group's rewards were equal at every step, so every advantage was 0" in table
     assert "evaluation noise" not in table  # a zero gap: nothing to weigh against the evaluation noise
 
     with (report_dir / "metrics.csv").open() as handle:
@@ -329,8 +329,9 @@ def test_report_names_the_winner_and_tabulates_last_values(tmp_path):
     dapo = run("dapo", [(0, 0.5), (10, 0.6), (20, 0.75)], [(10, 0.3), (20, 0.5)], 20.0)
     text = write_report(tmp_path, [grpo, dapo]).read_text()
     assert text.startswith("# trl-zoo: addition with tiny, seed 0")
-    assert "| grpo | grpo | 50.0% | 70.0% | 80.0% (10) | 0.6 | 0.5 | 3 | 0.01 | 30.0 |" in text
-    assert "| dapo | dapo | 50.0% | 75.0% | 75.0% (20) | 0.5 | 0.5 | 3 | 0.01 | 20.0 |" in text
+    # "—": these summaries, like older runs', record no mean reward
+    assert "| grpo | grpo | 50.0% | 70.0% | 80.0% (10) | — | 0.6 | 0.5 | 3 | 0.01 | 30.0 |" in text
+    assert "| dapo | dapo | 50.0% | 75.0% | 75.0% (20) | — | 0.5 | 0.5 | 3 | 0.01 | 20.0 |" in text
     assert "**dapo won** (highest final held-out accuracy): 75.0% final, 75.0% best, against grpo's 70.0%" in text
 
 

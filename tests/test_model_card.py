@@ -29,3 +29,55 @@ def test_model_card_of_the_default_run_names_trl_s_advantages():
         "(DeepSeekMath, arXiv:2402.03300)"
     )
     assert "2402.03300" in trainer._paper["citation"]
+
+
+# ------------------------------------------------------------------------------------------------------ the CLI's card
+def card_run(tmp_path, *extra) -> tuple[str, dict]:
+    """`trl-zoo train` on a local file with the tiny local model; the saved README.md and summary.json."""
+    import json
+
+    from trl_zoo.cli import main
+
+    data = tmp_path / "sums.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": f"{a}+1=", "answer": str(a + 1)}) for a in range(10, 40)))
+    out = tmp_path / "run"
+    argv = ["train", "--model_name_or_path", tiny_model_dir(), "--dataset_name", str(data), "--num_heldout", "5",
+            "--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations", "4",
+            "--max_completion_length", "4", "--loss_type", "cispo", "--advantage_estimator", "rloo",
+            "--write_report", "false", "--output_dir", str(out), *extra]
+    assert main(argv) == 0
+    return (out / "README.md").read_text(), json.loads((out / "summary.json").read_text())
+
+
+def tiny_model_dir() -> str:
+    from tests import tiny
+
+    return tiny.model_dir()
+
+
+def assert_real_card(card: str, summary: dict):
+    assert "[More Information Needed]" not in card and "None" not in card
+    assert f"A LoRA adapter for {summary['base_policy']}" in card
+    assert "trained with trl_zoo's GRPOTrainer with loss `cispo` (MiniMax-M1, arXiv:2506.13585)" in card
+    assert "advantage estimator `rloo` (RLOO (Ahmadian et al.), arXiv:2402.14740)" in card
+    assert f"| data | {summary['task']} |" in card
+    assert (
+        f"Greedy held-out accuracy {summary['accuracy_before']:.1%} before RL, {summary['accuracy_after']:.1%} "
+        f"after {summary['steps']} steps (best {summary['best_accuracy']:.1%} at step {summary['best_step']}), on "
+        f"{summary['heldout_size']} held-out prompts scored by `exact_match`"
+    ) in card
+    for arxiv_id in ("2506.13585", "2402.14740"):
+        assert f"eprint        = {{{arxiv_id}}}" in card
+
+
+def test_the_saved_adapter_has_the_real_card_without_checkpoints(tmp_path):
+    card, summary = card_run(tmp_path)
+    assert_real_card(card, summary)
+    assert f'PeftModel.from_pretrained(base, "{tmp_path / "run"}")' in card
+    assert "base_model:" not in card  # a local folder is not a hub id, so the metadata leaves it out
+
+
+def test_the_saved_adapter_has_the_real_card_with_checkpoints(tmp_path):
+    card, summary = card_run(tmp_path, "--save_strategy", "steps", "--save_steps", "1")
+    assert (tmp_path / "run" / "checkpoint-1").is_dir()
+    assert_real_card(card, summary)

@@ -30,11 +30,57 @@ from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
 
 from .config import GRPOConfig
+from .preset_lengths import LENGTH_FIELDS, scale_preset_lengths, scaled_lengths_message
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe
 from .train_help import group_help
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
+
+# PEFT's LoraConfig names (and common spellings) -> the names TRL's ModelConfig gives them, accepted with a note.
+PEFT_ALIASES = {
+    "lora_rank": "lora_r",
+    "rank": "lora_r",
+    "r": "lora_r",
+    "alpha": "lora_alpha",
+    "target_modules": "lora_target_modules",
+    "lora_target": "lora_target_modules",
+    "target_parameters": "lora_target_parameters",
+    "modules_to_save": "lora_modules_to_save",
+    "task_type": "lora_task_type",
+}
+
+
+def alias_note(alias: str) -> str:
+    return f"{alias}: read as {PEFT_ALIASES[alias]}, the name TRL's ModelConfig gives this LoRA setting."
+
+
+def with_canonical_keys(values: dict, log=None) -> dict:
+    """`values` (a config file's mapping) with PEFT's names renamed to TRL's; each renaming noted through `log`."""
+    renamed = {}
+    for key, value in values.items():
+        canonical = PEFT_ALIASES.get(key, key)
+        if canonical != key:
+            if canonical in values:
+                raise ConfigError(f"{key}: the same field as {canonical}, which is given too; keep one ({canonical}).")
+            if log:
+                log(alias_note(key))
+        renamed[canonical] = value
+    return renamed
+
+
+def canonical_flags(argv: list[str], log=None) -> list[str]:
+    """`argv` with `--alias` flags (PEFT's names) renamed to TRL's, each noted through `log`."""
+    renamed = []
+    for arg in argv:
+        flag, equals, value = arg.partition("=")
+        alias = flag[2:] if flag.startswith("--") else None
+        if alias in PEFT_ALIASES:
+            if log:
+                log(alias_note(alias))
+            arg = f"--{PEFT_ALIASES[alias]}{equals}{value}"
+        renamed.append(arg)
+    return renamed
 
 
 class ConfigError(Exception):
@@ -140,7 +186,11 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
 
 
 class StrictTrlParser(TrlParser):
-    """TrlParser that reports errors as exceptions and checks every YAML key and value against the fields."""
+    """TrlParser that reports errors as exceptions and checks every YAML key and value against the fields;
+    `preset_overrides` replace the config file's values (flags still win)."""
+
+    preset_overrides: dict = {}
+    log = None  # where notes on renamed keys go (None: nowhere)
 
     def error(self, message):  # argparse would print the whole usage and exit
         raise ConfigError(message)
@@ -149,13 +199,13 @@ class StrictTrlParser(TrlParser):
         actions = {action.dest: action for action in self._actions}
         field_types = {f.name: f.type for cls in self.dataclass_types for f in dataclasses.fields(cls)}
         checked = {}
-        for key, value in kwargs.items():
+        for key, value in with_canonical_keys(kwargs, self.log).items():
             if key not in actions:
                 close = difflib.get_close_matches(key, list(actions), n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise ConfigError(f"{key}: unknown key in the config file.{hint}")
             checked[key] = _coerce_config_value(key, value, actions[key], str(field_types.get(key, "")))
-        return super().set_defaults_with_config(**checked)
+        return super().set_defaults_with_config(**{**checked, **self.preset_overrides})
 
 
 def _coerce_config_value(key: str, value, action, field_type: str):
@@ -221,15 +271,28 @@ def make_train_parser() -> StrictTrlParser:
 
 
 def trl_zoo_defaults() -> dict:
-    defaults = {"use_peft": True}
+    defaults = {"use_peft": True, "output_dir": DEFAULT_OUTPUT_DIR}
     if not torch.cuda.is_available():
         defaults.update(bf16=False, dataloader_pin_memory=False)
     return defaults
 
 
-# Filled in once the task and the run's name are known: the config file's stem (the preset) if there is one, else
-# the loss_type, so presets that share a loss_type (dapo, prorl, vapo) get their own folders.
+# Filled in once the data and the run's name are known: the built-in task's name or the dataset's file stem, and the
+# config file's stem (the preset) if there is one, else the loss_type, so presets that share a loss_type (dapo, prorl,
+# vapo) get their own folders.
 DEFAULT_OUTPUT_DIR = "runs/{task}-{run_name}"
+
+
+def data_name(task_args) -> str:
+    """What the default output_dir calls the data: the built-in task, or the stem of the dataset's name or file (of
+    the mixture's first dataset)."""
+    if task_args.datasets:
+        first = task_args.datasets[0]
+        files = first.data_files
+        return Path(str((files[0] if isinstance(files, list) else files) or first.path)).stem
+    if task_args.dataset_name:
+        return Path(task_args.dataset_name).stem
+    return task_args.task
 
 
 def quickstart_preset(task) -> dict:
@@ -255,7 +318,6 @@ def quickstart_preset(task) -> dict:
         "lora_dropout": 0.0,
         "lora_target_modules": ["all-linear"],
         "gradient_checkpointing": False,  # TRL turns it on; on a tiny model recomputation only costs time
-        "output_dir": DEFAULT_OUTPUT_DIR,
     }
 
 
@@ -290,21 +352,34 @@ class ParsedArguments(NamedTuple):
     model: ModelConfig
 
 
-def parse_train_args(argv: list[str]) -> ParsedArguments:
-    """The arguments from YAML and flags, with the layered defaults described above."""
-    argv = list(argv)
+def given_as_flag(key: str, argv: list[str]) -> bool:
+    return any(arg == f"--{key}" or arg.startswith(f"--{key}=") for arg in argv)
+
+
+def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
+    """The arguments from YAML and flags, with the layered defaults described above. On the built-in task with its
+    own policy, a preset's lengths are scaled to the task (`preset_lengths.py`), saying so through `log`."""
+    argv = canonical_flags(list(argv), log)
     config_file = config_path(argv)
+    config = with_canonical_keys(read_config(config_file)) if config_file else {}
     peek = make_train_parser()
     peek.set_defaults(**trl_zoo_defaults())
-    if config_file:
-        peek.set_defaults_with_config(**read_config(config_file))
+    peek.set_defaults_with_config(**config)
     without_config = [a for i, a in enumerate(argv) if a != "--config" and (i == 0 or argv[i - 1] != "--config")]
     namespace, _ = peek.parse_known_args(without_config)
 
     parser = make_train_parser()
+    parser.log = log
     parser.set_defaults(**trl_zoo_defaults())
     if namespace.dataset_name is None and not namespace.datasets:
-        parser.set_defaults(**quickstart_preset(get_task(namespace.task)))
+        task = get_task(namespace.task)
+        parser.set_defaults(**quickstart_preset(task))
+        if namespace.model_name_or_path is None:
+            preset = {key: config[key] for key in LENGTH_FIELDS if key in config}
+            flags = {key: getattr(namespace, key) for key in LENGTH_FIELDS if given_as_flag(key, argv)}
+            parser.preset_overrides = scale_preset_lengths(task.max_completion_length, preset, flags)
+            if parser.preset_overrides:
+                log(scaled_lengths_message(Path(config_file).name, task, preset, parser.preset_overrides))
     try:
         task_args, training_args, model_args, unknown = parser.parse_args_and_config(argv, return_remaining_strings=True)
     except (ValueError, TypeError) as error:
@@ -317,7 +392,7 @@ def parse_train_args(argv: list[str]) -> ParsedArguments:
         raise ConfigError(f"{flag.lstrip('-')}: unknown argument {flag}.{hint}")
     if training_args.output_dir == DEFAULT_OUTPUT_DIR:
         run_name = Path(config_file).stem if config_file else training_args.loss_type
-        output_dir = DEFAULT_OUTPUT_DIR.format(task=task_args.task, run_name=run_name)
+        output_dir = DEFAULT_OUTPUT_DIR.format(task=data_name(task_args), run_name=run_name)
         fresh = not training_args.resume_from_checkpoint and not task_args.overwrite_output_dir
         training_args.output_dir = next_free_directory(output_dir) if fresh else output_dir
     return ParsedArguments(task_args, training_args, model_args)

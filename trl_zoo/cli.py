@@ -19,13 +19,16 @@ import sys
 import warnings
 from importlib import metadata
 
+import datasets
+from transformers.utils import logging as transformers_logging
+
 from . import __version__
 from .arguments import ConfigError, one_line
 from .compare import compare_command
 from .registry import TABLES
 from .train import TrainingInterrupted, train_command
 
-USAGE = "\n\n".join(__doc__.split("\n\n")[1:3])
+USAGE = "usage: trl-zoo COMMAND [options]\n\n" + "\n\n".join(__doc__.split("\n\n")[1:3])
 LIST_USAGE = """usage: trl-zoo list
 
 Every plugin table (losses, aggregations, advantage estimators, KL estimators, samplers, plugins included): each
@@ -38,6 +41,11 @@ def package_version() -> str:
         return metadata.version("trl-zoo")
     except metadata.PackageNotFoundError:
         return __version__
+
+
+def library_versions() -> str:
+    """The versions of the libraries trl_zoo runs on, for bug reports."""
+    return ", ".join(f"{name} {metadata.version(name)}" for name in ("trl", "transformers", "torch"))
 
 
 def list_command(argv: list[str]) -> int:
@@ -57,6 +65,13 @@ def list_command(argv: list[str]) -> int:
     return 0
 
 
+def silence_library_progress_bars():
+    """The libraries' own progress bars (weights loading and saving, dataset maps) would interleave with the run's
+    lines; the run prints its own progress."""
+    transformers_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
 COMMANDS = {"train": train_command, "list": list_command, "compare": compare_command}
 
 
@@ -64,11 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     for category in (FutureWarning, DeprecationWarning):  # libraries' notices to developers, not to CLI users
         warnings.filterwarnings("ignore", category=category)
+    silence_library_progress_bars()
     if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
     if argv and argv[0] == "--version":
-        print(f"trl-zoo {package_version()}")
+        print(f"trl-zoo {package_version()} ({library_versions()})")
         return 0
     command, rest = ("train", argv) if not argv or argv[0].startswith("-") else (argv[0], argv[1:])
     if command not in COMMANDS:

@@ -39,6 +39,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from .tasks.evaluation import format_mean_reward
+
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 
@@ -140,6 +142,64 @@ def _format(value: float | None, percent: bool = False, digits: int = 3) -> str:
     return f"{value:.1%}" if percent else f"{value:.{digits}g}"
 
 
+# What two runs must share to be the same run: every held-out accuracy and these logged metrics at every step.
+IDENTITY_METRICS = ("loss", "reward", "grad_norm")
+
+
+def _numerically_equal(a: float, b: float) -> bool:
+    """Equal up to float32 rounding (TRL logs float32 values)."""
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def identical_runs(first: Run, second: Run) -> bool:
+    """The same held-out accuracies and the same logged loss, reward and gradient norm at the same steps (timings
+    aside): runs that are one algorithm, whatever their loss_type says."""
+    series = [("heldout_accuracy", "eval")] + [(metric, "train") for metric in IDENTITY_METRICS]
+    for metric, kind in series:
+        a, b = first.series(metric, kind), second.series(metric, kind)
+        if [step for step, _ in a] != [step for step, _ in b]:
+            return False
+        if not all(_numerically_equal(x, y) for (_, x), (_, y) in zip(a, b)):
+            return False
+    return bool(first.accuracy())
+
+
+def identical_reason(pairs: list[tuple[Run, Run]]) -> str:
+    """Why identical runs are identical, when their records tell: no reward spread at any step (every advantage 0),
+    or both on-policy (one update per generation batch: every ratio is 1) with losses of the same aggregation,
+    which then have the same value and gradient (the sanity law: on-policy, every loss gives REINFORCE's gradient
+    under its aggregation)."""
+    runs = [run for pair in pairs for run in pair]
+    spreads = [value for run in runs for _, value in run.series("frac_reward_zero_std")]
+    if spreads and all(value == 1 for value in spreads):
+        return (
+            "Why: every group's rewards were equal at every step, so every advantage was 0 and neither loss moved the "
+            "policy."
+        )
+    losses = [run.summary.get("loss_type") for run in pairs[0]]
+    if all(run.summary.get("updates_per_batch") == 1 for run in runs):
+        from .registry import LOSSES  # the report reads runs; only this reason needs the loss table
+
+        if all(loss in LOSSES for loss in losses):
+            aggregations = {LOSSES.get(loss).spec.aggregation for loss in losses}
+            if len(aggregations) == 1:
+                return (
+                    f"Why: both took one update per generation batch (on-policy), where every ratio is 1 and "
+                    f"{losses[0]!r} and {losses[1]!r} have the same value and gradient (REINFORCE's under the same "
+                    f"aggregation, {aggregations.pop()})."
+                )
+    return "Why is not known from the runs' records: check that the two configurations differ where it matters."
+
+
+def identical_sentence(first: str, second: str, pairs: list[tuple[Run, Run]]) -> str:
+    seeds = [str(a.summary.get("seed", "")) for a, _ in pairs]
+    on = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(seeds)}"
+    return (
+        f"**{first} and {second} are identical runs** on {on}: every held-out accuracy and every logged loss, reward "
+        f"and gradient norm are equal, so there is one algorithm here, not two. {identical_reason(pairs)}"
+    )
+
+
 def winner_sentence(runs: list[Run]) -> str:
     if len(runs) == 1:
         run = runs[0]
@@ -164,7 +224,8 @@ def winner_sentence(runs: list[Run]) -> str:
 
 
 def markdown_table(runs: list[Run]) -> str:
-    header = ["run", "loss_type", "held-out acc before", "final held-out acc", "best held-out acc (step)"]
+    header = ["run", "loss_type", "held-out acc before", "final held-out acc", "best held-out acc (step)",
+              "final held-out mean reward"]
     header += list(TRAIN_METRICS) + ["train wall time (s)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for run in runs:
@@ -175,6 +236,7 @@ def markdown_table(runs: list[Run]) -> str:
             _format(run.summary["accuracy_before"], percent=True),
             _format(run.final_accuracy, percent=True),
             f"{best:.1%} ({best_step})",
+            format_mean_reward(run.summary.get("mean_reward_after")),
         ]
         cells += [_format(run.final(column)) for column in TRAIN_METRICS]
         cells.append(f"{run.summary['train_seconds']:.1f}")
@@ -194,6 +256,22 @@ def _write_records(directory: Path, runs: list[Run]):
         writer.writerows(rows)
 
 
+LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "x")
+
+
+def plot_styles(runs: list[Run]) -> list[dict]:
+    """Each run's line style, marker and legend label: every run its own style, so a curve drawn exactly over an
+    earlier one stays visible, and a run identical to an earlier one (`identical_runs`) says so in its label."""
+    styles = []
+    for index, run in enumerate(runs):
+        twin = next((earlier for earlier in runs[:index] if identical_runs(earlier, run)), None)
+        label = f"{run.name} (identical to {twin.name})" if twin else run.name
+        styles.append({"label": label, "linestyle": LINE_STYLES[index % len(LINE_STYLES)],
+                       "marker": MARKERS[index % len(MARKERS)]})
+    return styles
+
+
 def _plot(directory: Path, runs: list[Run]) -> bool:
     """Write the PNG curves; False (and no files) when matplotlib is not installed."""
     try:
@@ -206,15 +284,17 @@ def _plot(directory: Path, runs: list[Run]) -> bool:
 
     panels = [("held-out accuracy", None)] + list(TRAIN_METRICS.items())
     panels.append(("groups with zero reward spread", ("frac_reward_zero_std",)))
+    styles = plot_styles(runs)
     figure, axes = plt.subplots(2, 3, figsize=(13, 7))
     axes = axes.flatten()
     for axis, (title, metric_names) in zip(axes, panels):
-        for run in runs:
+        for run, style in zip(runs, styles):
             points = run.accuracy() if metric_names is None else next(
                 (run.series(name) for name in metric_names if run.series(name)), []
             )
             if points:
-                axis.plot(*zip(*points), marker="." if len(points) < 30 else None, label=run.name)
+                marker = style["marker"] if len(points) < 30 else None
+                axis.plot(*zip(*points), **{**style, "marker": marker}, fillstyle="none")
         axis.set_title(title)
         axis.set_xlabel("step")
         axis.grid(alpha=0.3)
@@ -224,8 +304,8 @@ def _plot(directory: Path, runs: list[Run]) -> bool:
     plt.close(figure)
 
     figure, axis = plt.subplots(figsize=(6, 4))
-    for run in runs:
-        axis.plot(*zip(*run.accuracy()), marker=".", label=run.name)
+    for run, style in zip(runs, styles):
+        axis.plot(*zip(*run.accuracy()), **style, fillstyle="none")
     axis.set_xlabel("step")
     axis.set_ylabel("greedy held-out accuracy")
     axis.set_ylim(0, 1)
@@ -297,6 +377,7 @@ class PairedDifference:
     second: str
     seeds: list
     differences: list[float]
+    identical: bool = False  # every shared seed's two runs are identical (`identical_runs`)
 
     @property
     def n(self) -> int:
@@ -334,6 +415,8 @@ class PairedDifference:
     def verdict(self) -> str:
         if self.n == 0:
             return "no shared seed"
+        if self.identical:
+            return "identical runs"
         if self.n == 1:
             return "one seed: no interval"
         return "significant" if self.significant else "within seed noise"
@@ -346,9 +429,13 @@ class PairedDifference:
 
 def paired_difference(groups: dict[str, list[Run]], first: str, second: str) -> PairedDifference:
     """`first` minus `second` over the seeds both finished (see PairedDifference)."""
-    finals = {name: {run.summary.get("seed"): run.final_accuracy for run in groups[name]} for name in (first, second)}
-    seeds = sorted(set(finals[first]) & set(finals[second]), key=str)
-    return PairedDifference(first, second, seeds, [finals[first][seed] - finals[second][seed] for seed in seeds])
+    by_seed = {name: {run.summary.get("seed"): run for run in groups[name]} for name in (first, second)}
+    seeds = sorted(set(by_seed[first]) & set(by_seed[second]), key=str)
+    pairs = [(by_seed[first][seed], by_seed[second][seed]) for seed in seeds]
+    return PairedDifference(
+        first, second, seeds, [a.final_accuracy - b.final_accuracy for a, b in pairs],
+        identical=bool(pairs) and all(identical_runs(a, b) for a, b in pairs),
+    )
 
 
 def _rank_losses(groups: dict[str, list[Run]]) -> tuple[list[str], dict[str, float]]:
@@ -428,10 +515,13 @@ def seed_winner_sentence(groups: dict[str, list[Run]]) -> str:
     runner-up (PairedDifference), then how it stands against the other losses."""
     ranked, means = _rank_losses(groups)
     winner, runner_up = ranked[0], ranked[1]
+    pair = paired_difference(groups, winner, runner_up)
+    if pair.identical:
+        by_seed = {name: {run.summary.get("seed"): run for run in groups[name]} for name in (winner, runner_up)}
+        return identical_sentence(winner, runner_up, [(by_seed[winner][s], by_seed[runner_up][s]) for s in pair.seeds])
     if means[winner] == means[runner_up]:
         tied = [name for name in ranked if means[name] == means[winner]]
         return f"**No winner: {', '.join(tied)} tied** at {means[winner]:.1%} mean final held-out accuracy."
-    pair = paired_difference(groups, winner, runner_up)
     means_text = f"mean final held-out accuracy {winner} {means[winner]:.1%}, {runner_up} {means[runner_up]:.1%}"
     if pair.n < 2:
         shared = "no seed" if pair.n == 0 else f"only seed {pair.seeds[0]}"
@@ -479,11 +569,24 @@ def headline(runs: list[Run], groups: dict[str, list[Run]] | None = None) -> str
         return seed_winner_sentence(groups)
     if len(runs) == 1:
         return winner_sentence(runs)
+    first, second = _rank_runs(runs)[:2]
+    if identical_runs(first, second):
+        order = {id(run): index for index, run in enumerate(runs)}  # as given, not by wall time
+        first, second = sorted((first, second), key=lambda run: order[id(run)])
+        names = {id(run): name for name, group in (groups or {}).items() for run in group}
+        first_name, second_name = (names.get(id(run), run.name) for run in (first, second))
+        return identical_sentence(first_name, second_name, [(first, second)])
     return f"{winner_sentence(runs)} {single_seed_sentence(runs)}"
 
 
 def _over_seeds(groups: dict[str, list[Run]] | None) -> bool:
     return bool(groups) and len(groups) > 1 and any(len(group) > 1 for group in groups.values())
+
+
+def base_policy(run: Run) -> str:
+    """The run's base policy as its summary names it (a model name, or which bootstrapped policy); older summaries
+    have only the model's path, named by its last folder."""
+    return run.summary.get("base_policy") or Path(str(run.summary.get("model", ""))).name
 
 
 def _mean(values: list[float]) -> float:
@@ -502,22 +605,30 @@ def write_report(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     first = runs[0].summary
-    model = Path(str(first.get("model", ""))).name
     seeds = sorted({str(run.summary.get("seed", "")) for run in runs})
     seed_text = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {', '.join(seeds)}"
-    title = title or f"trl-zoo: {first.get('task', '')} with {model}, {seed_text}"
+    policies = {}  # seed -> its base policy, in seed order
+    for run in sorted(runs, key=lambda run: str(run.summary.get("seed", ""))):
+        policies.setdefault(str(run.summary.get("seed", "")), base_policy(run))
+    if len(set(policies.values())) == 1:
+        title = title or f"trl-zoo: {first.get('task', '')} with {next(iter(policies.values()))}, {seed_text}"
+        policy_line = []
+    else:
+        title = title or f"trl-zoo: {first.get('task', '')}, {seed_text}, one base policy per seed"
+        policy_line = ["Base policy: " + "; ".join(f"seed {seed} {policy}" for seed, policy in policies.items()) + "."]
     reward = (first.get("reward_funcs") or ["exact_match"])[0]
     _write_records(directory, runs)
     plotted = _plot(directory, runs)
     curves = "Curves: curves.png, heldout_accuracy.png." if plotted else "No curves: pip install 'trl-zoo[plot]'."
-    sections = [f"# {title}", markdown_table(runs)]
+    sections = [f"# {title}", *policy_line, markdown_table(runs)]
     if _over_seeds(groups):
         sections += ["## Over seeds", seed_table(groups)]
         sections += ["## Paired differences over seeds", paired_table(paired_differences(groups)), PAIRED_METHOD]
     sections += [
         headline(runs, groups),
         f"Held-out accuracy: the share of held-out prompts whose greedy completion earns reward 1 from "
-        f"`{reward}`, measured before RL (step 0) and every few steps. Final reward, entropy, completion length "
+        f"`{reward}`, measured before RL (step 0) and every few steps; with a graded reward (values other than 0 and "
+        "±1) read the mean reward, as accuracy then counts only perfect scores. Final reward, entropy, completion length "
         f"and clip fraction are the last logged values (TRL averages each over its logging window). {curves} "
         "Every record: metrics.csv, metrics.jsonl.",
     ]

@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,11 @@ from .gguf_checkpoint import GGUFError, policy_path
 from .hooks.prompt_length import PromptTooLongError
 from .hooks.resume import interrupted_message as resume_interrupted_message
 from .hooks.resume import last_complete_checkpoint
+from .hooks.rewards import RewardOutputError
+from .model_card import model_card
 from .null_reward_control import permuted_reward
+from .preset_lengths import completion_room_error, position_limit_of
+from .registry import LOSSES
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
 from .reward_names import check_reward_columns, heldout_scorer, resolve_reward
 from .tasks import get_task
@@ -39,7 +44,8 @@ from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from .tasks.chat_arithmetic import ChatArithmeticTask
 from .tasks.scratchpad import ScratchpadAdditionTask
 from .tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
-from .tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy
+from .tasks.evaluation import HeldOutAccuracyCallback, HeldOutResult, greedy_evaluation
+from .tasks.evaluation import format_mean_reward as mean_text
 from .trainer import GRPOTrainer
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -64,6 +70,7 @@ class TrainingSetup:
     model_path: str  # the base policy: model_name_or_path or the bootstrapped tiny policy's directory
     heldout_size: int
     reward_names: tuple[str, ...]
+    heldout_reward: str  # the reward function that scores the greedy held-out evaluation
     checkpoint: str | None  # the checkpoint folder the run resumes from, None for a fresh run
 
 
@@ -81,6 +88,10 @@ class RunSummary:
     steps: int
     accuracy_before: float
     accuracy_after: float
+    mean_reward_before: float | None  # the held-out mean reward (accuracy counts rewards exactly 1)
+    mean_reward_after: float | None
+    base_policy: str  # model_name_or_path, or which bootstrapped policy (`base_policy_name`)
+    updates_per_batch: int  # optimizer updates per generation batch; 1 is on-policy (every ratio 1)
     heldout_size: int
     best_accuracy: float
     best_step: int
@@ -130,6 +141,20 @@ def check_output_dir(output_dir: str, overwrite: bool):
     raise ConfigError(
         f"output_dir: {output_dir} already holds {earlier}; give --output_dir NEW,{resume} or "
         f"--overwrite_output_dir true to replace it."
+    )
+
+
+def base_policy_name(model_path: str) -> str:
+    """The base policy as a report names it: a bootstrapped built-in policy by its task and recipe (its folder is
+    a cache path), any other model by the name or path it was given."""
+    bootstrap = Path(model_path, "bootstrap.json")
+    if not bootstrap.is_file():
+        return model_path
+    made = json.loads(bootstrap.read_text())
+    recipe = made.get("recipe", {})
+    return (
+        f"{made.get('task', 'the task')}'s bootstrapped policy (hidden {recipe.get('hidden_size')}, "
+        f"{recipe.get('num_layers')} layers, seed {recipe.get('seed')})"
     )
 
 
@@ -272,8 +297,9 @@ def _conversational_prompts(dataset, system_prompt: str | None):
 
 
 class ConciseProgress(TrainerCallback):
-    """One line per logging step: step, sampled reward, latest held-out accuracy, elapsed time. The trainer also
-    logs the last step, so a run shorter than logging_steps (or not a multiple of it) shows and records its end."""
+    """One line per logging step: step, sampled reward, latest held-out accuracy and mean reward with the step they
+    were measured at, elapsed time. The trainer also logs the last step, so a run shorter than logging_steps (or not
+    a multiple of it) shows and records its end."""
 
     def __init__(self, accuracy_callback: HeldOutAccuracyCallback, log=print):
         self.accuracy_callback = accuracy_callback
@@ -292,12 +318,20 @@ class ConciseProgress(TrainerCallback):
         if logs and "eval_reward" in logs:
             self.log(f"  step {state.global_step:>4}/{state.max_steps}  TRL eval reward {logs['eval_reward']:.3f}")
         if logs and "reward" in logs:
-            history = self.accuracy_callback.history
-            accuracy = f"{history[-1][1]:.1%}" if history else "—"
             self.log(
                 f"  step {state.global_step:>4}/{state.max_steps}  reward {logs['reward']:.3f}  "
-                f"held-out {accuracy}  ({time.perf_counter() - self.started:.0f} s)"
+                f"{self.latest_heldout()}  ({time.perf_counter() - self.started:.0f} s)"
             )
+
+    def latest_heldout(self) -> str:
+        """The latest held-out measurement and the step it was made at (evaluations are rarer than log lines)."""
+        history = self.accuracy_callback.history
+        if not history:
+            return "held-out —"
+        step, accuracy = history[-1]
+        result = self.accuracy_callback.results[step]
+        mean = f", mean reward {mean_text(result.mean_reward)}" if isinstance(result, HeldOutResult) else ""
+        return f"held-out {accuracy:.1%}{mean} (at step {step})"
 
 
 def prepare_training(task_args, training_args, model_args, log=print) -> TrainingSetup:
@@ -329,6 +363,12 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             heldout = heldout.select(range(min(task_args.num_heldout, len(heldout))))
         if model_path is None and isinstance(task, ChatArithmeticTask):
             model_path = task.default_model
+        if model_path is None and LOSSES.get(training_args.loss_type).spec.requires_moe:
+            raise ConfigError(
+                f"loss_type: {training_args.loss_type!r} needs a Mixture-of-Experts model and the built-in task's "
+                "policy is dense; give --model_name_or_path of an MoE model (Qwen2-MoE, Qwen3-MoE, Mixtral, ...) or "
+                "use a dense loss such as 'gmpo'."
+            )
         if model_path is None and isinstance(task, ScratchpadAdditionTask):
             model_path = str(bootstrap_scratchpad_policy(task, scratchpad_recipe(task, training_args.seed), log=log))
         elif model_path is None:
@@ -356,6 +396,10 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         model_path = policy_path(model_path, task_args.gguf_file, log)
     except GGUFError as error:
         raise ConfigError(str(error)) from None
+    positions = position_limit_of(model_path, model_args.model_revision, training_args.trust_remote_code)
+    too_long = completion_room_error(training_args.max_completion_length, positions)
+    if too_long:
+        raise ConfigError(too_long)
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             model_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
@@ -369,6 +413,11 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         conversational = getattr(tokenizer, "chat_template", None) is not None
     if conversational:
         train, heldout = (_conversational_prompts(d, task_args.system_prompt) for d in (train, heldout))
+    if task_args.dataset_name is None and not task_args.datasets:  # a built-in task's prompts are few and short
+        longest = max(len(ids) for ids in tokenizer([*train["prompt"], *heldout["prompt"]])["input_ids"])
+        too_long = completion_room_error(training_args.max_completion_length, positions, longest)
+        if too_long:
+            raise ConfigError(too_long)
 
     # As `trl grpo`: the reward model (if any) first, then the reward functions.
     reward_names = task_args.reward_funcs or ([] if task_args.reward_model_name_or_path else [default_reward])
@@ -407,8 +456,8 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     run_log = RunLog(output_dir / METRICS_FILE, resume_step=checkpoint_step(checkpoint) if checkpoint else None)
     heldout_columns = {name: heldout[name] for name in heldout.column_names if name != "prompt"}
 
-    def evaluate(model) -> float:
-        return greedy_accuracy(
+    def evaluate(model) -> HeldOutResult:
+        return greedy_evaluation(
             model,
             tokenizer,
             heldout["prompt"],
@@ -418,10 +467,16 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             batch_size=task_args.eval_batch_size,
         )
 
-    def record(step: int, accuracy: float):
-        run_log.write({"kind": "eval", "step": step, "heldout_accuracy": accuracy})
+    def record(step: int, result: HeldOutResult):
+        run_log.write({"kind": "eval", "step": step, "heldout_accuracy": result.accuracy,
+                       "heldout_mean_reward": result.mean_reward, "heldout_reward_graded": result.graded})
 
-    earlier = [(record["step"], record["heldout_accuracy"]) for record in run_log.kept if record["kind"] == "eval"]
+    earlier = [
+        (record["step"], HeldOutResult(record["heldout_accuracy"], record.get("heldout_mean_reward"),
+                                       record.get("heldout_reward_graded", False)))
+        for record in run_log.kept
+        if record["kind"] == "eval"
+    ]
     accuracy_callback = HeldOutAccuracyCallback(
         evaluate, task_args.eval_every_steps, on_result=record, history=earlier
     )
@@ -449,6 +504,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         model_path=model_path,
         heldout_size=len(heldout),
         reward_names=tuple(filter(None, [task_args.reward_model_name_or_path, *reward_names])),
+        heldout_reward=reward_names[functions.index(scorer)] if scorer in functions else "exact_match",
         checkpoint=checkpoint,
     )
 
@@ -457,7 +513,18 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     """Prepare, measure held-out accuracy, train with RL, measure again, save the adapter and a report.
 
     A resumed run takes its accuracy before RL from the run log (step 0) and trains on from the checkpoint;
-    `train_seconds` and `total_seconds` count this process only."""
+    `train_seconds` and `total_seconds` count this process only. A run refused for bad input (ConfigError) before
+    it saved a checkpoint removes the output_dir it created, so the next run of the same preset takes its name."""
+    created = not os.path.exists(training_args.output_dir)
+    try:
+        return _run_train(task_args, training_args, model_args, log)
+    except ConfigError:
+        if created and os.path.isdir(training_args.output_dir) and not get_last_checkpoint(training_args.output_dir):
+            shutil.rmtree(training_args.output_dir)
+        raise
+
+
+def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     started = time.perf_counter()
     try:
         prepared = prepare_training(task_args, training_args, model_args, log)
@@ -467,15 +534,21 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     trainer.interrupt_notice = False  # the CLI says it in its own line (TrainingInterrupted)
     if prepared.checkpoint:
         log(f"Resuming from {prepared.checkpoint} (step {checkpoint_step(prepared.checkpoint)}).")
-    if accuracy.history and accuracy.history[0][0] == 0:
-        before = accuracy.history[0][1]  # measured before the checkpoint was written
+    if 0 in accuracy.results:
+        measured = accuracy.results[0]  # measured before the checkpoint was written
     else:
-        before = accuracy.measure(trainer.model, 0)
+        try:
+            measured = accuracy.measure(trainer.model, 0)
+        except RewardOutputError as error:
+            raise ConfigError(one_line(error)) from None
+    before = measured.accuracy
     length = (
         f"{training_args.max_steps} steps" if training_args.max_steps > 0 else f"{training_args.num_train_epochs:g} epochs"
     )
+    graded = "; the reward is graded: accuracy counts completions with reward exactly 1" if measured.graded else ""
     log(
-        f"Held-out greedy accuracy before RL: {before:.1%} ({prepared.heldout_size} prompts). "
+        f"Held-out greedy accuracy before RL: {before:.1%}, mean reward {mean_text(measured.mean_reward)} "
+        f"({prepared.heldout_size} prompts{graded}). "
         f"Training with loss_type={training_args.loss_type!r}, {'LoRA' if model_args.use_peft else 'full'} "
         f"fine-tuning, {length} ..."
     )
@@ -484,12 +557,13 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         trainer.train(resume_from_checkpoint=prepared.checkpoint)
     except KeyboardInterrupt:  # Ctrl-C: one line saying what was saved, no traceback (the CLI exits 130)
         raise TrainingInterrupted(interrupted_message(trainer.state.global_step, training_args.output_dir)) from None
-    except PromptTooLongError as error:  # bad input that shows only at the first generation batch
+    except (PromptTooLongError, RewardOutputError) as error:  # bad input that shows only once something is generated
         raise ConfigError(one_line(error)) from None
     train_seconds = time.perf_counter() - train_started
     trainer.save_model(training_args.output_dir)
     history = accuracy.history
     best_step, best = max(history, key=lambda point: (point[1], -point[0]))
+    last = accuracy.results[history[-1][0]]
     summary = RunSummary(
         name=Path(training_args.output_dir).name,
         loss_type=training_args.loss_type,
@@ -500,6 +574,11 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         steps=trainer.state.global_step,
         accuracy_before=before,
         accuracy_after=history[-1][1],
+        mean_reward_before=measured.mean_reward,
+        mean_reward_after=last.mean_reward,
+        base_policy=base_policy_name(prepared.model_path),
+        updates_per_batch=training_args.num_iterations * training_args.steps_per_generation
+        // training_args.gradient_accumulation_steps,
         heldout_size=prepared.heldout_size,
         best_accuracy=best,
         best_step=best_step,
@@ -508,8 +587,11 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         adapter_dir=str(training_args.output_dir),
     )
     Path(training_args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary.to_json(), indent=2))
+    save_model_card(summary, prepared, trainer, training_args, model_args, builtin_task=task_args.dataset_name is None
+                    and not task_args.datasets)
     log(
-        f"Held-out greedy accuracy after RL: {summary.accuracy_after:.1%} (before {before:.1%}, best "
+        f"Held-out greedy accuracy after RL: {summary.accuracy_after:.1%}, mean reward "
+        f"{mean_text(last.mean_reward)} (before {before:.1%}, {mean_text(measured.mean_reward)}; best accuracy "
         f"{best:.1%} at step {best_step}); RL took {train_seconds:.0f} s, the whole run {summary.total_seconds:.0f} s."
     )
     log(f"{'Adapter' if model_args.use_peft else 'Model'} saved to {training_args.output_dir}")
@@ -518,6 +600,26 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         summary = dataclasses.replace(summary, report=str(report))
         log(f"Report: {report}")
     return summary
+
+
+def save_model_card(summary: RunSummary, prepared: TrainingSetup, trainer, training_args, model_args,
+                    builtin_task: bool):
+    """README.md beside the saved adapter (or model): the run's own card (`model_card.py`), replacing PEFT's blank
+    template and TRL's card."""
+    settings = {
+        "steps": f"{summary.steps} (seed {summary.seed})",
+        "learning rate": f"{training_args.learning_rate:g}",
+        "completions per prompt": training_args.num_generations,
+        "max completion length": training_args.max_completion_length,
+        "KL coefficient β": f"{training_args.beta:g}",
+    }
+    if model_args.use_peft:
+        settings["LoRA"] = f"r {model_args.lora_r}, alpha {model_args.lora_alpha}"
+    card = model_card(
+        summary.to_json(), trainer._name, trainer._paper.get("citation"), settings, adapter=model_args.use_peft,
+        heldout_reward=prepared.heldout_reward, builtin_task=builtin_task,
+    )
+    card.save(os.path.join(training_args.output_dir, "README.md"))
 
 
 def train_command(argv: list[str]) -> int:

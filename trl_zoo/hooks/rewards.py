@@ -46,6 +46,10 @@ _FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 MAX_ABS_REWARD = 1e15  # (G·R)² stays far below float32's 3.4e38 in the group mean and std
 
 
+class RewardOutputError(ValueError):
+    """A reward function's output is not a reward (see the module docstring): bad input, one line."""
+
+
 class RewardsMixin:
     """Reward shaping, NaN and ±inf checks, and the last scoring's rewards (see the module docstring)."""
 
@@ -115,7 +119,7 @@ class RewardsMixin:
             if count
         )
         if self.args.nan_rewards == "raise":
-            raise ValueError(
+            raise RewardOutputError(
                 f"nan_rewards: reward functions returned NaN or ±inf: {culprits}; return None for a completion a "
                 f"function cannot score, or set nan_rewards='drop' to give such completions zero advantage."
             )
@@ -133,7 +137,7 @@ def _is_finite_reward(value) -> bool:
     """None (unscorable) and finite float32 numbers pass; NaN, ±inf and float32 overflow do not."""
     if value is None:
         return True
-    number = float(value)  # a number: `_check_shape` ran first
+    number = float(value)  # a number: `check_reward_shape` ran first
     return math.isfinite(number) and abs(number) <= _FLOAT32_MAX
 
 
@@ -150,20 +154,20 @@ def _check_reward_funcs(reward_funcs) -> None:
 def _check_magnitude(name: str, value: float) -> None:
     if MAX_ABS_REWARD < abs(value) <= _FLOAT32_MAX:
         scale = 10 ** math.ceil(math.log10(abs(value)))
-        raise ValueError(
+        raise RewardOutputError(
             f"reward {name!r}: returned {value:.3g}; rewards beyond ±{MAX_ABS_REWARD:.0e} overflow the group std in "
             f"float32 and nothing is learned; rescale the reward (e.g. divide it by {scale:.0e})."
         )
 
 
-def _check_shape(name: str, values, rows: int) -> None:
-    """One number or None per completion, as TRL's reward contract asks."""
+def check_reward_shape(name: str, values, rows: int) -> None:
+    """One number or None per completion, as TRL's reward contract asks (also checked by the held-out evaluation)."""
     fix = f"return a list of {rows} floats, one per completion (None where it cannot score one)"
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or getattr(values, "ndim", 1) != 1:
         kind = type(values).__name__
-        raise ValueError(f"reward {name!r}: returned {values!r} ({kind}) for {rows} completions; {fix}.")
+        raise RewardOutputError(f"reward {name!r}: returned {values!r} ({kind}) for {rows} completions; {fix}.")
     if len(values) != rows:
-        raise ValueError(f"reward {name!r}: returned {len(values)} values for {rows} completions; {fix}.")
+        raise RewardOutputError(f"reward {name!r}: returned {len(values)} values for {rows} completions; {fix}.")
     for row, value in enumerate(values):
         if value is None:
             continue
@@ -172,13 +176,13 @@ def _check_shape(name: str, values, rows: int) -> None:
                 raise TypeError
             float(value)
         except (TypeError, ValueError):
-            raise ValueError(
+            raise RewardOutputError(
                 f"reward {name!r}: completion {row} got {value!r} ({type(value).__name__}), not a number; {fix}."
             ) from None
 
 
 def _record(values, name: str, column: int, findings: torch.Tensor, examples: dict[int, str]):
-    _check_shape(name, values, findings.size(0))
+    check_reward_shape(name, values, findings.size(0))
     for row, value in enumerate(values):
         if not _is_finite_reward(value):
             findings[row, column] = 1

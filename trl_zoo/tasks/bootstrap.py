@@ -136,12 +136,16 @@ def supervise(model, tokenizer, task: AdditionTask, recipe: BootstrapRecipe, log
 
     model.train()
     steps, loss, accuracy = 0, float("nan"), 0.0
+    started = time.perf_counter()
     while steps < recipe.max_steps:
         loss = step(0.0, warmup_cosine_learning_rate(steps, recipe.learning_rate, recipe.max_steps))
         steps += 1
         if steps % recipe.check_every == 0:
             accuracy, _ = _probe(model, tokenizer, task, probe)
-            log(f"  bootstrap step {steps}: supervised loss {loss:.3f}, probe accuracy {accuracy:.1%}")
+            log(
+                f"  bootstrap step {steps}/{recipe.max_steps}: supervised loss {loss:.3f}, probe accuracy "
+                f"{accuracy:.1%} ({time_to_go(time.perf_counter() - started, steps, recipe)})"
+            )
             if accuracy >= recipe.target_accuracy:
                 break
     for _ in range(recipe.slip_steps if recipe.carry_slip_rate > 0 else 0):
@@ -170,10 +174,11 @@ def bootstrap_policy(
     if (target / "bootstrap.json").exists():
         log(f"Using the cached base policy in {target}")
         return target
+    slip_steps = recipe.slip_steps if recipe.carry_slip_rate > 0 else 0
     log(
         f"Bootstrapping a tiny base policy for {task.name!r}: supervised on right sums until it adds "
-        f"({recipe.target_accuracy:.0%} of a probe), then on demonstrations that forget {recipe.carry_slip_rate:.0%} "
-        "of the carries ..."
+        f"({recipe.target_accuracy:.0%} of a probe, at most {recipe.max_steps} supervised steps, then {slip_steps} on "
+        f"the sloppy demonstrations, which forget {recipe.carry_slip_rate:.0%} of the carries); once, then cached ..."
     )
     started = time.perf_counter()
     tokenizer = build_char_tokenizer()
@@ -199,6 +204,13 @@ def bootstrap_policy(
     summary = {"task": task.name, "recipe": asdict(recipe), **outcome, "heldout_accuracy": accuracy, "seconds": seconds}
     save_policy(model, tokenizer, target, {"bootstrap.json": json.dumps(summary, indent=2)})
     return target
+
+
+def time_to_go(elapsed: float, steps: int, recipe) -> str:
+    """Elapsed time and an upper bound on the rest at the pace so far (`recipe`: either bootstrap's): phase 1 may
+    stop at any check, so the remaining (max_steps − steps) + slip_steps steps are the most it can take."""
+    remaining = recipe.max_steps - steps + (recipe.slip_steps if recipe.carry_slip_rate > 0 else 0)
+    return f"{elapsed:.0f} s so far, at most ~{elapsed / steps * remaining:.0f} s to go"
 
 
 def warmup_cosine_learning_rate(step: int, peak: float, max_steps: int) -> float:

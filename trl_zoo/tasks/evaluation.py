@@ -1,6 +1,11 @@
-"""Greedy held-out accuracy, and a TrainerCallback that measures it periodically during training.
+"""Greedy held-out accuracy and mean reward, and a TrainerCallback that measures them periodically during training.
 
-    accuracy = (1/N) Σ_n [ reward(greedy_completion(prompt_n), answer_n) = 1 ]
+    accuracy    = (1/N) Σ_n [ R_n = 1 ]             R_n = reward(greedy_completion(prompt_n), answer_n)
+    mean_reward = (1/|S|) Σ_{n ∈ S} R_n             S = the prompts the reward scored (not None)
+
+Accuracy counts rewards exactly equal to 1: with a 0/1 (or ±1) reward, the share right. With a graded reward (any
+other value) it counts only the perfect scores and can read near 0 while the policy improves; the mean reward is
+then the number to read (`graded` says which case it is).
 
 Greedy decoding (no sampling) makes the number a deterministic function of the weights, so it never consumes the
 training run's random state: evaluating more or less often does not change what is learned.
@@ -9,10 +14,12 @@ training run's random state: evaluating more or less often does not change what 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from transformers import TrainerCallback
 
+from ..hooks.rewards import check_reward_shape
 from .rewards import exact_match_reward
 
 
@@ -55,7 +62,21 @@ def greedy_completions(model, tokenizer, prompts: list, max_new_tokens: int, bat
     return completions
 
 
-def greedy_accuracy(
+class HeldOutResult(NamedTuple):
+    """One greedy evaluation: accuracy, the mean reward over the scored prompts (None when none was scored), and
+    whether the reward is graded (took a value other than 0, 1 and −1)."""
+
+    accuracy: float
+    mean_reward: float | None
+    graded: bool
+
+
+def format_mean_reward(value: float | None) -> str:
+    """A mean reward as the CLI prints it; "—" when no prompt was scored."""
+    return "—" if value is None else f"{value:.3f}"
+
+
+def greedy_evaluation(
     model,
     tokenizer,
     prompts: list,
@@ -63,8 +84,9 @@ def greedy_accuracy(
     reward: Callable = exact_match_reward,
     reward_kwargs: dict | None = None,
     batch_size: int = 256,
-) -> float:
-    """Fraction of prompts whose greedy completion earns reward 1.
+) -> HeldOutResult:
+    """Accuracy and mean reward of the prompts' greedy completions (module docstring). An output that is not one
+    number or None per prompt raises `RewardOutputError`, as in training.
 
     `reward` is called like TRL calls a reward function: `reward(completions, prompts=..., **reward_kwargs)`, with
     the dataset's other columns (e.g. `answer`) in `reward_kwargs`; chat prompts get chat-message completions.
@@ -75,15 +97,31 @@ def greedy_accuracy(
     conversational = isinstance(prompts[0], list)
     completions = [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
     rewards = reward(completions, prompts=prompts, completion_ids=None, **(reward_kwargs or {}))
-    return sum(r == 1.0 for r in rewards) / len(prompts)
+    check_reward_shape(getattr(reward, "__name__", type(reward).__name__), rewards, len(prompts))
+    scored = [float(r) for r in rewards if r is not None]
+    return HeldOutResult(
+        accuracy=sum(r == 1.0 for r in scored) / len(prompts),
+        mean_reward=sum(scored) / len(scored) if scored else None,
+        graded=any(r not in (0.0, 1.0, -1.0) for r in scored),
+    )
+
+
+def greedy_accuracy(*args, **kwargs) -> float:
+    """Fraction of prompts whose greedy completion earns reward exactly 1 (`greedy_evaluation`'s accuracy)."""
+    return greedy_evaluation(*args, **kwargs).accuracy
+
+
+def accuracy_of(result: float | HeldOutResult) -> float:
+    return result.accuracy if isinstance(result, HeldOutResult) else result
 
 
 class HeldOutAccuracyCallback(TrainerCallback):
     """Every `every_steps` optimizer steps (and at the last step) measure greedy held-out accuracy.
 
-    `evaluate(model) -> float` does the measuring; `on_result(step, accuracy)` receives each number (the CLI writes
-    it to the run's metrics file). `history` keeps (step, accuracy) pairs, starting from `history` (a resumed run's
-    earlier measurements).
+    `evaluate(model)` does the measuring and returns the accuracy or a `HeldOutResult`; `on_result(step, result)`
+    receives what it returned (the CLI writes it to the run's metrics file). `history` keeps (step, accuracy) pairs
+    and `results` maps each step to what was returned, both starting from `history` (a resumed run's earlier
+    (step, result) pairs).
     """
 
     def __init__(self, evaluate: Callable, every_steps: int, on_result: Callable | None = None, history=()):
@@ -92,14 +130,16 @@ class HeldOutAccuracyCallback(TrainerCallback):
         self.evaluate = evaluate
         self.every_steps = every_steps
         self.on_result = on_result
-        self.history: list[tuple[int, float]] = list(history)
+        self.results: dict[int, float | HeldOutResult] = dict(history)
+        self.history: list[tuple[int, float]] = [(step, accuracy_of(result)) for step, result in history]
 
-    def measure(self, model, step: int) -> float:
-        accuracy = self.evaluate(model)
-        self.history.append((step, accuracy))
+    def measure(self, model, step: int) -> float | HeldOutResult:
+        result = self.evaluate(model)
+        self.history.append((step, accuracy_of(result)))
+        self.results[step] = result
         if self.on_result is not None:
-            self.on_result(step, accuracy)
-        return accuracy
+            self.on_result(step, result)
+        return result
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         last_step = state.global_step >= state.max_steps

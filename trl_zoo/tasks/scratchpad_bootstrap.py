@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .bootstrap import cache_root, save_policy, supervised_step, warmup_cosine_learning_rate
+from .bootstrap import cache_root, save_policy, supervised_step, time_to_go, warmup_cosine_learning_rate
 from .evaluation import greedy_accuracy, greedy_completions
 from .scratchpad import SCRATCHPAD, SCRATCHPAD_SMALL, ScratchpadAdditionTask, carried_columns, worked_solution
 from .tiny import build_char_tokenizer, build_tiny_causal_lm
@@ -130,12 +130,14 @@ def supervise(
 
     model.train()
     steps, loss, accuracy = 0, float("nan"), 0.0
+    started = time.perf_counter()
     while steps < recipe.max_steps and not learned:
         loss = step(0.0, warmup_cosine_learning_rate(steps, recipe.learning_rate, recipe.max_steps))
         steps += 1
         if steps % recipe.check_every == 0:
             accuracy = probe_accuracy(model, tokenizer, task, probe)
-            log(f"  bootstrap step {steps}: supervised loss {loss:.3f}, probe accuracy {accuracy:.1%}")
+            log(f"  bootstrap step {steps}/{recipe.max_steps}: supervised loss {loss:.3f}, probe accuracy "
+                f"{accuracy:.1%} ({time_to_go(time.perf_counter() - started, steps, recipe)})")
             if accuracy >= recipe.target_accuracy:
                 break
     if not learned:
@@ -173,7 +175,8 @@ def bootstrap_scratchpad_policy(
         tokenizer = build_char_tokenizer()
         model = build_scratchpad_model(tokenizer, recipe)
         log(f"Bootstrapping a {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M-parameter policy for "
-            f"{task.name!r}")
+            f"{task.name!r}: at most {recipe.max_steps} supervised steps, then {recipe.slip_steps} on sloppy "
+            "demonstrations; once, then cached ...")
     torch.manual_seed(recipe.seed)
     if torch.cuda.is_available():
         model.to("cuda")
