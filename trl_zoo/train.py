@@ -44,7 +44,7 @@ from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from .tasks.chat_arithmetic import ChatArithmeticTask
 from .tasks.scratchpad import ScratchpadAdditionTask
 from .tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
-from .tasks.evaluation import HeldOutAccuracyCallback, HeldOutResult, greedy_evaluation
+from .tasks.evaluation import HeldOutAccuracyCallback, HeldOutResult, greedy_evaluation, render_prompt
 from .tasks.evaluation import format_mean_reward as mean_text
 from .trainer import GRPOTrainer
 
@@ -414,7 +414,8 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     if conversational:
         train, heldout = (_conversational_prompts(d, task_args.system_prompt) for d in (train, heldout))
     if task_args.dataset_name is None and not task_args.datasets:  # a built-in task's prompts are few and short
-        longest = max(len(ids) for ids in tokenizer([*train["prompt"], *heldout["prompt"]])["input_ids"])
+        texts = [render_prompt(tokenizer, prompt) for prompt in (*train["prompt"], *heldout["prompt"])]
+        longest = max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
         too_long = completion_room_error(training_args.max_completion_length, positions, longest)
         if too_long:
             raise ConfigError(too_long)
