@@ -47,7 +47,7 @@ def use_one_gpu_unless_launched(environ: MutableMapping[str, str] = os.environ, 
     if choice is not None:
         environ["CUDA_VISIBLE_DEVICES"] = choice
         log(
-            f"trl-zoo: {count} GPUs visible and no distributed launch: training on one (CUDA_VISIBLE_DEVICES={choice}). "
-            f"To use all {count}: {ALL_GPUS_COMMAND.format(count=count)}"
+            f"trl-zoo: {count} GPUs visible and no distributed launch: training on one "
+            f"(CUDA_VISIBLE_DEVICES={choice}). To use all {count}: {ALL_GPUS_COMMAND.format(count=count)}"
         )
     return choice
