@@ -15,7 +15,7 @@ import torch
 import yaml
 from torch.distributed.tensor import DTensor
 
-from tests.two_processes import WORKER_TIMEOUT_S, write_result
+from tests.two_processes import WORKER_TIMEOUT_S, force_fsdp_on_cpu_processes, write_result
 
 TINY_SIZES = dict(  # the preset's own loss, clipping, KL and sampling options; sizes fit a tiny model on a CPU
     num_generations=4,
@@ -25,29 +25,6 @@ TINY_SIZES = dict(  # the preset's own loss, clipping, KL and sampling options; 
     overlong_buffer_length=2,
     max_steps=3,
 )
-
-
-def force_fsdp_on_cpu_processes():
-    """accelerate turns FSDP on only over accelerator devices (its CPU processes stay DDP, MULTI_CPU, whatever the
-    config says); set the FSDP plugin the launcher's config describes on the CPU processes, as accelerate does on
-    GPUs, so accelerate's FSDP preparation (torch's fully_shard over gloo) runs."""
-    import os
-
-    from accelerate import PartialState
-    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
-    from transformers import Trainer
-
-    create = Trainer.create_accelerator_and_postprocess
-
-    def create_with_fsdp(self):
-        create(self)
-        state = self.accelerator.state
-        if os.environ.get("ACCELERATE_USE_FSDP") == "true" and state.distributed_type == DistributedType.MULTI_CPU:
-            state.fsdp_plugin = FullyShardedDataParallelPlugin()
-            state.distributed_type = PartialState().distributed_type = DistributedType.FSDP
-            self.is_fsdp_enabled = True
-
-    Trainer.create_accelerator_and_postprocess = create_with_fsdp
 
 
 def main(output_path: str, preset: str, overrides: str = "{}"):
