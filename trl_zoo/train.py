@@ -392,7 +392,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     run_log = RunLog(output_dir / METRICS_FILE, resume_step=checkpoint_step(checkpoint) if checkpoint else None)
     heldout_columns = {name: heldout[name] for name in heldout.column_names if name != "prompt"}
 
-    def evaluate(model) -> float:
+    def evaluate(model) -> float:  # every process of a distributed run takes part and gets the same number
         return greedy_accuracy(
             model,
             tokenizer,
@@ -401,10 +401,14 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             reward=scorer,
             reward_kwargs=heldout_columns,
             batch_size=task_args.eval_batch_size,
+            across_processes=True,
         )
 
     def record(step: int, accuracy: float):
-        run_log.write({"kind": "eval", "step": step, "heldout_accuracy": accuracy})
+        if step == 0:
+            log(f"Held-out greedy accuracy before RL: {accuracy:.1%} ({len(heldout)} prompts).")
+        if training_args.process_index == 0:  # one record per measurement, however many processes measured
+            run_log.write({"kind": "eval", "step": step, "heldout_accuracy": accuracy})
 
     earlier = [(record["step"], record["heldout_accuracy"]) for record in run_log.kept if record["kind"] == "eval"]
     accuracy_callback = HeldOutAccuracyCallback(
@@ -452,15 +456,16 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     trainer.interrupt_notice = False  # the CLI says it in its own line (TrainingInterrupted)
     if prepared.checkpoint:
         log(f"Resuming from {prepared.checkpoint} (step {checkpoint_step(prepared.checkpoint)}).")
-    if accuracy.history and accuracy.history[0][0] == 0:
-        before = accuracy.history[0][1]  # measured before the checkpoint was written
-    else:
-        before = accuracy.measure(trainer.model, 0)
+    if prepared.checkpoint and not any(step == 0 for step, _ in accuracy.history):
+        # a run log without its step-0 record: the base policy, measured before the checkpoint is loaded (under FSDP
+        # this sees the model before accelerate prepares it; a fresh run measures in on_train_begin instead)
+        accuracy.measure(trainer.model, 0)
+    elif prepared.checkpoint:
+        log(f"Held-out greedy accuracy before RL: {accuracy.history[0][1]:.1%} (from the run log).")
     length = (
         f"{training_args.max_steps} steps" if training_args.max_steps > 0 else f"{training_args.num_train_epochs:g} epochs"
     )
     log(
-        f"Held-out greedy accuracy before RL: {before:.1%} ({prepared.heldout_size} prompts). "
         f"Training with loss_type={training_args.loss_type!r}, {'LoRA' if model_args.use_peft else 'full'} "
         f"fine-tuning, {length} ..."
     )
@@ -474,6 +479,7 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     train_seconds = time.perf_counter() - train_started
     trainer.save_model(training_args.output_dir)
     history = accuracy.history
+    before = next(value for step, value in history if step == 0)
     best_step, best = max(history, key=lambda point: (point[1], -point[0]))
     summary = RunSummary(
         name=Path(training_args.output_dir).name,
@@ -492,13 +498,15 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         total_seconds=time.perf_counter() - started,
         adapter_dir=str(training_args.output_dir),
     )
-    Path(training_args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary.to_json(), indent=2))
+    main_process = trainer.accelerator.is_main_process  # the run's files are written once, by the first process
+    if main_process:
+        Path(training_args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary.to_json(), indent=2))
     log(
         f"Held-out greedy accuracy after RL: {summary.accuracy_after:.1%} (before {before:.1%}, best "
         f"{best:.1%} at step {best_step}); RL took {train_seconds:.0f} s, the whole run {summary.total_seconds:.0f} s."
     )
     log(f"{'Adapter' if model_args.use_peft else 'Model'} saved to {training_args.output_dir}")
-    if task_args.write_report:
+    if task_args.write_report and main_process:
         report = write_report(Path(training_args.output_dir) / "report", [load_run(training_args.output_dir)])
         summary = dataclasses.replace(summary, report=str(report))
         log(f"Report: {report}")

@@ -4,6 +4,13 @@
 
 Greedy decoding (no sampling) makes the number a deterministic function of the weights, so it never consumes the
 training run's random state: evaluating more or less often does not change what is learned.
+
+In a distributed run (`across_processes=True`) the processes evaluate together: each decodes its share of the
+prompts, the right answers are summed across processes, and every process returns the same accuracy. The shares
+are padded to the same number of batches and decoding is synchronised (`generate(synced_gpus=True)`: a process
+whose share has finished keeps stepping until every process's has), because under FSDP every forward is a
+collective that all processes must join; accelerate's FSDP2 wrapping is not one that transformers recognises, so
+`generate` would not synchronise by itself.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.distributed as dist
 from transformers import TrainerCallback
 
 from .rewards import exact_match_reward
@@ -24,8 +32,11 @@ def render_prompt(tokenizer, prompt) -> str:
 
 
 @torch.no_grad()
-def greedy_completions(model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 256) -> list[str]:
-    """Decode each prompt greedily (left-padded batches); special tokens are dropped, as TRL does for rewards."""
+def greedy_completions(
+    model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 256, synced: bool = False
+) -> list[str]:
+    """Decode each prompt greedily (left-padded batches); special tokens are dropped, as TRL does for rewards.
+    `synced`: every process of the run calls this with the same number of batches and decodes in lockstep."""
     was_training = model.training
     model.eval()
     padding_side = tokenizer.padding_side
@@ -46,6 +57,7 @@ def greedy_completions(model, tokenizer, prompts: list, max_new_tokens: int, bat
                 top_k=None,
                 pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=tokenizer.eos_token_id,
+                **({"synced_gpus": True} if synced else {}),  # else transformers' own choice (its FSDP, ZeRO-3)
             )
             new_tokens = output[:, batch["input_ids"].shape[1] :]
             completions.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
@@ -63,27 +75,61 @@ def greedy_accuracy(
     reward: Callable = exact_match_reward,
     reward_kwargs: dict | None = None,
     batch_size: int = 256,
+    across_processes: bool = False,
 ) -> float:
     """Fraction of prompts whose greedy completion earns reward 1.
 
     `reward` is called like TRL calls a reward function: `reward(completions, prompts=..., **reward_kwargs)`, with
     the dataset's other columns (e.g. `answer`) in `reward_kwargs`; chat prompts get chat-message completions.
+    `across_processes`: every process of a distributed run calls this together with the same prompts, and each
+    decodes only its share (a no-op without a process group or with one process).
     """
     if not prompts:
         raise ValueError("held-out set: no prompts to evaluate; give a non-empty held-out split.")
-    texts = greedy_completions(model, tokenizer, prompts, max_new_tokens, batch_size)
+    reward_kwargs = reward_kwargs or {}
+    processes = dist.get_world_size() if across_processes and dist.is_available() and dist.is_initialized() else 1
+    if processes == 1:
+        rewards = _greedy_rewards(model, tokenizer, prompts, max_new_tokens, reward, reward_kwargs, batch_size)
+        return sum(rewards) / len(prompts)
+    rows, own = process_share(len(prompts), dist.get_rank(), processes)
+    rewards = _greedy_rewards(
+        model, tokenizer, [prompts[i] for i in rows], max_new_tokens, reward,
+        {key: [column[i] for i in rows] for key, column in reward_kwargs.items()}, batch_size, synced=True,
+    )
+    right = torch.tensor(float(sum(rewards[:own])), dtype=torch.float64, device=next(model.parameters()).device)
+    dist.all_reduce(right)
+    return right.item() / len(prompts)
+
+
+def process_share(count: int, index: int, processes: int) -> tuple[list[int], int]:
+    """(rows, own) of process `index` of `processes` over `count` rows: a contiguous block of ⌈count/processes⌉
+    rows, the first `own` of them its own; a short (or empty) block is padded with row 0, which is not counted."""
+    size = -(-count // processes)
+    own_rows = list(range(min(count, index * size), min(count, (index + 1) * size)))
+    return own_rows + [0] * (size - len(own_rows)), len(own_rows)
+
+
+def _greedy_rewards(
+    model, tokenizer, prompts: list, max_new_tokens: int, reward: Callable, reward_kwargs: dict, batch_size: int,
+    synced: bool = False,
+) -> list[float]:
+    """1.0 or 0.0 per prompt: whether its greedy completion earns reward 1."""
+    texts = greedy_completions(model, tokenizer, prompts, max_new_tokens, batch_size, synced)
     conversational = isinstance(prompts[0], list)
     completions = [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
-    rewards = reward(completions, prompts=prompts, completion_ids=None, **(reward_kwargs or {}))
-    return sum(r == 1.0 for r in rewards) / len(prompts)
+    rewards = reward(completions, prompts=prompts, completion_ids=None, **reward_kwargs)
+    return [float(r == 1.0) for r in rewards]
 
 
 class HeldOutAccuracyCallback(TrainerCallback):
-    """Every `every_steps` optimizer steps (and at the last step) measure greedy held-out accuracy.
+    """Measure greedy held-out accuracy when training starts (step 0), every `every_steps` optimizer steps and at the
+    last step.
 
     `evaluate(model) -> float` does the measuring; `on_result(step, accuracy)` receives each number (the CLI writes
     it to the run's metrics file). `history` keeps (step, accuracy) pairs, starting from `history` (a resumed run's
-    earlier measurements).
+    earlier measurements). The step-0 measurement is taken in `on_train_begin`, once the trainer has prepared the
+    model, the one every process trains: under FSDP with `cpu_ram_efficient_loading`, accelerate treats the weights
+    of the processes other than the first as empty until it fills them from the first process while sharding.
     """
 
     def __init__(self, evaluate: Callable, every_steps: int, on_result: Callable | None = None, history=()):
@@ -100,6 +146,11 @@ class HeldOutAccuracyCallback(TrainerCallback):
         if self.on_result is not None:
             self.on_result(step, accuracy)
         return accuracy
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 0 and not any(step == 0 for step, _ in self.history):
+            self.measure(model, 0)
+        return control
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         last_step = state.global_step >= state.max_steps
