@@ -1,8 +1,10 @@
 """Worker for tests/test_fsdp_multiprocess.py: a few LoRA training steps of a preset (argv[2], "grpo" or "dapo", read
-from configs/<preset>.yaml with tiny sizes, then the GRPOConfig fields of the JSON object argv[3] if given) on the two
-CPU processes `accelerate launch` started, under DDP or under FSDP (the launcher's config file). Writes, as JSON to
-argv[1]: the logged loss, gradient norm, KL and reference resets of every step, the LoRA weights before and after
-training (gathered whole), the distributed type and the number of sharded (DTensor) parameters."""
+from configs/<preset>.yaml with tiny sizes, then the GRPOConfig fields of the JSON object argv[3] if given; its
+"use_peft": false trains the whole model instead) on the two CPU processes `accelerate launch` started, under DDP or
+under FSDP (the launcher's config file). Writes, as JSON to argv[1]: the logged loss, gradient norm, KL and reference
+resets of every step, the trainable weights before and after training (gathered whole), the gradient of the tied
+input embedding / output layer weight at every optimizer step (before clipping; empty when it is frozen), whether
+that weight is still tied after training, the distributed type and the number of sharded (DTensor) parameters."""
 
 from __future__ import annotations
 
@@ -38,8 +40,20 @@ def main(output_path: str, preset: str, overrides: str = "{}"):
     recipe = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / f"{preset}.yaml").read_text())
     sizes = {k: v for k, v in TINY_SIZES.items() if k in recipe or k in ("per_device_train_batch_size", "max_steps")}
     options = {**recipe, **sizes, **json.loads(overrides)}
-    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
-    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=peft_config, **options)
+    peft_config = None
+    if options.pop("use_peft", True):
+        peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+
+    class Recording(trl_zoo.GRPOTrainer):
+        tied_grads = []
+
+        def _get_grad_norm(self, model, grad_norm=None):  # the step's gradients, before clipping
+            grad = self.model.get_input_embeddings().weight.grad
+            if grad is not None:  # gathered whole: a collective, on every process
+                self.tied_grads.append((grad.full_tensor() if isinstance(grad, DTensor) else grad).reshape(-1).tolist())
+            return super()._get_grad_norm(model, grad_norm=grad_norm)
+
+    trainer = make_trainer(Recording, trl_zoo.GRPOConfig, peft_config=peft_config, **options)
     initial_adapter = torch.cat(
         [p.detach().reshape(-1) for _, p in sorted(trainer.model.named_parameters()) if p.requires_grad]
     ).tolist()
@@ -62,6 +76,8 @@ def main(output_path: str, preset: str, overrides: str = "{}"):
                 "distributed_type": trainer.accelerator.distributed_type.value,
                 "sharded_parameters": sum(isinstance(p, DTensor) for p in trainer.model.parameters()),
                 "num_processes": trainer.accelerator.num_processes,
+                "tied_grads": trainer.tied_grads,
+                "tied": trainer.model.get_output_embeddings().weight is trainer.model.get_input_embeddings().weight,
             },
         )
     trainer.accelerator.wait_for_everyone()
