@@ -542,7 +542,7 @@ def test_ctrl_c_outside_training_is_one_line_and_exit_status_130(capsys, monkeyp
 
 
 @pytest.mark.parametrize("use_peft, silenced", [("true", True), ("false", False)])
-def test_the_fsdp2_tied_output_layer_warning_is_silenced_only_for_a_frozen_output_layer(tmp_path, use_peft, silenced):
+def test_fsdp2_tied_output_layer_warning_is_dropped_only_for_a_frozen_layer(tmp_path, use_peft, silenced):
     """FSDP2's warning that the tied output layer "did not run forward before backward" (TRL's fused LM head reads
     the weight without calling the layer) is dropped when that weight is frozen, as under LoRA (issue 27)."""
     import warnings

@@ -50,7 +50,8 @@ def main(output_path: str, preset: str, overrides: str = "{}"):
         def _get_grad_norm(self, model, grad_norm=None):  # the step's gradients, before clipping
             grad = self.model.get_input_embeddings().weight.grad
             if grad is not None:  # gathered whole: a collective, on every process
-                self.tied_grads.append((grad.full_tensor() if isinstance(grad, DTensor) else grad).reshape(-1).tolist())
+                whole = grad.full_tensor() if isinstance(grad, DTensor) else grad
+                self.tied_grads.append(whole.reshape(-1).tolist())
             return super()._get_grad_norm(model, grad_norm=grad_norm)
 
     trainer = make_trainer(Recording, trl_zoo.GRPOConfig, peft_config=peft_config, **options)
