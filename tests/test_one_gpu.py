@@ -62,3 +62,11 @@ def test_the_cli_chooses_before_it_trains(monkeypatch, capsys, launched, visible
     assert cli.main(["train", "--max_steps", "1"]) == 0
     assert seen == [visible]
     assert ("training on one (CUDA_VISIBLE_DEVICES=0)" in capsys.readouterr().out) == (not launched)
+
+
+def test_compare_says_how_to_compare_on_every_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    logs = []
+    use_one_gpu_unless_launched({}, logs.append, command="compare")
+    assert logs[0].endswith("--num_processes 4 -m trl_zoo.cli compare ...")

@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trl-zoo: unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}.", file=sys.stderr)
         return 2
     if command in ("train", "compare") and not any(flag in rest for flag in ("-h", "--help")):
-        use_one_gpu_unless_launched()  # several GPUs and no launcher: train on one (TRL refuses nn.DataParallel)
+        # several GPUs and no launcher: train on one (TRL refuses nn.DataParallel)
+        use_one_gpu_unless_launched(command=command)
     try:
         return COMMANDS[command](rest)
     except ConfigError as error:

@@ -15,7 +15,7 @@ from collections.abc import Callable, MutableMapping
 import torch
 
 ALL_GPUS_COMMAND = (
-    "accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes {count} -m trl_zoo.cli train ..."
+    "accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes {count} -m trl_zoo.cli {command} ..."
 )
 
 
@@ -34,8 +34,11 @@ def one_gpu_choice(environ: MutableMapping[str, str], device_count: int) -> str 
     return visible.split(",")[0].strip() if visible else "0"
 
 
-def use_one_gpu_unless_launched(environ: MutableMapping[str, str] = os.environ, log: Callable = print) -> str | None:
+def use_one_gpu_unless_launched(
+    environ: MutableMapping[str, str] = os.environ, log: Callable = print, command: str = "train"
+) -> str | None:
     """Keep one GPU visible when several are and no launcher started this process; the value set, or None.
+    `command` (train, compare) goes into the line that says how to use every GPU.
 
     Call it before anything initialises CUDA: `torch.cuda.device_count()` reads NVML without initialising CUDA and
     honours a later change of CUDA_VISIBLE_DEVICES, which an initialised CUDA would ignore (then nothing is changed
@@ -46,8 +49,9 @@ def use_one_gpu_unless_launched(environ: MutableMapping[str, str] = os.environ, 
     choice = one_gpu_choice(environ, count)
     if choice is not None:
         environ["CUDA_VISIBLE_DEVICES"] = choice
+        all_gpus = ALL_GPUS_COMMAND.format(count=count, command=command)
         log(
             f"trl-zoo: {count} GPUs visible and no distributed launch: training on one "
-            f"(CUDA_VISIBLE_DEVICES={choice}). To use all {count}: {ALL_GPUS_COMMAND.format(count=count)}"
+            f"(CUDA_VISIBLE_DEVICES={choice}). To use all {count}: {all_gpus}"
         )
     return choice
