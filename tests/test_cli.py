@@ -540,3 +540,20 @@ def test_ctrl_c_outside_training_is_one_line_and_exit_status_130(capsys, monkeyp
     monkeypatch.setitem(COMMANDS, "list", interrupted)
     assert main(["list"]) == 130
     assert capsys.readouterr().err == "trl-zoo list: interrupted.\n"
+
+
+@pytest.mark.parametrize("use_peft, silenced", [("true", True), ("false", False)])
+def test_fsdp2_tied_output_layer_warning_is_dropped_only_for_a_frozen_layer(tmp_path, use_peft, silenced):
+    """FSDP2's warning that the tied output layer "did not run forward before backward" (TRL's fused LM head reads
+    the weight without calling the layer) is dropped when that weight is frozen, as under LoRA (issue 27)."""
+    import warnings
+
+    argv = [*local_sums(tmp_path), *TINY_RL, "--use_peft", use_peft, "--output_dir", str(tmp_path / "run")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        setup = trl_zoo.train.prepare_training(*parse_train_args(argv), log=lambda *_: None)
+        output_weight = setup.trainer.model.get_output_embeddings().weight
+        assert output_weight.requires_grad != silenced
+        caught.clear()
+        warnings.warn("FSDP2 group (lm_head) did not run forward before backward, which is error-prone")
+    assert len(caught) == (0 if silenced else 1)

@@ -1,15 +1,18 @@
 """The testbed's scratchpad task: worked solutions, the final-answer reward, the split, and a bootstrap that learns."""
 
+import json
 from dataclasses import replace
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from trl_zoo.tasks import SCRATCHPAD, SCRATCHPAD_SMALL, get_task
 from trl_zoo.tasks.rewards import REWARDS, final_answer_reward
 from trl_zoo.tasks.scratchpad import ScratchpadAdditionTask, carried_columns, column_steps, worked_solution
 from trl_zoo.tasks.scratchpad_bootstrap import (
     _batch,
+    bootstrap_scratchpad_policy,
     build_scratchpad_model,
     probe_accuracy,
     scale_setup,
@@ -97,3 +100,26 @@ def test_cpu_bootstrap_learns_one_digit_column_sums_above_chance(tmp_path):
     outcome = supervise(model, tokenizer, task, recipe, log=lambda line: None)
     assert before == 0.0
     assert outcome["probe_accuracy"] > 0.2
+
+
+def test_bootstrap_caches_the_learned_policy_and_the_habit_once(tmp_path):
+    """The phase-1 policy and the slip-habit policy are two cache entries, each built once (`cache_lock`); a second
+    slip habit starts from the cached phase-1 policy instead of learning again."""
+    task = ScratchpadAdditionTask("one_digit", 1, 1, num_train=60, num_heldout=4)
+    recipe = replace(scale_setup("cpu")[1], max_steps=2, check_every=2, probe_size=4, batch_size=8, slip_steps=1,
+                     hidden_size=32, num_layers=1)
+    logs = []
+    path = bootstrap_scratchpad_policy(task, recipe, cache=tmp_path, log=logs.append)
+    learned = tmp_path / recipe.learned_cache_name(task)
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == sorted([path.name, learned.name])
+    for entry in (path, learned):
+        AutoModelForCausalLM.from_pretrained(entry)
+    assert json.loads((path / "bootstrap.json").read_text())["steps"] == 2
+    assert not any(line.startswith("Giving the slip habit") for line in logs)
+
+    logs.clear()
+    assert bootstrap_scratchpad_policy(task, recipe, cache=tmp_path, log=logs.append) == path
+    assert logs == [f"Using the cached base policy in {path}"]
+    other = bootstrap_scratchpad_policy(task, replace(recipe, slip_steps=2), cache=tmp_path, log=logs.append)
+    assert other != path and json.loads((other / "bootstrap.json").read_text())["steps"] == 0  # phase 1 skipped
+    assert f"Giving the slip habit to the learned policy in {learned}" in logs

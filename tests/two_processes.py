@@ -89,3 +89,26 @@ def write_result(path: str, result: dict):
     with open(partial, "w") as handle:
         json.dump(result, handle)
     os.replace(partial, path)
+
+
+def force_fsdp_on_cpu_processes():
+    """accelerate turns FSDP on only over accelerator devices (its CPU processes stay DDP, MULTI_CPU, whatever the
+    config says); set the FSDP plugin the launcher's config describes on the CPU processes, as accelerate does on
+    GPUs, so accelerate's FSDP preparation (torch's fully_shard over gloo) runs."""
+    import os
+
+    from accelerate import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+    from transformers import Trainer
+
+    create = Trainer.create_accelerator_and_postprocess
+
+    def create_with_fsdp(self):
+        create(self)
+        state = self.accelerator.state
+        if os.environ.get("ACCELERATE_USE_FSDP") == "true" and state.distributed_type == DistributedType.MULTI_CPU:
+            state.fsdp_plugin = FullyShardedDataParallelPlugin()
+            state.distributed_type = PartialState().distributed_type = DistributedType.FSDP
+            self.is_fsdp_enabled = True
+
+    Trainer.create_accelerator_and_postprocess = create_with_fsdp

@@ -25,6 +25,7 @@ from transformers.utils import logging as transformers_logging
 from . import __version__
 from .arguments import ConfigError, one_line
 from .compare import compare_command
+from .one_gpu import use_one_gpu_unless_launched
 from .registry import TABLES
 from .train import TrainingInterrupted, train_command
 
@@ -92,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         print(f"trl-zoo: unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}.", file=sys.stderr)
         return 2
+    if command in ("train", "compare") and not any(flag in rest for flag in ("-h", "--help")):
+        # several GPUs and no launcher: train on one (TRL refuses nn.DataParallel)
+        use_one_gpu_unless_launched(command=command)
     try:
         return COMMANDS[command](rest)
     except ConfigError as error:

@@ -1,8 +1,10 @@
 """Worker for tests/test_fsdp_multiprocess.py: a few LoRA training steps of a preset (argv[2], "grpo" or "dapo", read
-from configs/<preset>.yaml with tiny sizes, then the GRPOConfig fields of the JSON object argv[3] if given) on the two
-CPU processes `accelerate launch` started, under DDP or under FSDP (the launcher's config file). Writes, as JSON to
-argv[1]: the logged loss, gradient norm, KL and reference resets of every step, the LoRA weights before and after
-training (gathered whole), the distributed type and the number of sharded (DTensor) parameters."""
+from configs/<preset>.yaml with tiny sizes, then the GRPOConfig fields of the JSON object argv[3] if given; its
+"use_peft": false trains the whole model instead) on the two CPU processes `accelerate launch` started, under DDP or
+under FSDP (the launcher's config file). Writes, as JSON to argv[1]: the logged loss, gradient norm, KL and reference
+resets of every step, the trainable weights before and after training (gathered whole), the gradient of the tied
+input embedding / output layer weight at every optimizer step (before clipping; empty when it is frozen), whether
+that weight is still tied after training, the distributed type and the number of sharded (DTensor) parameters."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import torch
 import yaml
 from torch.distributed.tensor import DTensor
 
-from tests.two_processes import WORKER_TIMEOUT_S, write_result
+from tests.two_processes import WORKER_TIMEOUT_S, force_fsdp_on_cpu_processes, write_result
 
 TINY_SIZES = dict(  # the preset's own loss, clipping, KL and sampling options; sizes fit a tiny model on a CPU
     num_generations=4,
@@ -25,29 +27,6 @@ TINY_SIZES = dict(  # the preset's own loss, clipping, KL and sampling options; 
     overlong_buffer_length=2,
     max_steps=3,
 )
-
-
-def force_fsdp_on_cpu_processes():
-    """accelerate turns FSDP on only over accelerator devices (its CPU processes stay DDP, MULTI_CPU, whatever the
-    config says); set the FSDP plugin the launcher's config describes on the CPU processes, as accelerate does on
-    GPUs, so accelerate's FSDP preparation (torch's fully_shard over gloo) runs."""
-    import os
-
-    from accelerate import PartialState
-    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
-    from transformers import Trainer
-
-    create = Trainer.create_accelerator_and_postprocess
-
-    def create_with_fsdp(self):
-        create(self)
-        state = self.accelerator.state
-        if os.environ.get("ACCELERATE_USE_FSDP") == "true" and state.distributed_type == DistributedType.MULTI_CPU:
-            state.fsdp_plugin = FullyShardedDataParallelPlugin()
-            state.distributed_type = PartialState().distributed_type = DistributedType.FSDP
-            self.is_fsdp_enabled = True
-
-    Trainer.create_accelerator_and_postprocess = create_with_fsdp
 
 
 def main(output_path: str, preset: str, overrides: str = "{}"):
@@ -61,8 +40,21 @@ def main(output_path: str, preset: str, overrides: str = "{}"):
     recipe = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / f"{preset}.yaml").read_text())
     sizes = {k: v for k, v in TINY_SIZES.items() if k in recipe or k in ("per_device_train_batch_size", "max_steps")}
     options = {**recipe, **sizes, **json.loads(overrides)}
-    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
-    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=peft_config, **options)
+    peft_config = None
+    if options.pop("use_peft", True):
+        peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+
+    class Recording(trl_zoo.GRPOTrainer):
+        tied_grads = []
+
+        def _get_grad_norm(self, model, grad_norm=None):  # the step's gradients, before clipping
+            grad = self.model.get_input_embeddings().weight.grad
+            if grad is not None:  # gathered whole: a collective, on every process
+                whole = grad.full_tensor() if isinstance(grad, DTensor) else grad
+                self.tied_grads.append(whole.reshape(-1).tolist())
+            return super()._get_grad_norm(model, grad_norm=grad_norm)
+
+    trainer = make_trainer(Recording, trl_zoo.GRPOConfig, peft_config=peft_config, **options)
     initial_adapter = torch.cat(
         [p.detach().reshape(-1) for _, p in sorted(trainer.model.named_parameters()) if p.requires_grad]
     ).tolist()
@@ -85,6 +77,8 @@ def main(output_path: str, preset: str, overrides: str = "{}"):
                 "distributed_type": trainer.accelerator.distributed_type.value,
                 "sharded_parameters": sum(isinstance(p, DTensor) for p in trainer.model.parameters()),
                 "num_processes": trainer.accelerator.num_processes,
+                "tied_grads": trainer.tied_grads,
+                "tied": trainer.model.get_output_embeddings().weight is trainer.model.get_input_embeddings().weight,
             },
         )
     trainer.accelerator.wait_for_everyone()

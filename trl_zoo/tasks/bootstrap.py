@@ -23,8 +23,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -32,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from ..cache_lock import build_once
 from .arithmetic import AdditionTask
 from .evaluation import greedy_accuracy, greedy_completions
 from .tiny import build_char_tokenizer, build_tiny_causal_lm
@@ -169,11 +168,19 @@ def supervise(model, tokenizer, task: AdditionTask, recipe: BootstrapRecipe, log
 def bootstrap_policy(
     task: AdditionTask, recipe: BootstrapRecipe = BootstrapRecipe(), cache: Path | None = None, log: Callable = print
 ) -> Path:
-    """Directory of the bootstrapped policy (model + tokenizer), building and caching it on first use."""
+    """Directory of the bootstrapped policy (model + tokenizer), building and caching it on first use.
+
+    Processes that ask for the same entry at once (those of one distributed launch, or runs started together) build
+    it once: one builds, the others wait for it (`cache_lock.build_once`)."""
     target = Path(cache or cache_root()) / recipe.cache_name(task)
-    if (target / "bootstrap.json").exists():
+    if is_policy_entry(target):
         log(f"Using the cached base policy in {target}")
         return target
+    return build_once(target, lambda staging: _build_policy(task, recipe, staging, log), is_policy_entry, log)
+
+
+def _build_policy(task: AdditionTask, recipe: BootstrapRecipe, folder: Path, log: Callable):
+    """Bootstrap the policy of `recipe` and write it into `folder`."""
     slip_steps = recipe.slip_steps if recipe.carry_slip_rate > 0 else 0
     log(
         f"Bootstrapping a tiny base policy for {task.name!r}: supervised on right sums until it adds "
@@ -202,8 +209,7 @@ def bootstrap_policy(
     log(f"Bootstrapped in {seconds:.1f} s: held-out greedy accuracy {accuracy:.1%}")
 
     summary = {"task": task.name, "recipe": asdict(recipe), **outcome, "heldout_accuracy": accuracy, "seconds": seconds}
-    save_policy(model, tokenizer, target, {"bootstrap.json": json.dumps(summary, indent=2)})
-    return target
+    write_policy(model, tokenizer, folder, {"bootstrap.json": json.dumps(summary, indent=2)})
 
 
 def time_to_go(elapsed: float, steps: int, recipe) -> str:
@@ -234,19 +240,33 @@ def supervised_step(model, optimizer, ids, labels, pad_token_id: int, learning_r
     return loss.item()
 
 
-def save_policy(model, tokenizer, target: Path, extra_files: dict[str, str] | None = None):
-    """Save model and tokenizer into `target` atomically (a staging folder renamed; a finished one is kept)."""
-    if target.exists():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+def is_policy_entry(folder: Path) -> bool:
+    """Whether `folder` holds a finished policy: its model config and its bootstrap record (written last)."""
+    return (folder / "config.json").is_file() and (folder / "bootstrap.json").is_file()
+
+
+def save_policy(model, tokenizer, target: Path, log: Callable = print) -> Path:
+    """Save model and tokenizer as the cache entry `target` unless it exists (written once, atomically)."""
+    has_model = lambda folder: (folder / "config.json").is_file()  # noqa: E731
+    return build_once(target, lambda staging: write_policy(model, tokenizer, staging), has_model, log)
+
+
+def write_policy(model, tokenizer, folder: Path, extra_files: dict[str, str] | None = None):
+    """Write model, tokenizer and `extra_files` (name: text) into `folder`, from whichever process calls it.
+
+    Once a distributed process group exists (`accelerate launch` creates it while parsing the arguments, before any
+    bootstrap), transformers' `save_pretrained` writes a model's files on rank 0 only; a cache entry may be built by
+    any rank, so the model is saved as rank 0 would save it. The model's config is checked to be there."""
     device = next(model.parameters()).device
-    model.cpu().save_pretrained(staging)
-    model.to(device)
-    tokenizer.save_pretrained(staging)
-    for name, text in (extra_files or {}).items():
-        (staging / name).write_text(text)
+    model.cpu()
+    model.should_save_on_this_rank = lambda is_main_process: is_main_process
     try:
-        staging.rename(target)
-    except OSError:  # another process finished the same bootstrap first: use theirs
-        shutil.rmtree(staging, ignore_errors=True)
+        model.save_pretrained(folder)
+    finally:
+        del model.should_save_on_this_rank
+        model.to(device)
+    tokenizer.save_pretrained(folder)
+    for name, text in (extra_files or {}).items():
+        (folder / name).write_text(text)
+    if not (folder / "config.json").is_file():
+        raise RuntimeError(f"save_pretrained wrote no config.json into {folder}; the cache entry is not written.")

@@ -9,6 +9,13 @@ then the number to read (`graded` says which case it is).
 
 Greedy decoding (no sampling) makes the number a deterministic function of the weights, so it never consumes the
 training run's random state: evaluating more or less often does not change what is learned.
+
+In a distributed run (`across_processes=True`) the processes evaluate together: each decodes its share of the
+prompts, the right answers are summed across processes, and every process returns the same accuracy. The shares
+are padded to the same number of batches and decoding is synchronised (`generate(synced_gpus=True)`: a process
+whose share has finished keeps stepping until every process's has), because under FSDP every forward is a
+collective that all processes must join; accelerate's FSDP2 wrapping is not one that transformers recognises, so
+`generate` would not synchronise by itself.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+import torch.distributed as dist
 from transformers import TrainerCallback
 
 from ..hooks.rewards import check_reward_shape
@@ -31,8 +39,11 @@ def render_prompt(tokenizer, prompt) -> str:
 
 
 @torch.no_grad()
-def greedy_completions(model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 256) -> list[str]:
-    """Decode each prompt greedily (left-padded batches); special tokens are dropped, as TRL does for rewards."""
+def greedy_completions(
+    model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 256, synced: bool = False
+) -> list[str]:
+    """Decode each prompt greedily (left-padded batches); special tokens are dropped, as TRL does for rewards.
+    `synced`: every process of the run calls this with the same number of batches and decodes in lockstep."""
     was_training = model.training
     model.eval()
     padding_side = tokenizer.padding_side
@@ -53,6 +64,7 @@ def greedy_completions(model, tokenizer, prompts: list, max_new_tokens: int, bat
                 top_k=None,
                 pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=tokenizer.eos_token_id,
+                **({"synced_gpus": True} if synced else {}),  # else transformers' own choice (its FSDP, ZeRO-3)
             )
             new_tokens = output[:, batch["input_ids"].shape[1] :]
             completions.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
@@ -84,6 +96,7 @@ def greedy_evaluation(
     reward: Callable = exact_match_reward,
     reward_kwargs: dict | None = None,
     batch_size: int = 256,
+    across_processes: bool = False,
 ) -> HeldOutResult:
     """Accuracy and mean reward of the prompts' greedy completions (module docstring). An output that is not one
     number or None per prompt raises `RewardOutputError`, as in training.
@@ -93,17 +106,52 @@ def greedy_evaluation(
     """
     if not prompts:
         raise ValueError("held-out set: no prompts to evaluate; give a non-empty held-out split.")
-    texts = greedy_completions(model, tokenizer, prompts, max_new_tokens, batch_size)
+    reward_kwargs = reward_kwargs or {}
+    processes = dist.get_world_size() if across_processes and dist.is_available() and dist.is_initialized() else 1
+    if processes == 1:
+        rewards = _greedy_rewards(model, tokenizer, prompts, max_new_tokens, reward, reward_kwargs, batch_size)
+        return _result(_tally(rewards), len(prompts))
+    rows, own = process_share(len(prompts), dist.get_rank(), processes)
+    rewards = _greedy_rewards(
+        model, tokenizer, [prompts[i] for i in rows], max_new_tokens, reward,
+        {key: [column[i] for i in rows] for key, column in reward_kwargs.items()}, batch_size, synced=True,
+    )
+    totals = torch.tensor(_tally(rewards[:own]), dtype=torch.float64, device=next(model.parameters()).device)
+    dist.all_reduce(totals)
+    return _result(totals.tolist(), len(prompts))
+
+
+def _tally(rewards: list) -> list[float]:
+    """[right, sum of scored rewards, scored, graded] of a list of rewards (None: not scored)."""
+    scored = [float(r) for r in rewards if r is not None]
+    graded = any(r not in (0.0, 1.0, -1.0) for r in scored)
+    return [float(sum(r == 1.0 for r in scored)), float(sum(scored)), float(len(scored)), float(graded)]
+
+
+def _result(totals: list[float], count: int) -> HeldOutResult:
+    right, total, scored, graded = totals
+    return HeldOutResult(accuracy=right / count, mean_reward=total / scored if scored else None, graded=graded > 0)
+
+
+def process_share(count: int, index: int, processes: int) -> tuple[list[int], int]:
+    """(rows, own) of process `index` of `processes` over `count` rows: a contiguous block of ⌈count/processes⌉
+    rows, the first `own` of them its own; a short (or empty) block is padded with row 0, which is not counted."""
+    size = -(-count // processes)
+    own_rows = list(range(min(count, index * size), min(count, (index + 1) * size)))
+    return own_rows + [0] * (size - len(own_rows)), len(own_rows)
+
+
+def _greedy_rewards(
+    model, tokenizer, prompts: list, max_new_tokens: int, reward: Callable, reward_kwargs: dict, batch_size: int,
+    synced: bool = False,
+) -> list:
+    """The reward of each prompt's greedy completion (None where the reward could not score it), shape-checked."""
+    texts = greedy_completions(model, tokenizer, prompts, max_new_tokens, batch_size, synced)
     conversational = isinstance(prompts[0], list)
     completions = [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
-    rewards = reward(completions, prompts=prompts, completion_ids=None, **(reward_kwargs or {}))
+    rewards = reward(completions, prompts=prompts, completion_ids=None, **reward_kwargs)
     check_reward_shape(getattr(reward, "__name__", type(reward).__name__), rewards, len(prompts))
-    scored = [float(r) for r in rewards if r is not None]
-    return HeldOutResult(
-        accuracy=sum(r == 1.0 for r in scored) / len(prompts),
-        mean_reward=sum(scored) / len(scored) if scored else None,
-        graded=any(r not in (0.0, 1.0, -1.0) for r in scored),
-    )
+    return list(rewards)
 
 
 def greedy_accuracy(*args, **kwargs) -> float:
@@ -116,12 +164,15 @@ def accuracy_of(result: float | HeldOutResult) -> float:
 
 
 class HeldOutAccuracyCallback(TrainerCallback):
-    """Every `every_steps` optimizer steps (and at the last step) measure greedy held-out accuracy.
+    """Measure greedy held-out accuracy when training starts (step 0), every `every_steps` optimizer steps and at the
+    last step.
 
     `evaluate(model)` does the measuring and returns the accuracy or a `HeldOutResult`; `on_result(step, result)`
     receives what it returned (the CLI writes it to the run's metrics file). `history` keeps (step, accuracy) pairs
     and `results` maps each step to what was returned, both starting from `history` (a resumed run's earlier
-    (step, result) pairs).
+    (step, result) pairs). The step-0 measurement is taken in `on_train_begin`, once the trainer has prepared the
+    model, the one every process trains: under FSDP with `cpu_ram_efficient_loading`, accelerate treats the weights
+    of the processes other than the first as empty until it fills them from the first process while sharding.
     """
 
     def __init__(self, evaluate: Callable, every_steps: int, on_result: Callable | None = None, history=()):
@@ -140,6 +191,11 @@ class HeldOutAccuracyCallback(TrainerCallback):
         if self.on_result is not None:
             self.on_result(step, result)
         return result
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 0 and not any(step == 0 for step, _ in self.history):
+            self.measure(model, 0)
+        return control
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         last_step = state.global_step >= state.max_steps

@@ -26,7 +26,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .bootstrap import cache_root, save_policy, supervised_step, time_to_go, warmup_cosine_learning_rate
+from ..cache_lock import build_once
+from .bootstrap import (
+    cache_root, is_policy_entry, save_policy, supervised_step, time_to_go, warmup_cosine_learning_rate, write_policy,
+)
 from .evaluation import greedy_accuracy, greedy_completions
 from .scratchpad import SCRATCHPAD, SCRATCHPAD_SMALL, ScratchpadAdditionTask, carried_columns, worked_solution
 from .tiny import build_char_tokenizer, build_tiny_causal_lm
@@ -159,14 +162,21 @@ def build_scratchpad_model(tokenizer, recipe: ScratchpadRecipe):
 def bootstrap_scratchpad_policy(
     task: ScratchpadAdditionTask, recipe: ScratchpadRecipe, cache: Path | None = None, log: Callable = print
 ) -> Path:
-    """Directory of the bootstrapped policy (model + tokenizer), building and caching it on first use."""
+    """Directory of the bootstrapped policy (model + tokenizer), building and caching it on first use (once, however
+    many processes ask at the same time: `cache_lock.build_once`)."""
     target = Path(cache or cache_root()) / recipe.cache_name(task)
-    if (target / "bootstrap.json").exists():
+    if is_policy_entry(target):
         log(f"Using the cached base policy in {target}")
         return target
+    return build_once(target, lambda staging: _build_policy(task, recipe, target, staging, log), is_policy_entry, log)
+
+
+def _build_policy(task: ScratchpadAdditionTask, recipe: ScratchpadRecipe, target: Path, folder: Path, log: Callable):
+    """Bootstrap the policy of `recipe` (from the cached phase-1 policy when there is one) and write it into
+    `folder`; the phase-1 policy is cached on the way (its own entry, built once)."""
     started = time.perf_counter()
     learned_dir = target.parent / recipe.learned_cache_name(task)
-    learned = (learned_dir / "config.json").exists()
+    learned = (learned_dir / "config.json").is_file()
     if learned:
         log(f"Giving the slip habit to the learned policy in {learned_dir}")
         tokenizer = AutoTokenizer.from_pretrained(learned_dir)
@@ -181,7 +191,8 @@ def bootstrap_scratchpad_policy(
     if torch.cuda.is_available():
         model.to("cuda")
     outcome = supervise(
-        model, tokenizer, task, recipe, log, learned, after_learning=lambda model: save_policy(model, tokenizer, learned_dir)
+        model, tokenizer, task, recipe, log, learned,
+        after_learning=lambda model: save_policy(model, tokenizer, learned_dir, log),
     )
     heldout = task.heldout_dataset()
     accuracy = greedy_accuracy(model, tokenizer, heldout["prompt"], task.max_completion_length, reward=task.reward,
@@ -190,6 +201,4 @@ def bootstrap_scratchpad_policy(
     log(f"Bootstrapped in {seconds:.1f} s: held-out greedy accuracy {accuracy:.1%}")
     summary = {"task": task.name, "recipe": asdict(recipe), **outcome, "heldout_accuracy": accuracy,
                "seconds": seconds}
-    save_policy(model, tokenizer, target, {"bootstrap.json": json.dumps(summary, indent=2)})
-    return target
-
+    write_policy(model, tokenizer, folder, {"bootstrap.json": json.dumps(summary, indent=2)})
