@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .tasks.bootstrap import cache_root, save_policy
+from .cache_lock import build_once
+from .tasks.bootstrap import cache_root, write_policy
 
 
 class GGUFError(ValueError):
@@ -94,23 +95,33 @@ def resolve_gguf(model_name_or_path: str | None, gguf_file: str | None) -> Path 
 
 def dense_checkpoint(gguf_path: Path, cache: Path | None = None, log: Callable = print) -> Path:
     """Folder of an ordinary (float32, unquantized) transformers checkpoint holding the GGUF file's model and
-    tokenizer, dequantized and saved on first use."""
+    tokenizer, dequantized and saved on first use (by one process, however many ask at once: cache_lock.py)."""
     gguf_path = Path(gguf_path)
     target = Path(cache or cache_root()) / "gguf" / f"{gguf_path.stem}-{gguf_path.stat().st_size}"
-    if (target / "config.json").is_file():
+    if is_dense_entry(target):
         log(f"{gguf_path.name}: using its dequantized checkpoint in {target}")
         return target
+    return build_once(target, lambda staging: _dequantize(gguf_path, staging, log), is_dense_entry, log)
+
+
+def is_dense_entry(folder: Path) -> bool:
+    """Whether `folder` holds a finished dense checkpoint (its config and its weights)."""
+    return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+
+
+def _dequantize(gguf_path: Path, folder: Path, log: Callable):
+    """Load the GGUF file's model (dequantized by transformers), drop its quantization marker, write it to `folder`."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as transformers_logging
 
-    folder, name = str(gguf_path.parent), gguf_path.name
+    directory, name = str(gguf_path.parent), gguf_path.name
     types = gguf_tensor_types(gguf_path)
     try:
         transformers_logging.disable_progress_bar()
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        marked = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-        config = AutoConfig.from_pretrained(folder, gguf_file=name)
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+        marked = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
+        config = AutoConfig.from_pretrained(directory, gguf_file=name)
     except ImportError as error:
         raise GGUFError(f"gguf_file: reading GGUF files needs the gguf package; pip install gguf ({error}).") from None
     finally:
@@ -120,13 +131,12 @@ def dense_checkpoint(gguf_path: Path, cache: Path | None = None, log: Callable =
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(marked.state_dict())
     model.generation_config = marked.generation_config
-    save_policy(model, tokenizer, target)
+    write_policy(model, tokenizer, folder)
     stored = ", ".join(f"{kind} ({count})" for kind, count in types.items())
     log(
         f"{name}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters dequantized from {stored} "
-        f"tensors to float32, saved once in {target}"
+        f"tensors to float32, saved once in the cache"
     )
-    return target
 
 
 def policy_path(model_name_or_path: str | None, gguf_file: str | None, log: Callable = print) -> str | None:
