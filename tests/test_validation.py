@@ -1,7 +1,8 @@
 """Config validation: every impossible setting fails when the config is built, with a one-line ValueError that starts
-with the field's name and says the fix; unknown plugin names get the closest known name. (Trainer-time checks —
-RSPO on a dense model, skip_zero_advantage with a KL term, KL options with beta = 0 — are tested next to their
-features: test_rspo.py, test_skip_zero_advantage.py, test_kl.py.)"""
+with the field's name and says the fix; unknown plugin names get the closest known name; settings that contradict
+each other fail there too, before any model is loaded; a plugin's declarations are checked when it registers.
+(Checks that need the model — RSPO on a dense model, a MoE auxiliary loss with skip_zero_advantage — are tested next
+to their features: test_rspo.py, test_skip_zero_advantage.py.)"""
 
 import warnings
 
@@ -71,12 +72,13 @@ IMPOSSIBLE = [
     ("sapo_temperature_pos / sapo_temperature_neg", dict(loss_type="sapo", sapo_temperature_neg=-1.0), "> 0"),
     ("ppo_kl_beta / ppo_kl_target", dict(loss_type="ppo_kl", ppo_kl_beta=-1.0), "β must be ≥ 0"),
     ("ppo_kl_beta / ppo_kl_target", dict(loss_type="ppo_kl", ppo_kl_target=0.0), "target KL > 0"),
-    ("clip_cov_ratio / kl_cov_ratio", dict(clip_cov_ratio=0.0), "(0, 1]"),
-    ("clip_cov_ratio / kl_cov_ratio", dict(kl_cov_ratio=1.5), "(0, 1]"),
-    ("clip_cov_lower", dict(clip_cov_lower=5.0, clip_cov_upper=1.0), "< clip_cov_upper"),
-    ("kl_cov_coef", dict(kl_cov_coef=-1.0), "≥ 0"),
-    ("rspo_gamma_min", dict(rspo_gamma_min=0.0), "(0, 1]"),
-    ("rspo_gamma_min", dict(rspo_gamma_min=1.5), "(0, 1]"),
+    # a loss's own fields are checked by its `validate` when that loss is chosen
+    ("clip_cov_ratio", dict(loss_type="clip_cov", clip_cov_ratio=0.0), "(0, 1]"),
+    ("kl_cov_ratio", dict(loss_type="kl_cov", kl_cov_ratio=1.5), "(0, 1]"),
+    ("clip_cov_lower", dict(loss_type="clip_cov", clip_cov_lower=5.0, clip_cov_upper=1.0), "< clip_cov_upper"),
+    ("kl_cov_coef", dict(loss_type="kl_cov", kl_cov_coef=-1.0), "≥ 0"),
+    ("rspo_gamma_min", dict(loss_type="rspo", rspo_gamma_min=0.0), "(0, 1]"),
+    ("rspo_gamma_min", dict(loss_type="rspo", rspo_gamma_min=1.5), "(0, 1]"),
     ("beta", dict(beta=-0.1), "≥ 0"),
     ("advantage_epsilon", dict(advantage_epsilon=-1e-4), "≥ 0"),
     ("kl_target", dict(beta=0.1, kl_target=0.0), "> 0"),
@@ -116,7 +118,8 @@ BOUNDARIES = [  # the closest allowed settings: each must build
     dict(delta=1.2, epsilon=0.2),
     dict(loss_type="cispo", cispo_epsilon_low=0.2, epsilon_high=0.8),
     dict(loss_type="cispo", epsilon=3.0),  # CISPO's cap is absolute: ε ≥ 1 is allowed there
-    dict(rspo_gamma_min=1.0),
+    dict(loss_type="rspo", rspo_gamma_min=1.0),
+    dict(rspo_gamma_min=0.0),  # a loss's own field is checked only when that loss is chosen
     dict(advantage_epsilon=0.0),
     dict(overlong_buffer_length=8),
     dict(overlong_penalty_factor=0.0),
@@ -130,6 +133,43 @@ def test_boundary_values_are_accepted(overrides):
     config = build(**overrides)
     for name, value in overrides.items():
         assert getattr(config, name) == value
+
+
+# ---------------------------------------------------------------------------------------------------- contradictions
+CONTRADICTIONS = [
+    # (overrides, the fields the one-line message must name, one side changed: a config that builds)
+    (dict(beta=0.0, kl_placement="reward"), ("kl_placement", "beta"), dict(beta=0.04)),
+    (dict(beta=0.04, skip_zero_advantage=True), ("skip_zero_advantage", "beta"), dict(beta=0.0)),
+    (dict(loss_type="bnpo", length_bucketing=True), ("length_bucketing", "'bnpo'"), dict(loss_type="dapo")),
+    (dict(loss_type="rspo", skip_zero_advantage=True), ("skip_zero_advantage", "'rspo'"), dict(loss_type="gmpo")),
+    (
+        dict(beta=0.1, ref_reset_steps=2, sync_ref_model=True),
+        ("ref_reset_steps", "sync_ref_model"),
+        dict(sync_ref_model=False),
+    ),
+    (
+        dict(advantage_estimator="rloo", multi_objective_aggregation="normalize_then_sum"),
+        ("multi_objective_aggregation", "advantage_estimator"),
+        dict(advantage_estimator=None),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "overrides, named, resolved", CONTRADICTIONS, ids=[str(i) for i in range(len(CONTRADICTIONS))]
+)
+def test_contradictions_fail_when_the_config_is_built_before_any_model_loads(monkeypatch, overrides, named, resolved):
+    loaded = []
+    monkeypatch.setattr(
+        "transformers.AutoModelForCausalLM.from_pretrained", lambda *args, **kwargs: loaded.append(args)
+    )
+    message = rejection(**overrides)
+    assert message.startswith(f"{named[0]}:"), message
+    for name in named[1:]:
+        assert name in message, message
+    assert "set " in message or "use " in message, message  # the fix
+    assert loaded == []
+    build(**{**overrides, **resolved})
 
 
 # ---------------------------------------------------------------------------------------------------- other entry points
@@ -232,3 +272,18 @@ def test_one_generation_batch_of_prompts_is_enough():
 def test_max_completion_length_below_one_is_an_error():
     message = rejection(max_completion_length=0)
     assert message.startswith("max_completion_length: must be ≥ 1"), message
+
+
+# ---------------------------------------------------------------------------------------------------- declarations
+def test_declarations_are_checked_at_registration_naming_the_entry():
+    losses = trl_zoo.Registry("loss", spec_type=trl_zoo.LossSpec)
+    with pytest.raises(ValueError, match=r"^loss 'typo_loss': aggregation: unknown aggregation 'token_mean_globl'\. "
+                                         r"Did you mean 'token_mean_global'\?"):
+        losses.add("typo_loss", lambda batch, args: None, description="x", aggregation="token_mean_globl")
+    estimators = trl_zoo.Registry("advantage estimator", spec_type=trl_zoo.AdvantageSpec)
+    with pytest.raises(ValueError, match=r"^advantage estimator 'needy': needs: unknown estimator input "
+                                         r"\['sequence_logp'\]; known: score_sq_norms, values, token_penalty\."):
+        estimators.add("needy", lambda inputs, args: None, description="x", needs=("sequence_logp",))
+    assert "typo_loss" not in losses and "needy" not in estimators
+    losses.add("fine", lambda batch, args: None, description="x", aggregation="constant")  # an alias is a name too
+    assert losses.get("fine").spec.aggregation == "constant"

@@ -49,12 +49,7 @@ class AdvantageMixin:
             name = "grpo"  # TRL's advantages, on the penalised rewards
         self.advantage_entry = ADVANTAGES.get(name) if name is not None else None
         if self.advantage_entry is None:
-            return
-        if self.multi_objective_aggregation != "sum_then_normalize":
-            raise ValueError(
-                "multi_objective_aggregation: advantage estimators work on the weighted sum of the rewards; "
-                "use 'sum_then_normalize' (or advantage_estimator=None with kl_placement='loss')."
-            )
+            return  # multi_objective_aggregation='normalize_then_sum' is refused by the config with an estimator
         if "score_sq_norms" in self.advantage_entry.spec.needs:
             self._squares_forward = self._fused_forward_with_squares()
 

@@ -46,20 +46,10 @@ class KLControlMixin:
             self.zoo_state["kl_coef"] = float(self.beta)
 
     def _validate_kl_options(self):
+        """What needs the launch: a PEFT reference adapter under ZeRO-3 (the config's own contradictions, such as
+        beta = 0 with a KL option, are refused when the GRPOConfig is built)."""
         args = self.args
-        if args.beta == 0.0:
-            for name, active in (
-                ("kl_placement", args.kl_placement == "reward"),
-                ("kl_target", args.kl_target is not None),
-                ("ref_reset_steps", args.ref_reset_steps is not None),
-            ):
-                if active:
-                    raise ValueError(f"{name}: needs a KL coefficient; set beta > 0 (with beta = 0 there is no KL).")
         if args.ref_reset_steps is not None:
-            if args.sync_ref_model:
-                raise ValueError(
-                    "ref_reset_steps: TRL's sync_ref_model also moves the reference; use only one of them."
-                )
             deepspeed_plugin = AcceleratorState().deepspeed_plugin
             if self.ref_model is None and deepspeed_plugin is not None and deepspeed_plugin.zero_stage == 3:
                 raise NotImplementedError(

@@ -41,11 +41,6 @@ class RouterStatsMixin:
                     f"Qwen3-MoE, Mixtral, ...) but {type(self.model).__name__} has none; use a dense loss such as "
                     f"'gmpo'."
                 )
-            if getattr(self.args, "skip_zero_advantage", False):
-                raise ValueError(
-                    f"skip_zero_advantage: not supported with loss_type {entry.name!r}, whose router statistics are "
-                    f"recorded for every sequence of the micro-batch; set skip_zero_advantage=False."
-                )
 
     # ------------------------------------------------------------------ old routers, once per generation batch
     def _generate_and_score_completions(self, inputs):
