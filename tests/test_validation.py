@@ -287,3 +287,49 @@ def test_declarations_are_checked_at_registration_naming_the_entry():
     assert "typo_loss" not in losses and "needy" not in estimators
     losses.add("fine", lambda batch, args: None, description="x", aggregation="constant")  # an alias is a name too
     assert losses.get("fine").spec.aggregation == "constant"
+
+
+# ---------------------------------------------------------------------------------------------------- plugin fields
+@pytest.fixture
+def scaled_loss(monkeypatch):
+    """A loss with a hyperparameter of its own, in the loss table for one test."""
+    from trl_zoo.registry import LOSSES, Entry
+
+    scale = trl_zoo.PluginField("pg_scale", float, 1.0, "Scale of the term.", low=0.0, high=10.0)
+    spec = trl_zoo.LossSpec(fields=(scale,))
+    entry = Entry("scaled_pg", lambda batch, args: trl_zoo.PolicyTerm(-args.pg_scale * batch.logps), "x", spec=spec)
+    monkeypatch.setitem(LOSSES._entries, "scaled_pg", entry)
+    return entry
+
+
+def test_a_plugin_field_is_a_config_keyword_with_its_default_and_range(scaled_loss):
+    config = build(loss_type="scaled_pg", pg_scale=3)
+    assert config.pg_scale == 3.0 and isinstance(config.pg_scale, float) and config.plugin_args == {"pg_scale": 3.0}
+    assert build(loss_type="scaled_pg").pg_scale == 1.0  # the declared default
+    assert build(loss_type="scaled_pg", plugin_args='{"pg_scale": 0.5}').pg_scale == 0.5  # JSON, as on a command line
+    assert rejection(pg_scale=10.5) == "pg_scale: must be in [0.0, 10.0], got 10.5 (loss 'scaled_pg')."
+    assert rejection(pg_scale="big") == "pg_scale: expected float, got 'big' (loss 'scaled_pg')."
+    assert rejection(plugin_args={"pg_scael": 2.0}) == (
+        "plugin_args: no plugin declares a field 'pg_scael'; declared fields: pg_scale."
+    )
+    with pytest.raises(AttributeError):
+        build().pg_scael
+
+
+def test_a_plugin_field_may_not_shadow_a_config_field(monkeypatch, scaled_loss):
+    from trl_zoo.registry import ADVANTAGES, Entry
+
+    shadowing = trl_zoo.AdvantageSpec(fields=(trl_zoo.PluginField("beta", float, 0.0),))
+    monkeypatch.setitem(ADVANTAGES._entries, "shadowing", Entry("shadowing", lambda inputs, args: None, "x", spec=shadowing))
+    assert rejection() == "advantage estimator 'shadowing': its field 'beta' is already a GRPOConfig field; rename it."
+
+
+def test_a_malformed_plugin_field_is_refused_where_it_is_declared():
+    with pytest.raises(ValueError, match=r"^scale: must be in \[0.0, 1.0\], got 2.0\.$"):  # its default
+        trl_zoo.PluginField("scale", float, 2.0, low=0.0, high=1.0)
+    with pytest.raises(ValueError, match=r"^field 'two words': a field name must be a Python identifier"):
+        trl_zoo.PluginField("two words")
+    losses = trl_zoo.Registry("loss", spec_type=trl_zoo.LossSpec)
+    twice = (trl_zoo.PluginField("scale"), trl_zoo.PluginField("scale", int, 1))
+    with pytest.raises(ValueError, match=r"^loss 'bad': fields: a name is declared twice in \['scale', 'scale'\]\.$"):
+        losses.add("bad", lambda batch, args: None, description="x", fields=twice)

@@ -2,12 +2,21 @@
 
 Every TRL field keeps its meaning and default (including `bf16` on by default; set `bf16=False` for exact fp32
 math). `loss_type` accepts any name in the loss table (`trl-zoo list`), not only TRL's.
+
+Plugin hyperparameters: a loss, estimator or sampler declares its own fields in its spec (`PluginField`). Their
+values live in one dataclass field, `plugin_args` (a mapping, so the class stays an ordinary dataclass that TRL's
+`TrlParser` / transformers' `HfArgumentParser` parse as they are); `GRPOConfig(my_field=3)` is accepted and stored
+there, `args.my_field` reads it (the declared default when unset), and `trl-zoo train` makes a flag and a YAML key of
+each declared field (`arguments.py`). A value is checked against its declaration when the config is built.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 from trl import GRPOConfig as TRLGRPOConfig
@@ -16,6 +25,7 @@ from . import advantages, aggregation, critic, greso, kl, losses, sampling  # no
 from .hooks.length_bucketing import check_length_bucketing
 from .hooks.skip_zero_advantage import check_zero_advantage_skip
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
+from .specs import PluginField
 
 
 def _names(table) -> str:
@@ -207,7 +217,15 @@ class GRPOConfig(TRLGRPOConfig):
         choices=["raise", "skip"],
     )
 
+    plugin_args: dict | str | None = _help(
+        "Values of the fields that plugins declare in their specs (`trl-zoo list` shows the plugins), by name; a "
+        "JSON object on the command line. Each declared field is also a keyword of GRPOConfig, a key of a YAML "
+        "config and a flag of `trl-zoo train`, and reads as args.<name>."
+    )
+
     def __post_init__(self):
+        if isinstance(self.plugin_args, str):  # a JSON object from the command line
+            self.plugin_args = json.loads(self.plugin_args)
         if isinstance(self.num_generations, int) and self.num_generations < 2:  # before TRL divides by it
             raise ValueError(
                 f"num_generations: got {self.num_generations}; GRPO-family advantages and dynamic sampling compare "
@@ -229,9 +247,37 @@ class GRPOConfig(TRLGRPOConfig):
             ADVANTAGES.get(self.advantage_estimator).spec.validate(self)
         if self.dynamic_sampling is not None:
             SAMPLERS.get(self.dynamic_sampling).spec.validate(self)
+        self._validate_plugin_args()
         self._validate_critic()
         self._check_contradictions(entry)
         self._check_estimator_reward_aggregation()
+
+    def _validate_plugin_args(self):
+        """Each value of `plugin_args` belongs to a declared field and has its type and range."""
+        if self.plugin_args is None:
+            return
+        if not isinstance(self.plugin_args, dict):
+            raise ValueError(f"plugin_args: expected a mapping of field name to value, got {self.plugin_args!r}.")
+        declared = plugin_fields()
+        for name, value in self.plugin_args.items():
+            if name not in declared:
+                known = ", ".join(sorted(declared)) or "none"
+                raise ValueError(f"plugin_args: no plugin declares a field {name!r}; declared fields: {known}.")
+            plugin_field, owner = declared[name]
+            try:
+                self.plugin_args[name] = plugin_field.checked(value)
+            except ValueError as error:
+                raise ValueError(f"{str(error).rstrip('.')} ({owner}).") from None
+
+    def __getattr__(self, name: str) -> Any:
+        """A declared plugin field: its value in `plugin_args`, or its default (only called for names the dataclass
+        does not have)."""
+        if name.startswith("_") or name == "plugin_args":
+            raise AttributeError(name)
+        declared = plugin_fields().get(name)
+        if declared is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return (self.__dict__.get("plugin_args") or {}).get(name, declared[0].default)
 
     def _validate_names(self):
         """Every table name exists; every field with a fixed list of values has one of them."""
@@ -374,6 +420,44 @@ class GRPOConfig(TRLGRPOConfig):
                 "skip_zero_advantage: the positive-example LM loss needs log π of every row; set "
                 "skip_zero_advantage=False or vapo_positive_nll_coef=0."
             )
+
+
+def plugin_fields() -> dict[str, tuple[PluginField, str]]:
+    """Every field that the registered losses, estimators and samplers declare: name -> (field, "loss 'x'"). A name
+    may be declared by several entries only as the same field; it may not be a GRPOConfig field."""
+    own = {item.name for item in fields(GRPOConfig)}
+    declared: dict[str, tuple[PluginField, str]] = {}
+    for table in (LOSSES, ADVANTAGES, SAMPLERS):
+        for entry in table.entries():
+            owner = f"{table.kind} {entry.name!r}"
+            for plugin_field in entry.spec.fields:
+                name = plugin_field.name
+                if name in own:
+                    raise ValueError(f"{owner}: its field {name!r} is already a GRPOConfig field; rename it.")
+                if name in declared and declared[name][0] != plugin_field:
+                    raise ValueError(
+                        f"{owner}: its field {name!r} differs from the one {declared[name][1]} declares; rename one."
+                    )
+                declared.setdefault(name, (plugin_field, owner))
+    return declared
+
+
+def _accepting_plugin_fields(dataclass_init):
+    """The dataclass `__init__`, also taking each declared plugin field as a keyword (stored in `plugin_args`)."""
+
+    @functools.wraps(dataclass_init)
+    def __init__(self, *args, **kwargs):
+        declared = plugin_fields()
+        given = {name: kwargs.pop(name) for name in list(kwargs) if name in declared}
+        if given:
+            earlier = kwargs.get("plugin_args") or {}
+            kwargs["plugin_args"] = {**(json.loads(earlier) if isinstance(earlier, str) else earlier), **given}
+        dataclass_init(self, *args, **kwargs)
+
+    return __init__
+
+
+GRPOConfig.__init__ = _accepting_plugin_fields(GRPOConfig.__init__)
 
 
 def to_zoo_config(args) -> GRPOConfig:

@@ -67,12 +67,14 @@ class PluginField:
     @property
     def description(self) -> str:
         """The help text with the range or the choices, as `trl-zoo train --help` shows it."""
+        text = self.help.strip()
+        text = text if not text or text.endswith(".") else text + "."
         if self.choices is not None:
-            return f"{self.help} One of {', '.join(map(str, self.choices))}.".strip()
+            return f"{text} One of {', '.join(map(str, self.choices))}.".strip()
         if self.low is None and self.high is None:
-            return self.help
+            return text
         bounds = f"[{'-inf' if self.low is None else self.low}, {'inf' if self.high is None else self.high}]"
-        return f"{self.help} In {bounds}.".strip()
+        return f"{text} In {bounds}.".strip()
 
 
 def _check_fields(fields) -> None:
