@@ -9,8 +9,10 @@
     term  += β · KL_estimator(log π_θ, log π_ref)           (kl_placement="loss", β ≠ 0)
     loss   = AGGREGATIONS[aggregation](term, mask)  − entropy bonus  + MoE aux loss
 
-Its seams for the hooks above it (`hooks/`): `_policy_forward(model, inputs)`, the one policy forward of the loss
-(router statistics, zero-advantage skipping and the critic's hidden states override it), `_policy_batch`, and
+Its seams for the hooks above it (`hooks/`): `_policy_forward(model, inputs) -> PolicyForward`, the one policy
+forward of the loss, returning a typed result that hooks extend (router statistics, zero-advantage skipping and the
+critic's hidden states override it; none writes into `inputs`), `_policy_loss(model, inputs) -> (loss,
+PolicyForward)`, the policy loss with the forward it came from (the critic adds its terms from it), `_policy_batch`, and
 `_after_optimizer_step(global_step, step_means)`, called once after every optimizer step with the step's
 token-mean metrics (`StepMeans`, the one window the adaptive-β controllers read their measured KL from).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from dataclasses import dataclass
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -30,6 +33,27 @@ from .losses.base import PolicyBatch, importance_log_weights, importance_ratio
 from .model_inputs import forward_inputs, loss_mask
 
 logger = logging.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class PolicyForward:
+    """What the loss's one policy forward produced for a micro-batch of B rows and T completion tokens.
+
+    `logps` (B, T) log π_θ(y_t) with grad, `entropies` (B, T) or None, `aux_loss` the MoE router loss or None: TRL's
+    `_get_per_token_logps_and_entropies`. Hooks extend it (`dataclasses.replace`):
+    `router_logps` (B, T, L, K) the current routers' log-probs of the old top-K experts (RSPO, `hooks/router.py`);
+    `hidden_states` (R, T, H) the backbone's last hidden states at the positions predicting the completion tokens,
+    detached (the critic's head, `hooks/critic.py`); `computed_rows` the R row indices the forward ran on (None:
+    every row; `skip_zero_advantage` fills the other rows' log-probs and entropies and leaves their hidden states
+    out).
+    """
+
+    logps: torch.Tensor
+    entropies: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None
+    router_logps: torch.Tensor | None = None
+    hidden_states: torch.Tensor | None = None
+    computed_rows: torch.Tensor | None = None
 
 
 class PolicyLossStep:
@@ -96,12 +120,12 @@ class PolicyLossStep:
         return grad_norm
 
     # ------------------------------------------------------------------ loss
-    def _policy_forward(self, model, inputs, compute_entropy: bool = True):
-        """(log π_θ (B, T), entropies (B, T) or None, MoE aux loss or None) of the micro-batch `inputs`, with TRL's
-        `_get_per_token_logps_and_entropies`. The seam of every hook that needs the loss's forward: it may slice
-        the rows, or add what the forward produced to `inputs` (the loss call's own dict)."""
+    def _policy_forward(self, model, inputs, compute_entropy: bool = True) -> PolicyForward:
+        """The policy forward of the micro-batch `inputs` with TRL's `_get_per_token_logps_and_entropies`. The seam
+        of every hook that needs the loss's forward: it may slice the rows, or return what else the forward produced
+        in the result (`PolicyForward`); `inputs` is never written."""
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(inputs)
-        return self._get_per_token_logps_and_entropies(
+        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model,
             input_ids,
             attention_mask,
@@ -110,8 +134,9 @@ class PolicyLossStep:
             compute_aux_loss=self.aux_loss_enabled,
             **multimodal,
         )
+        return PolicyForward(logps, entropies, aux_loss)
 
-    def _policy_batch(self, inputs, logps, entropies) -> PolicyBatch:
+    def _policy_batch(self, inputs, forward: PolicyForward) -> PolicyBatch:
         mask = loss_mask(inputs)
         advantages = inputs["advantages"]
         if advantages.dim() == 1:
@@ -120,15 +145,17 @@ class PolicyLossStep:
         sampling_ratio = None
         if self.use_vllm and self.vllm_importance_sampling_correction:
             sampling_ratio = inputs["importance_sampling_ratio"]
+        logps = forward.logps
+        extras = inputs if forward.router_logps is None else {**inputs, "router_logps": forward.router_logps}
         return PolicyBatch(
             logps=logps,
             old_logps=logps.detach() if old_logps is None else old_logps,
             advantages=advantages,
             mask=mask,
             ref_logps=inputs.get("ref_per_token_logps"),
-            entropies=entropies,
+            entropies=forward.entropies,
             sampling_ratio=sampling_ratio,
-            extras=inputs,
+            extras=extras,
             state=self.zoo_state,
         )
 
@@ -138,9 +165,15 @@ class PolicyLossStep:
         return self.zoo_state.get("kl_coef", self.beta)
 
     def _compute_loss(self, model, inputs):
+        """TRL's loss of one micro-batch: the policy loss."""
+        return self._policy_loss(model, inputs)[0]
+
+    def _policy_loss(self, model, inputs) -> tuple[torch.Tensor, PolicyForward]:
+        """The policy loss of the micro-batch (module docstring) and the policy forward it was computed from."""
         mode = "train" if self.model.training else "eval"
-        logps, entropies, aux_loss = self._policy_forward(model, inputs)
-        batch = self._policy_batch(inputs, logps, entropies)
+        forward = self._policy_forward(model, inputs)
+        logps, entropies, aux_loss = forward.logps, forward.entropies, forward.aux_loss
+        batch = self._policy_batch(inputs, forward)
         mask = batch.mask
 
         entropy_mask = None
@@ -199,7 +232,7 @@ class PolicyLossStep:
         if mode == "train":
             for name, (total, count) in world_totals.items():
                 self.step_means.add(name, total, count)
-        return loss
+        return loss, forward
 
     def _entropy_bonus(self, entropies, effective_mask, mode: str, accumulation_steps: float):
         """TRL's entropy bonus: coef · mean entropy over the effective mask, with its adaptive controller."""

@@ -152,8 +152,3 @@ class GRPOTrainer(
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         check_finite_parameters(self.model)
         self._name, self._paper = training_method(self.args)  # what TRL's model card names and cites
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        # A dict of this call's own: hooks add what the policy forward produced (router statistics, hidden states)
-        # to it, and TRL's buffered micro-batch, reused by later iterations, stays as TRL made it.
-        return super().compute_loss(model, dict(inputs), return_outputs, num_items_in_batch)

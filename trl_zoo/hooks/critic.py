@@ -13,8 +13,9 @@ The critic shares the frozen base model with the policy, in one of two forms (``
 - ``"head"`` (the fallback for a model without PEFT): an MLP head (one hidden layer) on the policy's own last hidden
   states, *detached*: the value regression never moves the policy, so the policy objective stays PPO's and the
   trust region is not bypassed by a critic gradient. The hidden states are read from the loss's policy forward
-  (`_policy_forward`) by a forward hook on the backbone (no extra forward); when that forward did not run over
-  every row (value pre-training, ``skip_zero_advantage``) a no-grad backbone pass supplies them.
+  (`_policy_forward`, returned in its `PolicyForward`) by a forward hook on the backbone (no extra forward); the rows
+  that forward skipped (``skip_zero_advantage``) get theirs from a no-grad backbone pass over those rows only, and
+  value pre-training, which runs no policy forward, from a no-grad pass over the micro-batch.
 
 Why the adapter is the default for PEFT policies: it is a critic with a representation of its own, as PPO's and
 VAPO's separate value model is, while a head on detached policy features is a probe whose inputs drift as the
@@ -60,6 +61,7 @@ from __future__ import annotations
 import copy
 import os
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 
 import torch
 from accelerate.utils import DistributedType, is_peft_model
@@ -74,15 +76,13 @@ from ..critic import (
     positive_example_nll,
     value_targets,
 )
+from ..loss_step import PolicyForward
 from ..model_inputs import forward_inputs, is_multimodal, loss_mask
 from ..registry import ADVANTAGES
 
 VALUE_ADAPTER = "value"
 VALUE_HEAD = "trl_zoo_value_head"
 CRITIC_FILE = "critic.pt"
-# what the loss step's policy forward adds to the micro-batch of the loss call (GRPOTrainer.compute_loss's own dict)
-POLICY_LOGPS = "policy_logps"
-POLICY_HIDDEN_STATES = "policy_hidden_states"
 # distributed setups that shard parameters: the critic's own gradient averaging does not apply there
 _SHARDED = (DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.MEGATRON_LM)
 
@@ -230,12 +230,12 @@ class CriticMixin:
             model.set_adapter(policy_adapter)
             self._restore_trainable()
 
-    def _hidden_states(self, batch: dict, rows: slice | None = None) -> torch.Tensor:
-        """Last hidden states at the positions that predict the completion tokens, (B, T, H), with the active
-        adapter; gradient as the caller's grad mode."""
+    def _hidden_states(self, batch: dict, rows: slice | torch.Tensor | None = None) -> torch.Tensor:
+        """Last hidden states at the positions that predict the completion tokens, (B, T, H) (of `rows` only, a
+        slice or indices, when given), with the active adapter; gradient as the caller's grad mode."""
         if is_multimodal(batch):
             raise NotImplementedError("advantage_estimator='gae': the critic supports text-only models.")
-        rows = rows or slice(None)
+        rows = slice(None) if rows is None else rows
         input_ids, attention_mask, length, _ = forward_inputs(batch)
         with self.accelerator.autocast():
             output = self._backbone()(input_ids=input_ids[rows], attention_mask=attention_mask[rows], use_cache=False)
@@ -304,44 +304,67 @@ class CriticMixin:
 
     # ------------------------------------------------------------------ loss side
     def _policy_forward(self, model, inputs, compute_entropy: bool = True):
-        """The loss step's policy forward, adding to `inputs` its log-probs (``policy_logps``, for the positive-
-        example loss) and, in head mode, the backbone's last hidden states (``policy_hidden_states``, detached)."""
-        if self.critic_mode is None:
+        """The loss step's policy forward; in head mode its result also carries the backbone's last hidden states
+        (`PolicyForward.hidden_states`, detached), which the value head reads instead of a pass of its own."""
+        if self.critic_mode != "head":
             return super()._policy_forward(model, inputs, compute_entropy)
-        captured, handle = [], None
-        if self.critic_mode == "head":
-            length = inputs["completion_ids"].size(1)
+        captured = []
+        length = inputs["completion_ids"].size(1)
 
-            def keep_hidden_states(module, module_args, module_output):
-                captured.append(module_output.last_hidden_state[:, -length - 1 : -1].detach())
+        def keep_hidden_states(module, module_args, module_output):
+            captured.append(module_output.last_hidden_state[:, -length - 1 : -1].detach())
 
-            handle = self._backbone().register_forward_hook(keep_hidden_states)
+        handle = self._backbone().register_forward_hook(keep_hidden_states)
         try:
-            result = super()._policy_forward(model, inputs, compute_entropy)
+            forward = super()._policy_forward(model, inputs, compute_entropy)
         finally:
-            if handle is not None:
-                handle.remove()
-        if captured:
-            inputs[POLICY_HIDDEN_STATES] = torch.cat(captured)
-        inputs[POLICY_LOGPS] = result[0]
-        return result
+            handle.remove()
+        return replace(forward, hidden_states=torch.cat(captured)) if captured else forward
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The policy loss (none during value pre-training) plus the critic's terms, from the same policy forward."""
         if self.critic_mode is None:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if return_outputs:
+            raise ValueError("The GRPOTrainer does not support returning outputs")
         mode = "train" if self.model.training else "eval"
-        policy_loss = None
-        if not self._value_warmup(mode):
-            policy_loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        # a forward over a subset of rows (skip_zero_advantage) filled a dict of its own: its states are not here
-        hidden_states = inputs.get(POLICY_HIDDEN_STATES)
+        if self._value_warmup(mode):
+            return self._critic_loss(inputs, None, mode)
+        policy_loss, forward = self._policy_loss(model, inputs)
+        return policy_loss + self._critic_loss(inputs, forward, mode)
+
+    def _critic_loss(self, inputs: dict, forward: PolicyForward | None, mode: str) -> torch.Tensor:
+        """value_coef × the value loss (+ vapo_positive_nll_coef × the positive-example NLL when the policy forward
+        ran), each divided by the gradient-accumulation steps."""
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
+        hidden_states = self._policy_hidden_states(inputs, forward)
         auxiliary = self.args.value_coef * self.value_loss(inputs, hidden_states, mode) / accumulation
-        if self.args.vapo_positive_nll_coef > 0 and policy_loss is not None:
-            auxiliary = auxiliary + self.args.vapo_positive_nll_coef * self._positive_nll(
-                inputs, inputs.get(POLICY_LOGPS), mode
-            ) / accumulation
-        return auxiliary if policy_loss is None else policy_loss + auxiliary
+        if self.args.vapo_positive_nll_coef > 0 and forward is not None:
+            if forward.computed_rows is not None:
+                raise RuntimeError(
+                    "vapo_positive_nll_coef: the policy forward of this micro-batch did not run on every row."
+                )
+            nll = self._positive_nll(inputs, forward.logps, mode)
+            auxiliary = auxiliary + self.args.vapo_positive_nll_coef * nll / accumulation
+        return auxiliary
+
+    def _policy_hidden_states(self, inputs: dict, forward: PolicyForward | None) -> torch.Tensor | None:
+        """Head mode: the policy forward's hidden states of every row, (B, T, H), detached; the rows it skipped
+        (`skip_zero_advantage`) from one no-grad backbone pass over those rows only. None without them."""
+        if self.critic_mode != "head" or forward is None or forward.hidden_states is None:
+            return None
+        if forward.computed_rows is None:
+            return forward.hidden_states
+        rows = inputs["completion_ids"].size(0)
+        skipped = torch.ones(rows, dtype=torch.bool, device=forward.computed_rows.device)
+        skipped[forward.computed_rows] = False
+        hidden_states = forward.hidden_states.new_empty(rows, *forward.hidden_states.shape[1:])
+        hidden_states[forward.computed_rows] = forward.hidden_states
+        skipped_rows = skipped.nonzero().flatten()
+        if skipped_rows.numel():
+            with torch.no_grad():
+                hidden_states[skipped_rows] = self._hidden_states(inputs, skipped_rows).to(hidden_states.dtype)
+        return hidden_states
 
     def value_loss(self, inputs: dict, hidden_states: torch.Tensor | None = None, mode: str = "train") -> torch.Tensor:
         """The clipped value loss of a micro-batch (trl_zoo.critic.clipped_value_loss), with its metrics logged."""
@@ -355,9 +378,7 @@ class CriticMixin:
         metrics["critic/value_mean"].append(result.mean_value.item())
         return result.loss
 
-    def _positive_nll(self, inputs: dict, logps: torch.Tensor | None, mode: str) -> torch.Tensor:
-        if logps is None or logps.size(0) != inputs["completion_ids"].size(0):
-            raise RuntimeError("vapo_positive_nll_coef: the policy forward of this micro-batch did not run on every row.")
+    def _positive_nll(self, inputs: dict, logps: torch.Tensor, mode: str) -> torch.Tensor:
         positive = inputs["positive_example"]
         nll = positive_example_nll(logps, loss_mask(inputs), positive)
         self._metrics[mode]["vapo/positive_nll"].append(nll.item())

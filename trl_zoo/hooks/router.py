@@ -8,7 +8,7 @@ token as (B, T, L, K) tensors: ``old_router_experts`` (each MoE layer's top-K ex
 
 Loss side, per micro-batch: the loss step's single policy forward (`_policy_forward`) runs with forward hooks on
 the routers that score the same old experts under the current router, detached, and the result is handed to the
-loss as ``router_logps`` in the batch extras. No second forward; the hooks are removed as soon as the forward
+loss as ``router_logps`` in the batch extras (from the forward's result, `PolicyForward.router_logps`). No second forward; the hooks are removed as soon as the forward
 returns, so gradient-checkpointing recomputation records nothing.
 
 The old side is its own forward rather than a capture of TRL's old-log-prob forward: that forward cannot be told
@@ -17,6 +17,8 @@ and inner hooks (dynamic sampling) may assemble the batch from several generatio
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 from trl.models.utils import disable_gradient_checkpointing
@@ -74,6 +76,5 @@ class RouterStatsMixin:
         sequence_length = inputs["prompt_ids"].size(1) + completion_length
         experts = inputs["old_router_experts"]
         with RouterLogpsRecorder(self._routers, sequence_length, completion_length, experts) as recorder:
-            result = super()._policy_forward(model, inputs, compute_entropy)
-        inputs["router_logps"] = recorder.scored()  # this loss call's own dict (see GRPOTrainer.compute_loss)
-        return result
+            forward = super()._policy_forward(model, inputs, compute_entropy)
+        return replace(forward, router_logps=recorder.scored())

@@ -16,6 +16,7 @@ gradients beyond float32 rounding).
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import torch
 
@@ -58,7 +59,8 @@ class ZeroAdvantageSkipMixin:
             active[0] = True  # a forward on every process keeps DDP / ZeRO in step; the row adds 0 anyway
         rows = active.nonzero().flatten()
         active_inputs = {key: inputs[key][rows] for key in _FORWARD_KEYS}
-        logps, entropies, _ = super()._policy_forward(model, active_inputs, compute_entropy)
+        forward = super()._policy_forward(model, active_inputs, compute_entropy)
+        logps, entropies = forward.logps, forward.entropies
         batch_size = advantages.size(0)
         old = inputs.get("old_per_token_logps")
         # on-policy batches have no old log-probs: the trainer then uses sg(log π_θ), so any value gives ratio 1
@@ -69,7 +71,8 @@ class ZeroAdvantageSkipMixin:
             mask = active_inputs["completion_mask"].to(entropies.dtype)
             mean_entropy = ((entropies * mask).sum() / mask.sum().clamp(min=1.0)).detach()
             full_entropies = mean_entropy.expand(batch_size, entropies.size(1)).index_copy(0, rows, entropies)
-        return full_logps, full_entropies, None
+        computed = rows if forward.computed_rows is None else rows[forward.computed_rows]
+        return replace(forward, logps=full_logps, entropies=full_entropies, aux_loss=None, computed_rows=computed)
 
 
 def check_zero_advantage_skip(entry, args) -> None:
