@@ -46,8 +46,8 @@ The critic's parameters form their own optimizer group (``value_learning_rate``,
 trainer's optimizer and scheduled with it. Its weights are saved as ``critic.pt`` next to the model (each
 checkpoint included) and loaded back when training resumes from a checkpoint. Several processes: DDP only; the
 critic's parameters are kept out of DDP (the value passes run outside the wrapped forward) and their gradients are
-averaged by the hook at each optimizer step, before clipping. DeepSpeed and FSDP shard the parameters and are
-refused.
+averaged by the hook at each optimizer step (`_on_optimizer_step`, GRADIENTS), before clipping. DeepSpeed and FSDP
+shard the parameters and are refused.
 
 Logged: ``critic/value_loss``, ``critic/clip_fraction``, ``critic/value_mean`` (training), and per generation
 batch ``critic/explained_variance`` (1 − Var(R̂ − V_old)/Var(R̂), the critic before this batch against its new
@@ -76,7 +76,7 @@ from ..critic import (
     positive_example_nll,
     value_targets,
 )
-from ..loss_step import PolicyForward
+from ..loss_step import OptimizerStep, PolicyForward, StepPhase
 from ..model_inputs import forward_inputs, is_multimodal, loss_mask
 from ..registry import ADVANTAGES
 
@@ -159,16 +159,16 @@ class CriticMixin:
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.model, names)
 
     def _share_critic_weights_across_processes(self):
-        """Start every process from rank 0's critic weights; their gradients are averaged by `training_step`."""
+        """Start every process from rank 0's critic weights; their gradients are averaged at each optimizer step
+        (`_on_optimizer_step`, GRADIENTS: before clipping)."""
         with torch.no_grad():
             for parameter in self.critic_parameters:
                 torch.distributed.broadcast(parameter.data, src=0)
 
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.critic_mode is not None and self.accelerator.num_processes > 1 and self.accelerator.sync_gradients:
+    def _on_optimizer_step(self, step: OptimizerStep):
+        super()._on_optimizer_step(step)
+        if step.phase is StepPhase.GRADIENTS and self.critic_mode is not None and self.accelerator.num_processes > 1:
             self._average_critic_gradients()
-        return loss
 
     def _average_critic_gradients(self):
         """All-reduce (mean) the critic's accumulated gradients in one flat tensor, before clipping and the step."""

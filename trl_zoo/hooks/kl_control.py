@@ -18,8 +18,9 @@
   ``ref_reset_optimizer=True`` also clears the optimizer state, as ProRL does. A generation batch already sampled
   keeps the reference log-probs it was scored with: the new reference takes effect from the next generation.
 
-Per-step work runs in the loss step's per-optimizer-step seam `_after_optimizer_step` (once after every optimizer
-step, before that step's log), so its result is logged with the step.
+Per-step work runs in the loss step's per-optimizer-step seam `_on_optimizer_step` at its UPDATED point (once after
+every optimizer step, after the loss entry's own rule, before that step's log), so its result is logged with the
+step.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from accelerate.utils import is_peft_model
 from trl.trainer.callbacks import SyncRefModelCallback
 
 from ..kl import adaptive_kl_coefficient, proportional_kl_coefficient
+from ..loss_step import OptimizerStep, StepPhase
 from ..model_inputs import loss_mask
 
 REF_ADAPTER = "ref"  # the adapter name TRL's reference pass looks for
@@ -67,8 +69,11 @@ class KLControlMixin:
         return self.kl_coefficient * per_token_kl * loss_mask(output)
 
     # ------------------------------------------------------------------ after each optimizer step
-    def _after_optimizer_step(self, global_step: int, step_means: dict[str, float]):
-        super()._after_optimizer_step(global_step, step_means)
+    def _on_optimizer_step(self, step: OptimizerStep):
+        super()._on_optimizer_step(step)
+        if step.phase is not StepPhase.UPDATED:
+            return
+        global_step, step_means = step.global_step, step.means
         metrics = self._metrics["train"]
         if self.args.kl_target is not None:
             if "kl" in step_means:  # the loss step's KL(π_θ ‖ π_ref), token mean over the step
