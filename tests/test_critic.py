@@ -308,10 +308,18 @@ class ParameterSnapshots(TrainerCallback):
         self.critic.append(torch.cat([p.detach().flatten() for p in self.trainer.critic_parameters]))
 
 
+class RewardsSeen(trl_zoo.GRPOTrainer):
+    """Keeps the rewards each round's estimator saw (the generation seam's `ScoredRound.advantage_inputs`)."""
+
+    def _after_advantages(self, scored):
+        super()._after_advantages(scored)
+        self.seen_rewards = [*getattr(self, "seen_rewards", []), scored.advantage_inputs.rewards]
+
+
 def test_value_pretraining_trains_only_the_critic_and_lowers_the_value_loss_on_a_fixed_batch():
     """num_iterations = 6: one generation batch reused for 6 optimizer steps, all of them value pre-training."""
     trainer = make_trainer(
-        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), advantage_estimator="gae", max_steps=6,
+        RewardsSeen, trl_zoo.GRPOConfig, peft_config=lora(), advantage_estimator="gae", max_steps=6,
         num_iterations=6, vapo_value_warmup_steps=6, gae_lambda_critic=0.5, value_clip=None, learning_rate=3e-2,
         value_learning_rate=3e-3, lr_scheduler_type="constant",
     )
@@ -330,7 +338,7 @@ def test_value_pretraining_trains_only_the_critic_and_lowers_the_value_loss_on_a
     targets, mask = batch["value_targets"], batch["completion_mask"]
     row_targets = targets[:, 0]
     torch.testing.assert_close(targets * mask, row_targets.unsqueeze(1) * mask)
-    rewards = trainer.last_advantage_inputs.rewards.float()
+    rewards = trainer.seen_rewards[-1].float()  # the rewards of the last round, as the estimator saw them
     torch.testing.assert_close(row_targets.sort().values, rewards.sort().values)
     for policy in snapshots.policy:
         assert torch.equal(policy, policy_before)  # the policy loss was skipped

@@ -29,9 +29,10 @@ so the adapter's extra backbone forward and backward per micro-batch weighs less
 Either way the value loss reaches only the critic's parameters (the value adapter and head, or the head), and the
 policy loss only the policy's: the critic adds no gradient to the policy and the policy none to the critic.
 
-Generation side (`_estimated_advantages`, just outside the advantage hook): a no-grad value pass stores
-``old_values`` (B, T) in the batch; the advantage hook hands them to the estimator as ``AdvantageInputs.values``
-over the global batch; then the value targets (``value_targets``, Monte-Carlo λ = 1 during value pre-training) and,
+Generation side (the generation seam's hook points around the advantage hook's `_replace_advantages`): before it
+(`_before_advantages`), a no-grad value pass stores ``old_values`` (B, T) in the batch; the advantage hook hands them
+to the estimator as ``AdvantageInputs.values`` over the global batch; after it (`_after_advantages`, from the
+estimator's inputs in `scored.advantage_inputs`), the value targets (``value_targets``, Monte-Carlo λ = 1 during value pre-training) and,
 for VAPO's positive-example loss, ``positive_example`` (task reward > threshold) are added per row. They travel with
 the batch through TRL's shuffling and splitting and through dynamic sampling's regrouping.
 
@@ -77,6 +78,7 @@ from ..critic import (
     value_targets,
 )
 from ..loss_step import OptimizerStep, PolicyForward, StepPhase
+from .generation import ScoredRound, row_chunks
 from ..model_inputs import forward_inputs, is_multimodal, loss_mask
 from ..registry import ADVANTAGES
 
@@ -257,25 +259,25 @@ class CriticMixin:
             return self.value_head(self._hidden_states(batch).float())
 
     def _generation_values(self, output: dict) -> torch.Tensor:
-        """V_old(s_t) of a freshly generated batch, no grad, in chunks of the per-device batch size."""
-        training = self.model.training
-        chunk = self.args.per_device_train_batch_size if training else self.args.per_device_eval_batch_size
+        """V_old(s_t) of a freshly generated batch, no grad (the generation seam's `_generation_pass`)."""
         rows = output["completion_ids"].size(0)
-        with torch.no_grad(), self._critic_active():
-            values = [
-                self.value_head(self._hidden_states(output, slice(start, start + chunk)).float())
-                for start in range(0, rows, chunk)
-            ]
+        with self._generation_pass("critic_values") as chunk, self._critic_active():
+            values = [self.value_head(self._hidden_states(output, part).float()) for part in row_chunks(rows, chunk)]
         return torch.cat(values)
 
     # ------------------------------------------------------------------ generation side
-    def _estimated_advantages(self, output: dict) -> torch.Tensor:
+    def _before_advantages(self, scored: ScoredRound) -> None:
+        super()._before_advantages(scored)
+        if self.critic_mode is not None:
+            scored.batch["old_values"] = self._generation_values(scored.batch)
+
+    def _after_advantages(self, scored: ScoredRound) -> None:
+        super()._after_advantages(scored)
         if self.critic_mode is None:
-            return super()._estimated_advantages(output)
+            return
+        output = scored.batch
         mode = "train" if self.model.training else "eval"
-        output["old_values"] = self._generation_values(output)
-        advantages = super()._estimated_advantages(output)
-        inputs = self.last_advantage_inputs  # the global batch the estimator saw
+        inputs = scored.advantage_inputs  # the global batch the estimator saw
         warmup = self._value_warmup(mode)
         targets = value_targets(inputs, self.args, lam=1.0 if warmup else None)
         rows, length = output["completion_mask"].shape
@@ -294,10 +296,9 @@ class CriticMixin:
             metrics["critic/value_warmup"].append(float(warmup))
 
         if self.args.vapo_positive_nll_coef > 0:
-            task_rewards = self.task_rewards()  # weighted task rewards, NaN = unscorable (the reward seam)
+            task_rewards = scored.task_rewards()  # weighted task rewards, NaN = unscorable (the reward seam)
             positive = (task_rewards > self.args.vapo_positive_reward_threshold).to(output["old_values"].dtype)
             output["positive_example"] = positive[start : start + rows]
-        return advantages
 
     def _value_warmup(self, mode: str) -> bool:
         return mode == "train" and self.state.global_step < self.args.vapo_value_warmup_steps

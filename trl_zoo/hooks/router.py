@@ -1,6 +1,6 @@
 """Trainer hook: MoE router statistics for losses that declare ``requires_moe=True`` (RSPO).
 
-Old side, once per generation batch: when TRL keeps old log-probs (``num_iterations > 1`` or generation not aligned
+Old side, once per generation batch (the generation seam's `_on_generation_batch`): when TRL keeps old log-probs (``num_iterations > 1`` or generation not aligned
 with optimizer steps; otherwise every micro-batch is on-policy and γ ≡ 1 needs nothing), the sampling policy's
 routers are recorded in one no-grad forward right after TRL's scoring, before any update, and stored per completion
 token as (B, T, L, K) tensors: ``old_router_experts`` (each MoE layer's top-K expert indices, int16) and
@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-from trl.models.utils import disable_gradient_checkpointing
 
 from ..model_inputs import forward_inputs
 from ..moe import RouterLogpsRecorder, find_routers
@@ -45,26 +44,20 @@ class RouterStatsMixin:
                 )
 
     # ------------------------------------------------------------------ old routers, once per generation batch
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        if self._routers and self.model.training and "old_per_token_logps" in output:
-            output["old_router_experts"], output["old_router_logps"] = self._record_old_routers(output)
-        return output
+    def _on_generation_batch(self, batch: dict) -> dict:
+        batch = super()._on_generation_batch(batch)
+        if self._routers and self.model.training and "old_per_token_logps" in batch:
+            batch["old_router_experts"], batch["old_router_logps"] = self._record_old_routers(batch)
+        return batch
 
     def _record_old_routers(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         input_ids, attention_mask, completion_length, multimodal = forward_inputs(batch)
         with (
-            torch.no_grad(),
-            disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs),
+            self._generation_pass("old_routers") as chunk,
             RouterLogpsRecorder(self._routers, input_ids.size(1), completion_length) as recorder,
         ):
             self._get_per_token_logps_and_entropies(
-                self.model,
-                input_ids,
-                attention_mask,
-                completion_length,
-                batch_size=self.args.per_device_train_batch_size,
-                **multimodal,
+                self.model, input_ids, attention_mask, completion_length, batch_size=chunk, **multimodal
             )
         return recorder.top_k()
 
