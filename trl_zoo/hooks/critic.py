@@ -356,12 +356,12 @@ class CriticMixin:
             return None
         if forward.computed_rows is None:
             return forward.hidden_states
-        rows = inputs["completion_ids"].size(0)
-        skipped = torch.ones(rows, dtype=torch.bool, device=forward.computed_rows.device)
-        skipped[forward.computed_rows] = False
+        rows, computed = inputs["completion_ids"].size(0), forward.computed_rows
+        skipped = torch.ones(rows, dtype=torch.int8, device=computed.device).index_fill_(0, computed, 0)
+        # the skipped rows first; their count is known from the shapes, so no host sync
+        skipped_rows = torch.argsort(skipped, descending=True, stable=True)[: rows - computed.numel()]
         hidden_states = forward.hidden_states.new_empty(rows, *forward.hidden_states.shape[1:])
-        hidden_states[forward.computed_rows] = forward.hidden_states
-        skipped_rows = skipped.nonzero().flatten()
+        hidden_states[computed] = forward.hidden_states
         if skipped_rows.numel():
             with torch.no_grad():
                 hidden_states[skipped_rows] = self._hidden_states(inputs, skipped_rows).to(hidden_states.dtype)
