@@ -333,3 +333,18 @@ def test_a_malformed_plugin_field_is_refused_where_it_is_declared():
     twice = (trl_zoo.PluginField("scale"), trl_zoo.PluginField("scale", int, 1))
     with pytest.raises(ValueError, match=r"^loss 'bad': fields: a name is declared twice in \['scale', 'scale'\]\.$"):
         losses.add("bad", lambda batch, args: None, description="x", fields=twice)
+
+
+def test_a_plugin_field_is_a_yaml_key_and_a_flag_of_train(scaled_loss, tmp_path):
+    from trl_zoo.arguments import ConfigError, parse_train_args
+
+    config = tmp_path / "scaled.yaml"
+    config.write_text("loss_type: scaled_pg\npg_scale: 4\n")
+    output = ["--output_dir", str(tmp_path / "run")]
+    assert parse_train_args(["--config", str(config), *output]).training.pg_scale == 4.0
+    parsed = parse_train_args(["--config", str(config), "--pg_scale", "2.5", *output])  # the flag wins
+    assert parsed.training.pg_scale == 2.5 and parsed.training.plugin_args == {"pg_scale": 2.5}
+    with pytest.raises(ConfigError, match=r"^pg_scale: must be in \[0.0, 10.0\], got 12.0 \(loss 'scaled_pg'\)\.$"):
+        parse_train_args(["--loss_type", "scaled_pg", "--pg_scale", "12", *output])
+    with pytest.raises(ConfigError, match=r"--pg_scale.*invalid float value: 'big'"):  # as any typed flag
+        parse_train_args(["--loss_type", "scaled_pg", "--pg_scale", "big", *output])
