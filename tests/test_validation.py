@@ -158,18 +158,27 @@ CONTRADICTIONS = [
 @pytest.mark.parametrize(
     "overrides, named, resolved", CONTRADICTIONS, ids=[str(i) for i in range(len(CONTRADICTIONS))]
 )
-def test_contradictions_fail_when_the_config_is_built_before_any_model_loads(monkeypatch, overrides, named, resolved):
-    loaded = []
-    monkeypatch.setattr(
-        "transformers.AutoModelForCausalLM.from_pretrained", lambda *args, **kwargs: loaded.append(args)
-    )
+def test_contradictions_fail_when_the_config_is_built_before_any_model_loads(
+    monkeypatch, tmp_path, capsys, overrides, named, resolved
+):
     message = rejection(**overrides)
     assert message.startswith(f"{named[0]}:"), message
     for name in named[1:]:
         assert name in message, message
     assert "set " in message or "use " in message, message  # the fix
-    assert loaded == []
     build(**{**overrides, **resolved})
+
+    # `trl-zoo train` stops on it with the same line, before TRL loads the policy or the reference
+    from tests.test_cli import local_sums
+    from trl_zoo.cli import main
+
+    loaded = []
+    monkeypatch.setattr(trl.trainer.grpo_trainer, "create_model_from_path", lambda *a, **k: loaded.append(a))
+    flags = [item for key, value in overrides.items() for item in (f"--{key}", str(value).lower())]
+    argv = ["train", *local_sums(tmp_path), *flags, "--output_dir", str(tmp_path / "run")]
+    assert main(argv) == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+    assert loaded == []
 
 
 # ---------------------------------------------------------------------------------------------------- other entry points
