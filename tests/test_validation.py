@@ -329,7 +329,8 @@ def test_a_plugin_field_may_not_shadow_a_config_field(monkeypatch, scaled_loss):
     from trl_zoo.registry import ADVANTAGES, Entry
 
     shadowing = trl_zoo.AdvantageSpec(fields=(trl_zoo.PluginField("beta", float, 0.0),))
-    monkeypatch.setitem(ADVANTAGES._entries, "shadowing", Entry("shadowing", lambda inputs, args: None, "x", spec=shadowing))
+    entry = Entry("shadowing", lambda inputs, args: None, "x", spec=shadowing)
+    monkeypatch.setitem(ADVANTAGES._entries, "shadowing", entry)
     assert rejection() == "advantage estimator 'shadowing': its field 'beta' is already a GRPOConfig field; rename it."
 
 

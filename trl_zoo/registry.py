@@ -1,10 +1,10 @@
 """The plugin tables.
 
 A table maps a name to an entry: a function, a one-line description, the paper it comes from and its typed spec
-(`trl_zoo/specs.py`: `LossSpec` for losses, `AdvantageSpec` for estimators, `SamplerSpec` for samplers), built from the declarations passed
-to `register`, defaults for the rest. Entries are added with the table's decorator
-(``@LOSSES.register("name", ...)``) or, for third-party packages, through a package entry point in the table's
-group (``trl_zoo.losses`` for losses), loaded the first time the table is read; a bare function gets the defaults.
+(`trl_zoo/specs.py`: `LossSpec` for losses, `AdvantageSpec` for estimators, `SamplerSpec` for samplers), built from
+the declarations passed to `register`, defaults for the rest. Entries are added with the table's decorator
+(``@LOSSES.register("name", ...)``) or, for third-party packages, through a package entry point in the table's group
+(``trl_zoo.losses`` for losses), loaded the first time the table is read; a bare function gets the defaults.
 
 Looking up an unknown name raises a ``ValueError`` that lists the known names and the closest match; registering
 a name twice raises unless ``override=True`` is passed. An entry point that fails to load (its module or attribute

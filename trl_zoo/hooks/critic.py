@@ -30,11 +30,11 @@ Either way the value loss reaches only the critic's parameters (the value adapte
 policy loss only the policy's: the critic adds no gradient to the policy and the policy none to the critic.
 
 Generation side (the generation seam's hook points around the advantage hook's `_replace_advantages`): before it
-(`_before_advantages`), a no-grad value pass stores ``old_values`` (B, T) in the batch; the advantage hook hands them
-to the estimator as ``AdvantageInputs.values`` over the global batch; after it (`_after_advantages`, from the
-estimator's inputs in `scored.advantage_inputs`), the value targets (``value_targets``, Monte-Carlo λ = 1 during value pre-training) and,
-for VAPO's positive-example loss, ``positive_example`` (task reward > threshold) are added per row. They travel with
-the batch through TRL's shuffling and splitting and through dynamic sampling's regrouping.
+(`_before_advantages`), a no-grad value pass stores ``old_values`` (B, T) in the batch; the advantage hook hands
+them to the estimator as ``AdvantageInputs.values`` over the global batch; after it (`_after_advantages`, from the
+estimator's inputs in `scored.advantage_inputs`), the value targets (``value_targets``, Monte-Carlo λ = 1 during
+value pre-training) and, for VAPO's positive-example loss, ``positive_example`` (task reward > threshold) are added
+per row. They travel with the batch through TRL's shuffling and splitting and through dynamic sampling's regrouping.
 
 Loss side (`compute_loss`): the policy loss as the trainer computes it (skipped while
 ``state.global_step < vapo_value_warmup_steps``), plus ``value_coef`` × the clipped value loss, plus

@@ -41,11 +41,11 @@ entropy), `top_entropy_quantile` < 1 (the quantile spans the micro-batch), the M
 critic of `advantage_estimator="gae"`, whose value loss and positive-example LM loss are local token means. A loss
 whose per-row term depends on other rows or on the padded width (Clip-Cov, KL-Cov: covariance over the micro-batch)
 is refused after a probe on synthetic batches (`row_grouping_probe`). All of these but the auxiliary loss (which
-needs the model) are checked when the `GRPOConfig` is built (`check_length_bucketing`). The KL term (per token, in the aggregated
-term), the off-policy sequence mask and vLLM's importance-sampling ratio are per row. `skip_zero_advantage` slices
-rows of a micro-batch after bucketing and keeps every normaliser, so the two compose. With steps_per_generation =
-gradient_accumulation_steps = 1 the one micro-batch is the whole batch, padded by TRL to its own longest rows:
-nothing changes.
+needs the model) are checked when the `GRPOConfig` is built (`check_length_bucketing`). The KL term (per token, in
+the aggregated term), the off-policy sequence mask and vLLM's importance-sampling ratio are per row.
+`skip_zero_advantage` slices rows of a micro-batch after bucketing and keeps every normaliser, so the two compose.
+With steps_per_generation = gradient_accumulation_steps = 1 the one micro-batch is the whole batch, padded by TRL to
+its own longest rows: nothing changes.
 """
 
 from __future__ import annotations

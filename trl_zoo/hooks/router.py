@@ -1,15 +1,16 @@
 """Trainer hook: MoE router statistics for losses that declare ``requires_moe=True`` (RSPO).
 
-Old side, once per generation batch (the generation seam's `_on_generation_batch`): when TRL keeps old log-probs (``num_iterations > 1`` or generation not aligned
-with optimizer steps; otherwise every micro-batch is on-policy and γ ≡ 1 needs nothing), the sampling policy's
-routers are recorded in one no-grad forward right after TRL's scoring, before any update, and stored per completion
-token as (B, T, L, K) tensors: ``old_router_experts`` (each MoE layer's top-K expert indices, int16) and
-``old_router_logps`` (their router log-probs, float32). TRL shuffles and splits them along dim 0 with the batch.
+Old side, once per generation batch (the generation seam's `_on_generation_batch`): when TRL keeps old log-probs
+(``num_iterations > 1`` or generation not aligned with optimizer steps; otherwise every micro-batch is on-policy and
+γ ≡ 1 needs nothing), the sampling policy's routers are recorded in one no-grad forward right after TRL's scoring,
+before any update, and stored per completion token as (B, T, L, K) tensors: ``old_router_experts`` (each MoE layer's
+top-K expert indices, int16) and ``old_router_logps`` (their router log-probs, float32). TRL shuffles and splits
+them along dim 0 with the batch.
 
-Loss side, per micro-batch: the loss step's single policy forward (`_policy_forward`) runs with forward hooks on
-the routers that score the same old experts under the current router, detached, and the result is handed to the
-loss as ``router_logps`` in the batch extras (from the forward's result, `PolicyForward.router_logps`). No second forward; the hooks are removed as soon as the forward
-returns, so gradient-checkpointing recomputation records nothing.
+Loss side, per micro-batch: the loss step's single policy forward (`_policy_forward`) runs with forward hooks on the
+routers that score the same old experts under the current router, detached, and the result is handed to the loss as
+``router_logps`` in the batch extras (from the forward's result, `PolicyForward.router_logps`). No second forward;
+the hooks are removed as soon as the forward returns, so gradient-checkpointing recomputation records nothing.
 
 The old side is its own forward rather than a capture of TRL's old-log-prob forward: that forward cannot be told
 apart from the reference forward of a PEFT model (same module, adapter disabled) without relying on TRL's call order,
