@@ -62,11 +62,13 @@ class Counts:
 
 
 def instrument(trainer, counts: Counts, group_size: int):
-    """Count at TRL's generation (innermost `_generate_and_score_completions`), at the loss step's inputs
-    (`compute_loss`) and at the forward the loss step really runs (`PolicyLossStep._policy_forward`)."""
+    """Count at TRL's generation (innermost `_generate_and_score_completions`), at each scored round (the generation
+    seam's `_scored_round`), at the loss step's inputs (`compute_loss`) and at the forward the loss step really runs
+    (`PolicyLossStep._policy_forward`)."""
     import torch
     from trl import GRPOTrainer as TRLGRPOTrainer
 
+    from trl_zoo.hooks.generation import GenerationMixin
     from trl_zoo.loss_step import PolicyLossStep
 
     generate = TRLGRPOTrainer._generate_and_score_completions
@@ -79,10 +81,17 @@ def instrument(trainer, counts: Counts, group_size: int):
                 torch.cuda.synchronize()
             counts.generation_seconds += time.perf_counter() - started
             counts.generated += len(inputs)
-            rewards = self.task_rewards().view(-1, group_size)
+        return batch
+
+    scored_round = GenerationMixin._scored_round
+
+    def counted_round(self, inputs):
+        scored = scored_round(self, inputs)
+        if self.model.training:
+            rewards = scored.task_rewards().view(-1, group_size)
             counts.groups += rewards.size(0)
             counts.zero_spread_groups += int((rewards.amax(1) == rewards.amin(1)).sum())
-        return batch
+        return scored
 
     forward = PolicyLossStep._policy_forward
 
@@ -103,6 +112,7 @@ def instrument(trainer, counts: Counts, group_size: int):
         return compute_loss(model, inputs, *args, **kwargs)
 
     TRLGRPOTrainer._generate_and_score_completions = counted_generate
+    GenerationMixin._scored_round = counted_round
     PolicyLossStep._policy_forward = counted_forward
     trainer.compute_loss = counted_compute_loss
 

@@ -224,10 +224,18 @@ def test_score_sq_norm_is_the_logit_space_gradient_norm():
     torch.testing.assert_close(norms, gradient.pow(2).sum().unsqueeze(0))
 
 
-def test_optimal_baseline_on_a_real_batch_matches_full_logits():
+@pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
+def test_optimal_baseline_on_a_real_batch_matches_full_logits(peft):
     trainer = make_trainer(
-        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="optimal_baseline", temperature=0.7
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="optimal_baseline", temperature=0.7,
+        peft_config=lora() if peft else None,
     )
+    if peft:  # LoRA's B starts at 0: move the adapter so that a pass without it would differ
+        generator = torch.Generator().manual_seed(5)
+        with torch.no_grad():
+            for name, parameter in trainer.model.named_parameters():
+                if "lora_B" in name:
+                    parameter.add_(0.5 * torch.randn(parameter.shape, generator=generator))
     output = generate(trainer)
     logps, squares = full_logit_policy(trainer.model, output, temperature=0.7)
     mask = output["completion_mask"]

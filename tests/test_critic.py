@@ -308,10 +308,18 @@ class ParameterSnapshots(TrainerCallback):
         self.critic.append(torch.cat([p.detach().flatten() for p in self.trainer.critic_parameters]))
 
 
+class RewardsSeen(trl_zoo.GRPOTrainer):
+    """Keeps the rewards each round's estimator saw (the generation seam's `ScoredRound.advantage_inputs`)."""
+
+    def _after_advantages(self, scored):
+        super()._after_advantages(scored)
+        self.seen_rewards = [*getattr(self, "seen_rewards", []), scored.advantage_inputs.rewards]
+
+
 def test_value_pretraining_trains_only_the_critic_and_lowers_the_value_loss_on_a_fixed_batch():
     """num_iterations = 6: one generation batch reused for 6 optimizer steps, all of them value pre-training."""
     trainer = make_trainer(
-        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), advantage_estimator="gae", max_steps=6,
+        RewardsSeen, trl_zoo.GRPOConfig, peft_config=lora(), advantage_estimator="gae", max_steps=6,
         num_iterations=6, vapo_value_warmup_steps=6, gae_lambda_critic=0.5, value_clip=None, learning_rate=3e-2,
         value_learning_rate=3e-3, lr_scheduler_type="constant",
     )
@@ -330,7 +338,7 @@ def test_value_pretraining_trains_only_the_critic_and_lowers_the_value_loss_on_a
     targets, mask = batch["value_targets"], batch["completion_mask"]
     row_targets = targets[:, 0]
     torch.testing.assert_close(targets * mask, row_targets.unsqueeze(1) * mask)
-    rewards = trainer.last_advantage_inputs.rewards.float()
+    rewards = trainer.seen_rewards[-1].float()  # the rewards of the last round, as the estimator saw them
     torch.testing.assert_close(row_targets.sort().values, rewards.sort().values)
     for policy in snapshots.policy:
         assert torch.equal(policy, policy_before)  # the policy loss was skipped
@@ -472,3 +480,32 @@ def test_critic_is_refused_where_parameters_are_sharded(distributed_type):
         check_critic_distribution(SimpleNamespace(num_processes=1, distributed_type=distributed_type), "gae")
     check_critic_distribution(SimpleNamespace(num_processes=2, distributed_type=DistributedType.MULTI_GPU), "gae")
     check_critic_distribution(SimpleNamespace(num_processes=1, distributed_type=DistributedType.MULTI_CPU), "gae")
+
+
+def test_head_critic_reuses_the_policy_forward_also_when_rows_are_skipped():
+    """The value head reads the hidden states of the loss's own policy forward: one backbone pass per micro-batch;
+    with `skip_zero_advantage` the policy forward covers the rows with Â ≠ 0 and one no-grad pass the others, so
+    every row goes through the backbone once, and the value loss is that of a separate full pass."""
+    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="gae", skip_zero_advantage=True)
+    assert trainer.critic_mode == "head" and trainer.skip_zero_advantage
+    perturb(trainer.value_head.parameters())
+    batch = generate(trainer)
+    trainer.current_gradient_accumulation_steps = 1
+    rows_through_backbone = []
+    trainer._backbone().register_forward_pre_hook(
+        lambda module, args, kwargs: rows_through_backbone.append(kwargs["input_ids"].size(0)), with_kwargs=True
+    )
+    value_losses = trainer._metrics["train"]["critic/value_loss"]
+    rows = batch["completion_ids"].size(0)
+    every_row_active = {**batch, "advantages": batch["advantages"].masked_fill(batch["advantages"] == 0, 0.5)}
+    half_inert = {**every_row_active, "advantages": every_row_active["advantages"].clone()}
+    half_inert["advantages"][1::2] = 0.0
+    for micro_batch, expected_passes in ((every_row_active, [rows]), (half_inert, [rows // 2, rows - rows // 2])):
+        rows_through_backbone.clear()
+        trainer.compute_loss(trainer.model, micro_batch).backward()
+        assert rows_through_backbone == expected_passes
+        in_the_loss = value_losses[-1]
+        with torch.no_grad():
+            separate = trainer.value_loss(micro_batch).item()  # its own full no-grad backbone pass
+        assert in_the_loss == pytest.approx(separate, rel=1e-6, abs=1e-7)
+        trainer.model.zero_grad(set_to_none=True)

@@ -216,3 +216,24 @@ def test_reference_adapter_reset_is_refused_under_zero3_with_what_to_use(monkeyp
     zero3.deepspeed_plugin.zero_stage = 2
     trainer.ref_model = None
     kl_control.KLControlMixin._validate_kl_options(trainer)
+
+
+def test_the_optimizer_step_seam_runs_its_points_in_order():
+    """`_on_optimizer_step` runs at GRADIENTS, CLIPPED, UPDATED of every optimizer step, in that order; β (kl_target)
+    moves only at UPDATED: halved after each step, its KL being below target/1.5."""
+    seen = []
+
+    class Recording(trl_zoo.GRPOTrainer):
+        def _on_optimizer_step(self, step):
+            super()._on_optimizer_step(step)
+            seen.append((step.phase.value, step.global_step, self.zoo_state["kl_coef"]))
+
+    trainer = make_trainer(
+        Recording, trl_zoo.GRPOConfig, beta=0.1, kl_target=1.0, max_steps=2, gradient_accumulation_steps=2,
+        per_device_train_batch_size=4,
+    )
+    trainer.train()
+    assert seen == [
+        ("gradients", 0, 0.1), ("clipped", 0, 0.1), ("updated", 1, 0.05),
+        ("gradients", 1, 0.05), ("clipped", 1, 0.05), ("updated", 2, 0.025),
+    ]

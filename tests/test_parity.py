@@ -111,3 +111,28 @@ def test_training_runs_match_trl():
     assert candidate_losses == pytest.approx(reference_losses, rel=1e-5, abs=1e-7)
     for (name, a), b in zip(candidate.model.named_parameters(), reference.model.parameters()):
         assert relative_error(a.detach(), b.detach()) <= 1e-5, name
+
+
+def test_adaptive_entropy_controller_matches_trl():
+    """TRL's adaptive entropy bonus through `train()`: the coefficient moves once per optimizer step (here up by δ
+    each step, the entropy being below its target) and the losses and weights stay TRL's."""
+    config = dict(
+        loss_type="dapo", max_steps=3, gradient_accumulation_steps=2, per_device_train_batch_size=4,
+        use_adaptive_entropy=True, entropy_coef=0.05, entropy_coef_delta=0.01, entropy_target=10.0,
+    )
+    reference = make_trainer(trl.GRPOTrainer, trl.GRPOConfig, **config)
+    candidate = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, **config)
+    torch.manual_seed(0)
+    reference.train()
+    torch.manual_seed(0)
+    candidate.train()
+    coefficients = [log["entropy_coef"] for log in candidate.state.log_history if "entropy_coef" in log]
+    assert coefficients == pytest.approx([0.06, 0.07, 0.08], abs=1e-9)
+    assert coefficients == [log["entropy_coef"] for log in reference.state.log_history if "entropy_coef" in log]
+    assert candidate.entropy_coef == reference.entropy_coef
+    assert candidate._last_world_entropy == pytest.approx(reference._last_world_entropy, rel=1e-6)
+    reference_losses = [log["loss"] for log in reference.state.log_history if "loss" in log]
+    candidate_losses = [log["loss"] for log in candidate.state.log_history if "loss" in log]
+    assert candidate_losses == pytest.approx(reference_losses, rel=1e-5, abs=1e-7)
+    for (name, a), b in zip(candidate.model.named_parameters(), reference.model.parameters()):
+        assert relative_error(a.detach(), b.detach()) <= 1e-5, name

@@ -1,6 +1,7 @@
 """A third-party loss package, built and pip-installed into a fresh virtual environment, trains by name: one loss
 registered through the `trl_zoo.losses` entry point as a bare function (no declarations: the `LossSpec` defaults),
-one registered with `trl_zoo.register_loss` in the same module."""
+one registered with `trl_zoo.register_loss` in the same module, and one that declares a hyperparameter of its own,
+which `trl-zoo train` takes as a flag and hands to the loss."""
 
 import json
 import os
@@ -26,6 +27,7 @@ version = "0.1.0"
 [project.entry-points."trl_zoo.losses"]
 bare_pg = "zoo_plugin_example:bare_pg"
 decorated_pg = "zoo_plugin_example:decorated_pg"
+scaled_pg = "zoo_plugin_example:scaled_pg"
 
 [tool.setuptools]
 py-modules = ["zoo_plugin_example"]
@@ -34,7 +36,9 @@ py-modules = ["zoo_plugin_example"]
 MODULE = '''
 """Policy gradient −Â·log π, twice."""
 
-from trl_zoo import PolicyTerm, register_loss
+import torch
+
+from trl_zoo import PluginField, PolicyTerm, register_loss
 
 
 def bare_pg(batch, args):
@@ -45,6 +49,16 @@ def bare_pg(batch, args):
 @register_loss("decorated_pg", description="policy gradient, decorated", aggregation="token_mean_local")
 def decorated_pg(batch, args):
     return PolicyTerm(-batch.advantages * batch.logps)
+
+
+@register_loss(
+    "scaled_pg",
+    description="policy gradient, scaled by its own hyperparameter",
+    fields=(PluginField("pg_scale", float, 1.0, "Scale s of the term −s·Â·log π.", low=0.0, high=10.0),),
+)
+def scaled_pg(batch, args):
+    scale = torch.full((batch.logps.size(0), 1), args.pg_scale)  # logged as a metric: what the loss was handed
+    return PolicyTerm(-args.pg_scale * batch.advantages * batch.logps, metrics={"pg_scale": scale})
 '''
 
 TRAIN = """
@@ -106,3 +120,36 @@ def test_entry_point_losses_train_by_name(plugin_python):
     for result in (bare, decorated):
         assert len(result["losses"]) == 2 and all(loss == loss for loss in result["losses"])  # logged, not NaN
 
+
+
+def test_a_plugin_field_is_a_train_flag_and_reaches_the_loss(plugin_python, tmp_path):
+    from tests.test_cli import local_sums
+
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY), "OMP_NUM_THREADS": "1",
+                   "TRL_ZOO_CACHE": str(tmp_path / "cache")}
+    help_text = subprocess.run(
+        [plugin_python, "-m", "trl_zoo.cli", "train", "--help"],
+        cwd=REPOSITORY, env=environment, capture_output=True, text=True, timeout=300,
+    ).stdout
+    assert "--pg_scale PG_SCALE" in " ".join(help_text.split())
+    assert "Scale s of the term −s·Â·log π. In [0.0, 10.0]. Declared by the loss 'scaled_pg'." in " ".join(
+        help_text.split()
+    )
+    out = tmp_path / "run"
+    argv = ["train", *local_sums(tmp_path), "--max_steps", "1", "--per_device_train_batch_size", "8",
+            "--num_generations", "4", "--eval_every_steps", "1", "--logging_steps", "1", "--loss_type", "scaled_pg",
+            "--pg_scale", "2.5", "--output_dir", str(out)]
+    completed = subprocess.run(
+        [plugin_python, "-m", "trl_zoo.cli", *argv], cwd=REPOSITORY, env=environment, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    logged = [record["pg_scale"] for record in records if "pg_scale" in record]
+    assert logged == [2.5]  # one optimizer step, and the loss saw the flag's value
+    refused = subprocess.run(
+        [plugin_python, "-m", "trl_zoo.cli", *argv[:-4], "--pg_scale", "11", "--output_dir", str(tmp_path / "no")],
+        cwd=REPOSITORY, env=environment, capture_output=True, text=True, timeout=300,
+    )
+    assert refused.returncode == 2
+    assert "pg_scale: must be in [0.0, 10.0], got 11.0 (loss 'scaled_pg')." in refused.stderr + refused.stdout

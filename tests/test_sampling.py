@@ -29,7 +29,7 @@ class Recording(trl_zoo.GRPOTrainer):
             self.recorded.append(describe(self, batch))
             if "old_per_token_logps" in batch:
                 with torch.no_grad():
-                    logps, _, _ = self._policy_forward(self.model, batch, compute_entropy=False)
+                    logps = self._policy_forward(self.model, batch, compute_entropy=False).logps
                 mask = batch["completion_mask"].bool()
                 self.old_logp_error = max(self.old_logp_error, (logps - batch["old_per_token_logps"])[mask].abs().max().item())
         return batch

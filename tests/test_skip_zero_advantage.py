@@ -9,7 +9,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 import trl_zoo
 from tests.scripts.resample_two_processes import half_constant_reward
 from tests.tiny import make_trainer, relative_error
-from trl_zoo.hooks.skip_zero_advantage import zero_advantage_probe
+from trl_zoo.hooks.skip_zero_advantage import check_zero_advantage_skip, zero_advantage_probe
 from trl_zoo.registry import AGGREGATIONS, LOSSES, Entry
 from trl_zoo.specs import LossSpec
 
@@ -65,7 +65,7 @@ def _loss_and_gradients(trainer, micro_batches, forwarded, skip):
 def test_skipping_leaves_loss_and_gradients_unchanged(setup, loss_type):
     trainer, micro_batches, forwarded = setup
     _use_loss(trainer, loss_type)
-    assert trainer._check_zero_advantage_skip()
+    check_zero_advantage_skip(trainer.loss_entry, trainer.args)  # accepted: no ValueError
     active_rows = [int((mb["advantages"] != 0).sum()) for mb in micro_batches]
     assert 0 < active_rows[0] < 8 and active_rows[1] == 0  # a mixed micro-batch, and one with nothing to train
 
@@ -122,16 +122,12 @@ def test_row_coupled_or_leaking_losses_are_refused(setup):
     for name in ROW_LOCAL_LOSSES:
         assert zero_advantage_probe(LOSSES.get(name).fn, trainer.args) is None
 
-    entry = trainer.loss_entry
-    try:
-        trainer.loss_entry = Entry("leaky", leaks_when_advantage_is_zero, "test loss", spec=LossSpec())
-        with pytest.raises(ValueError, match="^skip_zero_advantage: the loss 'leaky' is not inert for Â = 0"):
-            trainer._check_zero_advantage_skip()
-        trainer.loss_entry = Entry("declared", couples_rows, "test loss", spec=LossSpec(zero_advantage_is_inert=False))
-        with pytest.raises(ValueError, match="^skip_zero_advantage: the loss 'declared' declares"):
-            trainer._check_zero_advantage_skip()
-    finally:
-        trainer.loss_entry = entry
+    leaky = Entry("leaky", leaks_when_advantage_is_zero, "test loss", spec=LossSpec())
+    with pytest.raises(ValueError, match="^skip_zero_advantage: the loss 'leaky' is not inert for Â = 0"):
+        check_zero_advantage_skip(leaky, trainer.args)
+    declared = Entry("declared", couples_rows, "test loss", spec=LossSpec(zero_advantage_is_inert=False))
+    with pytest.raises(ValueError, match="^skip_zero_advantage: the loss 'declared' declares"):
+        check_zero_advantage_skip(declared, trainer.args)
 
 
 def _rounded_differently_on_other_batch_sizes(loss_fn, factor):

@@ -10,6 +10,7 @@ from datasets import Dataset
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 from trl.scripts.grpo import make_parser as trl_grpo_parser
 
+import trl_zoo.hooks.rewards
 import trl_zoo.train
 from trl_zoo.arguments import ConfigError, parse_train_args
 from trl_zoo.cli import main
@@ -92,6 +93,10 @@ def test_a_trl_grpo_yaml_runs_with_reward_model_trl_reward_eval_split_and_trust_
     prepare = trl_zoo.train.prepare_training
     monkeypatch.setattr(trl_zoo.train, "prepare_training",
                         lambda *a, **k: setups.append(prepare(*a, **k)) or setups[-1])
+    rewards_per_round = []  # the reward seam's checked rewards of every round
+    scored_rewards = trl_zoo.hooks.rewards.RewardsMixin._scored_rewards
+    monkeypatch.setattr(trl_zoo.hooks.rewards.RewardsMixin, "_scored_rewards",
+                        lambda *a, **k: rewards_per_round.append(scored_rewards(*a, **k)) or rewards_per_round[-1])
     SCORED.clear()
     assert main(["train", "--config", str(path), "--write_report", "false"]) == 0
 
@@ -120,7 +125,7 @@ def test_a_trl_grpo_yaml_runs_with_reward_model_trl_reward_eval_split_and_trust_
     with torch.no_grad():
         expected = model(**inputs).logits[:, 0]
     assert expected.abs().max() > 0.05
-    torch.testing.assert_close(trainer.rewards_per_func[:, 0], expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(rewards_per_round[-1][:, 0], expected, rtol=1e-4, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------------- TRL's reward names

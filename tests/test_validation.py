@@ -1,7 +1,8 @@
 """Config validation: every impossible setting fails when the config is built, with a one-line ValueError that starts
-with the field's name and says the fix; unknown plugin names get the closest known name. (Trainer-time checks —
-RSPO on a dense model, skip_zero_advantage with a KL term, KL options with beta = 0 — are tested next to their
-features: test_rspo.py, test_skip_zero_advantage.py, test_kl.py.)"""
+with the field's name and says the fix; unknown plugin names get the closest known name; settings that contradict
+each other fail there too, before any model is loaded; a plugin's declarations are checked when it registers.
+(Checks that need the model — RSPO on a dense model, a MoE auxiliary loss with skip_zero_advantage — are tested next
+to their features: test_rspo.py, test_skip_zero_advantage.py.)"""
 
 import warnings
 
@@ -71,17 +72,18 @@ IMPOSSIBLE = [
     ("sapo_temperature_pos / sapo_temperature_neg", dict(loss_type="sapo", sapo_temperature_neg=-1.0), "> 0"),
     ("ppo_kl_beta / ppo_kl_target", dict(loss_type="ppo_kl", ppo_kl_beta=-1.0), "β must be ≥ 0"),
     ("ppo_kl_beta / ppo_kl_target", dict(loss_type="ppo_kl", ppo_kl_target=0.0), "target KL > 0"),
-    ("clip_cov_ratio / kl_cov_ratio", dict(clip_cov_ratio=0.0), "(0, 1]"),
-    ("clip_cov_ratio / kl_cov_ratio", dict(kl_cov_ratio=1.5), "(0, 1]"),
-    ("clip_cov_lower", dict(clip_cov_lower=5.0, clip_cov_upper=1.0), "< clip_cov_upper"),
-    ("kl_cov_coef", dict(kl_cov_coef=-1.0), "≥ 0"),
-    ("dppo_divergence", dict(loss_type="dppo", dppo_divergence="js"), "use 'tv' or 'kl'"),
+    # a loss's own fields are checked by its `validate` when that loss is chosen
+    ("clip_cov_ratio", dict(loss_type="clip_cov", clip_cov_ratio=0.0), "(0, 1]"),
+    ("kl_cov_ratio", dict(loss_type="kl_cov", kl_cov_ratio=1.5), "(0, 1]"),
+    ("clip_cov_lower", dict(loss_type="clip_cov", clip_cov_lower=5.0, clip_cov_upper=1.0), "< clip_cov_upper"),
+    ("kl_cov_coef", dict(loss_type="kl_cov", kl_cov_coef=-1.0), "≥ 0"),
+    ("dppo_divergence", dict(loss_type="dppo", dppo_divergence="js"), "'tv'"),
     ("dppo_mask_low", dict(loss_type="dppo", dppo_mask_low=0.0), "must be > 0"),
     ("dppo_mask_high", dict(loss_type="dppo", dppo_mask_high=1.0), "a value in (0, 1)"),
     ("dppo_kl_coef", dict(loss_type="dppo", dppo_kl_coef=-1e-3), "must be ≥ 0"),
     ("m2po_threshold", dict(loss_type="m2po", m2po_threshold=0.0), "must be > 0"),
-    ("rspo_gamma_min", dict(rspo_gamma_min=0.0), "(0, 1]"),
-    ("rspo_gamma_min", dict(rspo_gamma_min=1.5), "(0, 1]"),
+    ("rspo_gamma_min", dict(loss_type="rspo", rspo_gamma_min=0.0), "(0, 1]"),
+    ("rspo_gamma_min", dict(loss_type="rspo", rspo_gamma_min=1.5), "(0, 1]"),
     ("beta", dict(beta=-0.1), "≥ 0"),
     ("advantage_epsilon", dict(advantage_epsilon=-1e-4), "≥ 0"),
     ("kl_target", dict(beta=0.1, kl_target=0.0), "> 0"),
@@ -128,7 +130,8 @@ BOUNDARIES = [  # the closest allowed settings: each must build
     dict(delta=1.2, epsilon=0.2),
     dict(loss_type="cispo", cispo_epsilon_low=0.2, epsilon_high=0.8),
     dict(loss_type="cispo", epsilon=3.0),  # CISPO's cap is absolute: ε ≥ 1 is allowed there
-    dict(rspo_gamma_min=1.0),
+    dict(loss_type="rspo", rspo_gamma_min=1.0),
+    dict(rspo_gamma_min=0.0),  # a loss's own field is checked only when that loss is chosen
     dict(loss_type="dppo", dppo_divergence="kl", dppo_mask_low=2.0),  # a binary KL can exceed 1
     dict(loss_type="dppo", dppo_kl_coef=0.0),  # the paper's loss
     dict(advantage_estimator="maxrl", multi_objective_aggregation="normalize_then_sum"),
@@ -145,6 +148,52 @@ def test_boundary_values_are_accepted(overrides):
     config = build(**overrides)
     for name, value in overrides.items():
         assert getattr(config, name) == value
+
+
+# ---------------------------------------------------------------------------------------------------- contradictions
+CONTRADICTIONS = [
+    # (overrides, the fields the one-line message must name, one side changed: a config that builds)
+    (dict(beta=0.0, kl_placement="reward"), ("kl_placement", "beta"), dict(beta=0.04)),
+    (dict(beta=0.04, skip_zero_advantage=True), ("skip_zero_advantage", "beta"), dict(beta=0.0)),
+    (dict(loss_type="bnpo", length_bucketing=True), ("length_bucketing", "'bnpo'"), dict(loss_type="dapo")),
+    (dict(loss_type="rspo", skip_zero_advantage=True), ("skip_zero_advantage", "'rspo'"), dict(loss_type="gmpo")),
+    (
+        dict(beta=0.1, ref_reset_steps=2, sync_ref_model=True),
+        ("ref_reset_steps", "sync_ref_model"),
+        dict(sync_ref_model=False),
+    ),
+    (
+        dict(advantage_estimator="rloo", multi_objective_aggregation="normalize_then_sum"),
+        ("multi_objective_aggregation", "advantage_estimator"),
+        dict(advantage_estimator=None),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "overrides, named, resolved", CONTRADICTIONS, ids=[str(i) for i in range(len(CONTRADICTIONS))]
+)
+def test_contradictions_fail_when_the_config_is_built_before_any_model_loads(
+    monkeypatch, tmp_path, capsys, overrides, named, resolved
+):
+    message = rejection(**overrides)
+    assert message.startswith(f"{named[0]}:"), message
+    for name in named[1:]:
+        assert name in message, message
+    assert "set " in message or "use " in message, message  # the fix
+    build(**{**overrides, **resolved})
+
+    # `trl-zoo train` stops on it with the same line, before TRL loads the policy or the reference
+    from tests.test_cli import local_sums
+    from trl_zoo.cli import main
+
+    loaded = []
+    monkeypatch.setattr(trl.trainer.grpo_trainer, "create_model_from_path", lambda *a, **k: loaded.append(a))
+    flags = [item for key, value in overrides.items() for item in (f"--{key}", str(value).lower())]
+    argv = ["train", *local_sums(tmp_path), *flags, "--output_dir", str(tmp_path / "run")]
+    assert main(argv) == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+    assert loaded == []
 
 
 # ---------------------------------------------------------------------------------------------------- other entry points
@@ -247,3 +296,80 @@ def test_one_generation_batch_of_prompts_is_enough():
 def test_max_completion_length_below_one_is_an_error():
     message = rejection(max_completion_length=0)
     assert message.startswith("max_completion_length: must be ≥ 1"), message
+
+
+# ---------------------------------------------------------------------------------------------------- declarations
+def test_declarations_are_checked_at_registration_naming_the_entry():
+    losses = trl_zoo.Registry("loss", spec_type=trl_zoo.LossSpec)
+    with pytest.raises(ValueError, match=r"^loss 'typo_loss': aggregation: unknown aggregation 'token_mean_globl'\. "
+                                         r"Did you mean 'token_mean_global'\?"):
+        losses.add("typo_loss", lambda batch, args: None, description="x", aggregation="token_mean_globl")
+    estimators = trl_zoo.Registry("advantage estimator", spec_type=trl_zoo.AdvantageSpec)
+    with pytest.raises(ValueError, match=r"^advantage estimator 'needy': needs: unknown estimator input "
+                                         r"\['sequence_logp'\]; known: score_sq_norms, values, token_penalty\."):
+        estimators.add("needy", lambda inputs, args: None, description="x", needs=("sequence_logp",))
+    assert "typo_loss" not in losses and "needy" not in estimators
+    losses.add("fine", lambda batch, args: None, description="x", aggregation="constant")  # an alias is a name too
+    assert losses.get("fine").spec.aggregation == "constant"
+
+
+# ---------------------------------------------------------------------------------------------------- plugin fields
+@pytest.fixture
+def scaled_loss(monkeypatch):
+    """A loss with a hyperparameter of its own, in the loss table for one test."""
+    from trl_zoo.registry import LOSSES, Entry
+
+    scale = trl_zoo.PluginField("pg_scale", float, 1.0, "Scale of the term.", low=0.0, high=10.0)
+    spec = trl_zoo.LossSpec(fields=(scale,))
+    entry = Entry("scaled_pg", lambda batch, args: trl_zoo.PolicyTerm(-args.pg_scale * batch.logps), "x", spec=spec)
+    monkeypatch.setitem(LOSSES._entries, "scaled_pg", entry)
+    return entry
+
+
+def test_a_plugin_field_is_a_config_keyword_with_its_default_and_range(scaled_loss):
+    config = build(loss_type="scaled_pg", pg_scale=3)
+    assert config.pg_scale == 3.0 and isinstance(config.pg_scale, float) and config.plugin_args == {"pg_scale": 3.0}
+    assert build(loss_type="scaled_pg").pg_scale == 1.0  # the declared default
+    assert build(loss_type="scaled_pg", plugin_args='{"pg_scale": 0.5}').pg_scale == 0.5  # JSON, as on a command line
+    assert rejection(pg_scale=10.5) == "pg_scale: must be in [0.0, 10.0], got 10.5 (loss 'scaled_pg')."
+    assert rejection(pg_scale="big") == "pg_scale: expected float, got 'big' (loss 'scaled_pg')."
+    assert rejection(plugin_args={"pg_scael": 2.0}) == (
+        "plugin_args: no plugin declares a field 'pg_scael'; declared fields: pg_scale."
+    )
+    with pytest.raises(AttributeError):
+        build().pg_scael
+
+
+def test_a_plugin_field_may_not_shadow_a_config_field(monkeypatch, scaled_loss):
+    from trl_zoo.registry import ADVANTAGES, Entry
+
+    shadowing = trl_zoo.AdvantageSpec(fields=(trl_zoo.PluginField("beta", float, 0.0),))
+    entry = Entry("shadowing", lambda inputs, args: None, "x", spec=shadowing)
+    monkeypatch.setitem(ADVANTAGES._entries, "shadowing", entry)
+    assert rejection() == "advantage estimator 'shadowing': its field 'beta' is already a GRPOConfig field; rename it."
+
+
+def test_a_malformed_plugin_field_is_refused_where_it_is_declared():
+    with pytest.raises(ValueError, match=r"^scale: must be in \[0.0, 1.0\], got 2.0\.$"):  # its default
+        trl_zoo.PluginField("scale", float, 2.0, low=0.0, high=1.0)
+    with pytest.raises(ValueError, match=r"^field 'two words': a field name must be a Python identifier"):
+        trl_zoo.PluginField("two words")
+    losses = trl_zoo.Registry("loss", spec_type=trl_zoo.LossSpec)
+    twice = (trl_zoo.PluginField("scale"), trl_zoo.PluginField("scale", int, 1))
+    with pytest.raises(ValueError, match=r"^loss 'bad': fields: a name is declared twice in \['scale', 'scale'\]\.$"):
+        losses.add("bad", lambda batch, args: None, description="x", fields=twice)
+
+
+def test_a_plugin_field_is_a_yaml_key_and_a_flag_of_train(scaled_loss, tmp_path):
+    from trl_zoo.arguments import ConfigError, parse_train_args
+
+    config = tmp_path / "scaled.yaml"
+    config.write_text("loss_type: scaled_pg\npg_scale: 4\n")
+    output = ["--output_dir", str(tmp_path / "run")]
+    assert parse_train_args(["--config", str(config), *output]).training.pg_scale == 4.0
+    parsed = parse_train_args(["--config", str(config), "--pg_scale", "2.5", *output])  # the flag wins
+    assert parsed.training.pg_scale == 2.5 and parsed.training.plugin_args == {"pg_scale": 2.5}
+    with pytest.raises(ConfigError, match=r"^pg_scale: must be in \[0.0, 10.0\], got 12.0 \(loss 'scaled_pg'\)\.$"):
+        parse_train_args(["--loss_type", "scaled_pg", "--pg_scale", "12", *output])
+    with pytest.raises(ConfigError, match=r"--pg_scale.*invalid float value: 'big'"):  # as any typed flag
+        parse_train_args(["--loss_type", "scaled_pg", "--pg_scale", "big", *output])

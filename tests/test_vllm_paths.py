@@ -150,7 +150,7 @@ def test_importance_sampling_ratio_reaches_the_loss_and_survives_regrouping(monk
     # each row's sampling log-probs are its own: the policy's (a fresh forward of that row) + the row's offsets
     mask = batch["completion_mask"].bool()
     with torch.no_grad():
-        logps, _, _ = trainer._policy_forward(trainer.model, batch, compute_entropy=False)
+        logps = trainer._policy_forward(trainer.model, batch, compute_entropy=False).logps
     offsets = token_offset(batch["completion_ids"])
     assert (batch["sampling_per_token_logps"] - logps - offsets)[mask].abs().max() < 1e-4
     assert (batch["old_per_token_logps"] - logps)[mask].abs().max() < 1e-4

@@ -4,7 +4,7 @@ from . import advantages, aggregation, critic, greso, kl, losses, reward_shaping
 from .config import GRPOConfig
 from .losses.base import PolicyBatch, PolicyTerm
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS, TABLES, Registry
-from .specs import AdvantageSpec, LossSpec
+from .specs import AdvantageSpec, LossSpec, PluginField, SamplerSpec
 from .trainer import GRPOTrainer
 
 __version__ = "0.1.0"
@@ -35,10 +35,12 @@ __all__ = [
     "KL_ESTIMATORS",
     "LOSSES",
     "LossSpec",
+    "PluginField",
     "PolicyBatch",
     "PolicyTerm",
     "Registry",
     "SAMPLERS",
+    "SamplerSpec",
     "TABLES",
     "available_losses",
     "register_loss",

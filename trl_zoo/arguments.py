@@ -1,8 +1,9 @@
 """The `trl-zoo train` arguments: TRL's parser over dataclasses, config files, and the layered defaults.
 
 `train` follows TRL's conventions (`trl grpo`): TRL's `TrlParser` over dataclasses — trl_zoo's `GRPOConfig`,
-TRL's `ModelConfig` and `TaskArguments` below (which holds the fields of TRL's grpo script arguments and of its
-`DatasetMixtureConfig`) — so a YAML file gives values and `--field value` flags override them. Every field
+TRL's `ModelConfig`, `TaskArguments` below (which holds the fields of TRL's grpo script arguments and of its
+`DatasetMixtureConfig`) and `PluginArguments`, made from the fields the installed plugins declare (they end up in
+`GRPOConfig.plugin_args`) — so a YAML file gives values and `--field value` flags override them. Every field
 `trl grpo` accepts is accepted here. Precedence, lowest first:
 
     TRL's defaults  <  trl_zoo's defaults  <  quickstart preset (built-in task only)  <  YAML  <  flags
@@ -29,7 +30,7 @@ import yaml
 from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
 
-from .config import GRPOConfig
+from .config import GRPOConfig, plugin_fields
 from .preset_lengths import LENGTH_FIELDS, scale_preset_lengths, scaled_lengths_message
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe
@@ -261,13 +262,38 @@ TRAIN_DESCRIPTION = (
 )
 
 
+def plugin_arguments_class() -> type:
+    """A dataclass with one field per plugin field that the registered losses, estimators and samplers declare
+    (`GRPOConfig.plugin_args`), so that TRL's parser makes a flag and a YAML key of each, typed and with its help."""
+    specs = []
+    for name, (plugin_field, owner) in sorted(plugin_fields().items()):
+        metadata = {"help": f"{plugin_field.description} Declared by the {owner}."}
+        if plugin_field.choices is not None:
+            metadata["choices"] = list(plugin_field.choices)
+        kind = plugin_field.type if plugin_field.default is not None else plugin_field.type | None
+        specs.append((name, kind, field(default=plugin_field.default, metadata=metadata)))
+    return dataclasses.make_dataclass("PluginArguments", specs)
+
+
 def make_train_parser() -> StrictTrlParser:
+    plugin_cls = plugin_arguments_class()
     parser = StrictTrlParser(
-        (TaskArguments, GRPOConfig, ModelConfig), prog="trl-zoo train", usage=TRAIN_USAGE,
+        (TaskArguments, GRPOConfig, ModelConfig, plugin_cls), prog="trl-zoo train", usage=TRAIN_USAGE,
         description=TRAIN_DESCRIPTION,
     )
-    group_help(parser, TaskArguments, GRPOConfig, ModelConfig)
+    group_help(parser, TaskArguments, GRPOConfig, ModelConfig, plugin_cls)
     return parser
+
+
+def with_plugin_values(training_args: GRPOConfig, plugin_values) -> GRPOConfig:
+    """`training_args` with the plugin fields given as flags or YAML keys (those not at their default) added to its
+    `plugin_args`, checked again."""
+    defaults = {name: plugin_field.default for name, (plugin_field, _) in plugin_fields().items()}
+    given = {name: value for name, value in vars(plugin_values).items() if value != defaults.get(name)}
+    if given:
+        training_args.plugin_args = {**(training_args.plugin_args or {}), **given}
+        training_args.validate()
+    return training_args
 
 
 def trl_zoo_defaults() -> dict:
@@ -374,14 +400,17 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
     if namespace.dataset_name is None and not namespace.datasets:
         task = get_task(namespace.task)
         parser.set_defaults(**quickstart_preset(task))
-        if namespace.model_name_or_path is None:
+        if namespace.model_name_or_path is None and not hasattr(task, "preset"):  # the bootstrapped tiny policy
             preset = {key: config[key] for key in LENGTH_FIELDS if key in config}
             flags = {key: getattr(namespace, key) for key in LENGTH_FIELDS if given_as_flag(key, argv)}
             parser.preset_overrides = scale_preset_lengths(task.max_completion_length, preset, flags)
             if parser.preset_overrides:
                 log(scaled_lengths_message(Path(config_file).name, task, preset, parser.preset_overrides))
     try:
-        task_args, training_args, model_args, unknown = parser.parse_args_and_config(argv, return_remaining_strings=True)
+        task_args, training_args, model_args, plugin_values, unknown = parser.parse_args_and_config(
+            argv, return_remaining_strings=True
+        )
+        training_args = with_plugin_values(training_args, plugin_values)
     except (ValueError, TypeError) as error:
         raise ConfigError(one_line(error)) from None
     if unknown:

@@ -2,18 +2,39 @@
 
 Every TRL field keeps its meaning and default (including `bf16` on by default; set `bf16=False` for exact fp32
 math). `loss_type` accepts any name in the loss table (`trl-zoo list`), not only TRL's.
+
+Plugin hyperparameters: a loss, estimator or sampler declares its own fields in its spec (`PluginField`). Their
+values live in one dataclass field, `plugin_args` (a mapping, so the class stays an ordinary dataclass that TRL's
+`TrlParser` / transformers' `HfArgumentParser` parse as they are); `GRPOConfig(my_field=3)` is accepted and stored
+there, `args.my_field` reads it (the declared default when unset), and `trl-zoo train` makes a flag and a YAML key of
+each declared field (`arguments.py`). A value is checked against its declaration when the config is built.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 from trl import GRPOConfig as TRLGRPOConfig
 
-from . import losses  # noqa: F401  (registers the built-in losses, which loss_type's help lists)
+from . import advantages, aggregation, critic, greso, kl, losses, sampling  # noqa: F401  (the tables the help lists)
+from .hooks.length_bucketing import check_length_bucketing
+from .hooks.skip_zero_advantage import check_zero_advantage_skip
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
+from .specs import PluginField
+
+
+def _names(table) -> str:
+    """The built-in names of a table, for a field's help (plugins are listed by `trl-zoo list`)."""
+    return ", ".join(table.names(plugins=False))
+
+
+# TRL's fields with a fixed list of values (trl_zoo's own carry theirs in their field's metadata)
+TRL_CHOICES = {"importance_sampling_level": ("token", "sequence")}
 
 
 def _help(text: str, default=None, choices=None):
@@ -35,9 +56,9 @@ class GRPOConfig(TRLGRPOConfig):
         TRLGRPOConfig.loss_type,
     )
     loss_aggregation: str | None = _help(
-        "Override the loss's own aggregation: sequence_mean, token_mean_local, token_mean_global, "
-        "token_sum_over_max_length (or its earlier name, constant), sequence_sum. None uses the loss's default "
-        "(e.g. sequence_mean for grpo, token_mean_global for dapo)."
+        f"Override the loss's own aggregation: {_names(AGGREGATIONS)} (token_sum_over_max_length's earlier name, "
+        "constant, still works). None uses the loss's default (e.g. sequence_mean for grpo, token_mean_global for "
+        "dapo)."
     )
     allow_sequence_loss_token_sum: bool = _help(
         "Allow a sequence-level loss (gspo, gmpo, ...) with a token-sum aggregation, which weights each sequence "
@@ -90,12 +111,12 @@ class GRPOConfig(TRLGRPOConfig):
 
     # --- advantages and KL ---
     advantage_estimator: str | None = _help(
-        "Advantage estimator from the advantage table (grpo, dr_grpo, rloo, reinforce, ...). None keeps TRL's own "
-        "advantages (group mean/std per `scale_rewards`)."
+        f"Advantage estimator from the advantage table: {_names(ADVANTAGES)}. None keeps TRL's own advantages (group "
+        "mean/std per `scale_rewards`)."
     )
     advantage_std_unbiased: bool = _help("Group std convention for the grpo estimator: unbiased (N−1) or not.", True)
     advantage_epsilon: float = _help("ε added to the std in advantage normalisation (TRL: 1e-4).", 1e-4)
-    kl_estimator: str = _help("KL estimator: k1, k2 or k3 (TRL's, default).", "k3")
+    kl_estimator: str = _help(f"KL estimator: {_names(KL_ESTIMATORS)} (k3 is TRL's, the default).", "k3")
     kl_placement: str = _help(
         "Where the KL leash goes: 'loss' (GRPO: β·KL added per token to the loss) or 'reward' (RLHF: "
         "R' = R − β Σ_t KL_t before the advantage estimator).",
@@ -165,8 +186,8 @@ class GRPOConfig(TRLGRPOConfig):
 
     # --- sampling and reward shaping ---
     dynamic_sampling: str | None = _help(
-        "Sampler from the sampler table: 'resample' (DAPO: drop zero-spread groups, generate more), 'reweight' "
-        "(drop them, scale the rest by 1/(1−p)) or 'greso' (GRESO: also skip prompts whose recent groups had no "
+        f"Sampler from the sampler table: {_names(SAMPLERS)} (resample: DAPO, drop zero-spread groups and generate "
+        "more; reweight: drop them, scale the rest by 1/(1−p); greso: also skip prompts whose recent groups had no "
         "spread before generating). None trains on every group."
     )
     dynamic_sampling_max_rounds: int = _help("resample: maximum generation rounds per generation batch.", 8)
@@ -220,7 +241,15 @@ class GRPOConfig(TRLGRPOConfig):
         choices=["raise", "skip"],
     )
 
+    plugin_args: dict | str | None = _help(
+        "Values of the fields that plugins declare in their specs (`trl-zoo list` shows the plugins), by name; a "
+        "JSON object on the command line. Each declared field is also a keyword of GRPOConfig, a key of a YAML "
+        "config and a flag of `trl-zoo train`, and reads as args.<name>."
+    )
+
     def __post_init__(self):
+        if isinstance(self.plugin_args, str):  # a JSON object from the command line
+            self.plugin_args = json.loads(self.plugin_args)
         if isinstance(self.num_generations, int) and self.num_generations < 2:  # before TRL divides by it
             raise ValueError(
                 f"num_generations: got {self.num_generations}; GRPO-family advantages and dynamic sampling compare "
@@ -230,7 +259,53 @@ class GRPOConfig(TRLGRPOConfig):
         self.validate()
 
     def validate(self):
-        """Raise a one-line ValueError naming the field and the fix for every impossible setting."""
+        """Raise a one-line ValueError naming the fields and the fix for every setting that cannot work, from the
+        config alone (what needs the model is checked by the trainer). In order: names in the tables and choices,
+        the shared fields' ranges, each chosen plugin's own `validate` and declared fields, the critic's fields,
+        then settings that contradict each other."""
+        self._validate_names()
+        self._validate_shared_ranges()
+        entry = LOSSES.get(self.loss_type)
+        entry.spec.validate(self)  # the loss's own fields and how it reads the shared ones (its file)
+        if self.advantage_estimator is not None:
+            ADVANTAGES.get(self.advantage_estimator).spec.validate(self)
+        if self.dynamic_sampling is not None:
+            SAMPLERS.get(self.dynamic_sampling).spec.validate(self)
+        self._validate_plugin_args()
+        self._validate_critic()
+        self._check_contradictions(entry)
+        self._validate_reward_domain()
+        self._validate_reward_decoupling()
+
+    def _validate_plugin_args(self):
+        """Each value of `plugin_args` belongs to a declared field and has its type and range."""
+        if self.plugin_args is None:
+            return
+        if not isinstance(self.plugin_args, dict):
+            raise ValueError(f"plugin_args: expected a mapping of field name to value, got {self.plugin_args!r}.")
+        declared = plugin_fields()
+        for name, value in self.plugin_args.items():
+            if name not in declared:
+                known = ", ".join(sorted(declared)) or "none"
+                raise ValueError(f"plugin_args: no plugin declares a field {name!r}; declared fields: {known}.")
+            plugin_field, owner = declared[name]
+            try:
+                self.plugin_args[name] = plugin_field.checked(value)
+            except ValueError as error:
+                raise ValueError(f"{str(error).rstrip('.')} ({owner}).") from None
+
+    def __getattr__(self, name: str) -> Any:
+        """A declared plugin field: its value in `plugin_args`, or its default (only called for names the dataclass
+        does not have)."""
+        if name.startswith("_") or name == "plugin_args":
+            raise AttributeError(name)
+        declared = plugin_fields().get(name)
+        if declared is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return (self.__dict__.get("plugin_args") or {}).get(name, declared[0].default)
+
+    def _validate_names(self):
+        """Every table name exists; every field with a fixed list of values has one of them."""
         if self.loss_type not in LOSSES:
             raise ValueError(LOSSES.unknown_message(self.loss_type, "loss_type"))
         for name, table in (
@@ -243,16 +318,14 @@ class GRPOConfig(TRLGRPOConfig):
                 raise ValueError(table.unknown_message(value, name))
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(KL_ESTIMATORS.unknown_message(self.kl_estimator, "kl_estimator"))
-        for name, choices in (
-            ("kl_placement", ("loss", "reward")),
-            ("kl_controller", ("doubling", "proportional")),
-            ("dynamic_sampling_on_exhausted", ("fill", "raise")),
-            ("nan_rewards", ("raise", "drop")),
-            ("nonfinite_policy", ("raise", "skip")),
-            ("importance_sampling_level", ("token", "sequence")),
-        ):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name}: got {getattr(self, name)!r}; use one of {', '.join(choices)}.")
+        choices = {f.name: (*f.metadata["choices"], *([None] if f.default is None else [])) for f in fields(self)
+                   if "choices" in f.metadata}
+        for name, allowed in {**choices, **TRL_CHOICES}.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}: got {getattr(self, name)!r}; use one of {', '.join(map(str, allowed))}.")
+
+    def _validate_shared_ranges(self):
+        """The ranges of the fields every run reads (a plugin's own fields are checked by its `validate`)."""
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
             raise ValueError(
                 f"epsilon / epsilon_high: clip ranges must be ≥ 0, got epsilon={self.epsilon}, "
@@ -277,18 +350,6 @@ class GRPOConfig(TRLGRPOConfig):
             )
         if self.fp16 and (self.use_cpu or not torch.accelerator.is_available()):
             raise ValueError("fp16: got True on a CPU, which has no fp16 mixed precision; set fp16=False.")
-        entry = LOSSES.get(self.loss_type)
-        entry.spec.validate(self)  # the loss's own fields and how it reads the shared ones (its file)
-        if self.dual_clip is not None and self.dual_clip <= 1:
-            raise ValueError(f"dual_clip: must be > 1, got {self.dual_clip}.")
-        if not 0 < self.clip_cov_ratio <= 1 or not 0 < self.kl_cov_ratio <= 1:
-            raise ValueError("clip_cov_ratio / kl_cov_ratio: token fractions must be in (0, 1].")
-        if self.clip_cov_lower >= self.clip_cov_upper:
-            raise ValueError(f"clip_cov_lower: must be < clip_cov_upper ({self.clip_cov_upper}).")
-        if self.kl_cov_coef < 0:
-            raise ValueError(f"kl_cov_coef: must be ≥ 0, got {self.kl_cov_coef}.")
-        if not 0 < self.rspo_gamma_min <= 1:
-            raise ValueError(f"rspo_gamma_min: must be in (0, 1], got {self.rspo_gamma_min}.")
         if self.beta < 0:
             raise ValueError(f"beta: the KL coefficient must be ≥ 0, got {self.beta}.")
         if self.advantage_epsilon < 0:
@@ -307,7 +368,6 @@ class GRPOConfig(TRLGRPOConfig):
             raise ValueError(f"ref_reset_steps: must be ≥ 1, got {self.ref_reset_steps}.")
         if self.dynamic_sampling_max_rounds < 1:
             raise ValueError(f"dynamic_sampling_max_rounds: must be ≥ 1, got {self.dynamic_sampling_max_rounds}.")
-        self._validate_greso()
         if self.overlong_max_length is not None and self.overlong_max_length < 1:
             raise ValueError(f"overlong_max_length: must be ≥ 1 token, got {self.overlong_max_length}.")
         if self.overlong_penalty_factor < 0:
@@ -322,6 +382,9 @@ class GRPOConfig(TRLGRPOConfig):
                     f"overlong_buffer_length: L_cache={self.overlong_buffer_length} must be in (0, {max_length}] "
                     f"(the overlong max length)."
                 )
+
+    def _check_contradictions(self, entry):
+        """Settings that are each valid but cannot work together; every message names both sides."""
         aggregation = self.loss_aggregation or entry.spec.aggregation
         if (
             entry.spec.sequence_level
@@ -332,9 +395,25 @@ class GRPOConfig(TRLGRPOConfig):
                 f"loss_aggregation: {aggregation!r} weights each sequence of the sequence-level loss "
                 f"{self.loss_type!r} by its length; use 'sequence_mean', or set allow_sequence_loss_token_sum=True."
             )
-        self._validate_critic()
-        self._validate_reward_domain()
-        self._validate_reward_decoupling()
+        if self.beta == 0.0:
+            for name, active in (
+                ("kl_placement", self.kl_placement == "reward"),
+                ("kl_target", self.kl_target is not None),
+                ("ref_reset_steps", self.ref_reset_steps is not None),
+            ):
+                if active:
+                    raise ValueError(f"{name}: needs a KL coefficient; set beta > 0 (with beta = 0 there is no KL).")
+        if self.ref_reset_steps is not None and self.sync_ref_model:
+            raise ValueError("ref_reset_steps: TRL's sync_ref_model also moves the reference; use only one of them.")
+        if self.skip_zero_advantage:
+            if entry.spec.requires_moe:
+                raise ValueError(
+                    f"skip_zero_advantage: not supported with loss_type {entry.name!r}, whose router statistics are "
+                    f"recorded for every sequence of the micro-batch; set skip_zero_advantage=False."
+                )
+            check_zero_advantage_skip(entry, self)
+        if self.length_bucketing:
+            check_length_bucketing(entry, self)
 
     def _validate_reward_decoupling(self):
         """GDPO (`normalize_then_sum`) runs the estimator once per reward function: what has no per-function form."""
@@ -371,38 +450,9 @@ class GRPOConfig(TRLGRPOConfig):
                 f"truncated completions with mask_truncated_completions=True."
             )
 
-    def _validate_greso(self):
-        """The greso sampler's fields (trl_zoo/greso.py)."""
-        if not 0 < self.greso_target_zero_spread < 1:
-            raise ValueError(
-                f"greso_target_zero_spread: must be in (0, 1), got {self.greso_target_zero_spread}; e.g. 0.25."
-            )
-        if not 0 < self.greso_step < 1:
-            raise ValueError(f"greso_step: must be in (0, 1), got {self.greso_step}; e.g. 0.01.")
-        if not 0 < self.greso_min_explore <= 0.95:
-            raise ValueError(f"greso_min_explore: must be in (0, 0.95], got {self.greso_min_explore}; e.g. 0.01.")
-        if not self.greso_min_explore <= self.greso_initial_explore <= 0.95:
-            raise ValueError(
-                f"greso_initial_explore: must be in [greso_min_explore, 0.95] = [{self.greso_min_explore}, 0.95], "
-                f"got {self.greso_initial_explore}; e.g. 0.5."
-            )
-
     def _validate_critic(self):
-        """The critic's fields (advantage_estimator='gae', trl_zoo/critic.py)."""
-        for name in ("gae_gamma", "gae_lambda", "gae_lambda_critic"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value <= 1:
-                raise ValueError(f"{name}: must be in [0, 1], got {value}.")
-        if self.critic_model not in (None, "adapter", "head"):
-            raise ValueError(f"critic_model: got {self.critic_model!r}; use 'adapter', 'head' or None.")
-        if self.value_coef < 0:
-            raise ValueError(f"value_coef: must be ≥ 0, got {self.value_coef}.")
-        for name in ("value_clip", "value_learning_rate", "vapo_length_alpha"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"{name}: must be > 0 (or None), got {value}.")
-        if self.vapo_value_warmup_steps < 0 or self.vapo_positive_nll_coef < 0:
-            raise ValueError("vapo_value_warmup_steps / vapo_positive_nll_coef: must be ≥ 0.")
+        """The critic's fields need an estimator that declares `needs=("values",)` (their ranges are checked by
+        that estimator's `validate`, `trl_zoo/critic.py`)."""
         needs = ADVANTAGES.get(self.advantage_estimator).spec.needs if self.advantage_estimator else ()
         if "values" not in needs:
             for name, active in (
@@ -418,6 +468,44 @@ class GRPOConfig(TRLGRPOConfig):
                 "skip_zero_advantage: the positive-example LM loss needs log π of every row; set "
                 "skip_zero_advantage=False or vapo_positive_nll_coef=0."
             )
+
+
+def plugin_fields() -> dict[str, tuple[PluginField, str]]:
+    """Every field that the registered losses, estimators and samplers declare: name -> (field, "loss 'x'"). A name
+    may be declared by several entries only as the same field; it may not be a GRPOConfig field."""
+    own = {item.name for item in fields(GRPOConfig)}
+    declared: dict[str, tuple[PluginField, str]] = {}
+    for table in (LOSSES, ADVANTAGES, SAMPLERS):
+        for entry in table.entries():
+            owner = f"{table.kind} {entry.name!r}"
+            for plugin_field in entry.spec.fields:
+                name = plugin_field.name
+                if name in own:
+                    raise ValueError(f"{owner}: its field {name!r} is already a GRPOConfig field; rename it.")
+                if name in declared and declared[name][0] != plugin_field:
+                    raise ValueError(
+                        f"{owner}: its field {name!r} differs from the one {declared[name][1]} declares; rename one."
+                    )
+                declared.setdefault(name, (plugin_field, owner))
+    return declared
+
+
+def _accepting_plugin_fields(dataclass_init):
+    """The dataclass `__init__`, also taking each declared plugin field as a keyword (stored in `plugin_args`)."""
+
+    @functools.wraps(dataclass_init)
+    def __init__(self, *args, **kwargs):
+        declared = plugin_fields()
+        given = {name: kwargs.pop(name) for name in list(kwargs) if name in declared}
+        if given:
+            earlier = kwargs.get("plugin_args") or {}
+            kwargs["plugin_args"] = {**(json.loads(earlier) if isinstance(earlier, str) else earlier), **given}
+        dataclass_init(self, *args, **kwargs)
+
+    return __init__
+
+
+GRPOConfig.__init__ = _accepting_plugin_fields(GRPOConfig.__init__)
 
 
 def to_zoo_config(args) -> GRPOConfig:

@@ -141,6 +141,22 @@ def value_targets(inputs: AdvantageInputs, args, lam: float | Tensor | None = No
     return torch.where(inputs.mask.bool(), returns, torch.zeros_like(returns))
 
 
+def validate_gae(args) -> None:
+    """The ranges of the critic's and GAE's fields."""
+    for name in ("gae_gamma", "gae_lambda", "gae_lambda_critic"):
+        value = getattr(args, name)
+        if value is not None and not 0 <= value <= 1:
+            raise ValueError(f"{name}: must be in [0, 1], got {value}.")
+    if args.value_coef < 0:
+        raise ValueError(f"value_coef: must be ≥ 0, got {args.value_coef}.")
+    for name in ("value_clip", "value_learning_rate", "vapo_length_alpha"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise ValueError(f"{name}: must be > 0 (or None), got {value}.")
+    if args.vapo_value_warmup_steps < 0 or args.vapo_positive_nll_coef < 0:
+        raise ValueError("vapo_value_warmup_steps / vapo_positive_nll_coef: must be ≥ 0.")
+
+
 @ADVANTAGES.register(
     "gae",
     description="GAE(γ, λ) token advantages from a learned critic V(s_t) (LoRA adapter or value head); "
@@ -148,6 +164,7 @@ def value_targets(inputs: AdvantageInputs, args, lam: float | Tensor | None = No
     source="GAE, Schulman et al. 2016 (arXiv:1506.02438); PPO; VAPO, arXiv:2504.05118",
     token_level=True,
     needs=("values",),
+    validate=validate_gae,
 )
 def gae_advantages(inputs: AdvantageInputs, args) -> Tensor:
     advantages = policy_gae(inputs, args)

@@ -117,10 +117,28 @@ class CandidatePrompts:
                 self.skipped += 1
 
 
+def validate_greso(args) -> None:
+    """The ranges of greso's exploration probabilities and their step."""
+    if not 0 < args.greso_target_zero_spread < 1:
+        raise ValueError(
+            f"greso_target_zero_spread: must be in (0, 1), got {args.greso_target_zero_spread}; e.g. 0.25."
+        )
+    if not 0 < args.greso_step < 1:
+        raise ValueError(f"greso_step: must be in (0, 1), got {args.greso_step}; e.g. 0.01.")
+    if not 0 < args.greso_min_explore <= 0.95:
+        raise ValueError(f"greso_min_explore: must be in (0, 0.95], got {args.greso_min_explore}; e.g. 0.01.")
+    if not args.greso_min_explore <= args.greso_initial_explore <= 0.95:
+        raise ValueError(
+            f"greso_initial_explore: must be in [greso_min_explore, 0.95] = [{args.greso_min_explore}, 0.95], "
+            f"got {args.greso_initial_explore}; e.g. 0.5."
+        )
+
+
 @SAMPLERS.register(
     "greso",
     description="skip prompts whose recent groups had no reward spread before generating, then fill like resample",
     source="GRESO, arXiv:2506.02177",
+    validate=validate_greso,
 )
 def greso(session: SamplingSession, args) -> SampledBatch:
     state = session.state

@@ -9,16 +9,32 @@
     term  += β · KL_estimator(log π_θ, log π_ref)           (kl_placement="loss", β ≠ 0)
     loss   = AGGREGATIONS[aggregation](term, mask)  − entropy bonus  + MoE aux loss
 
-Its seams for the hooks above it (`hooks/`): `_policy_forward(model, inputs)`, the one policy forward of the loss
-(router statistics, zero-advantage skipping and the critic's hidden states override it), `_policy_batch`, and
-`_after_optimizer_step(global_step, step_means)`, called once after every optimizer step with the step's
-token-mean metrics (`StepMeans`, the one window the adaptive-β controllers read their measured KL from).
+Its seams for the hooks above it (`hooks/`): `_policy_forward(model, inputs) -> PolicyForward`, the one policy
+forward of the loss, returning a typed result that hooks extend (router statistics, zero-advantage skipping and the
+critic's hidden states override it; none writes into `inputs`), `_policy_loss(model, inputs) -> (loss,
+PolicyForward)`, the policy loss with the forward it came from (the critic adds its terms from it), `_policy_batch`, and
+`_on_optimizer_step(step: OptimizerStep)`, the one per-optimizer-step seam. It runs at three points of every
+optimizer step, in this order, and within a point the base first, then the layers from the innermost out (each
+override calls `super()` first):
+
+    GRADIENTS   the step's gradients are accumulated, before clipping      the critic averages its gradients (DDP)
+    CLIPPED     after clipping, before optimizer.step()                     the non-finite guard (may drop the update)
+    UPDATED     after optimizer.step(), the scheduler and global_step += 1, before the step's log and checkpoint:
+                TRL's adaptive entropy coefficient, the loss entry's own `on_optimizer_step` (ppo_kl's β), then the
+                adaptive KL coefficient β (kl_target) and reference resets (hooks/kl_control.py)
+
+UPDATED carries the step's token-mean metrics (`StepMeans`, the one window the adaptive-β controllers read their
+measured KL from).
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import weakref
+from dataclasses import dataclass, field
+
+from typing import Any
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -32,6 +48,46 @@ from .model_inputs import forward_inputs, loss_mask
 logger = logging.get_logger(__name__)
 
 
+@dataclass(frozen=True)
+class PolicyForward:
+    """What the loss's one policy forward produced for a micro-batch of B rows and T completion tokens.
+
+    `logps` (B, T) log π_θ(y_t) with grad, `entropies` (B, T) or None, `aux_loss` the MoE router loss or None: TRL's
+    `_get_per_token_logps_and_entropies`. Hooks extend it (`dataclasses.replace`):
+    `router_logps` (B, T, L, K) the current routers' log-probs of the old top-K experts (RSPO, `hooks/router.py`);
+    `hidden_states` (R, T, H) the backbone's last hidden states at the positions predicting the completion tokens,
+    detached (the critic's head, `hooks/critic.py`); `computed_rows` the R row indices the forward ran on (None:
+    every row; `skip_zero_advantage` fills the other rows' log-probs and entropies and leaves their hidden states
+    out).
+    """
+
+    logps: torch.Tensor
+    entropies: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None
+    router_logps: torch.Tensor | None = None
+    hidden_states: torch.Tensor | None = None
+    computed_rows: torch.Tensor | None = None
+
+
+class StepPhase(enum.Enum):
+    """The points of one optimizer step at which `_on_optimizer_step` runs, in this order (module docstring)."""
+
+    GRADIENTS = "gradients"  # accumulated, before clipping
+    CLIPPED = "clipped"  # clipped, before optimizer.step()
+    UPDATED = "updated"  # after optimizer.step(), the scheduler and global_step += 1
+
+
+@dataclass
+class OptimizerStep:
+    """One optimizer step at one of its points: what `_on_optimizer_step` receives."""
+
+    phase: StepPhase
+    global_step: int  # optimizer steps completed (at UPDATED: this one included)
+    model: Any = None  # the (wrapped) model being trained (GRADIENTS, CLIPPED)
+    grad_norm: Any = None  # the gradient norm transformers computed (CLIPPED)
+    means: dict[str, float] = field(default_factory=dict)  # the step's token-mean metrics (UPDATED, `StepMeans`)
+
+
 class PolicyLossStep:
     """The loss of one micro-batch from the loss table (see the module docstring); the layer just above TRL."""
 
@@ -41,15 +97,32 @@ class PolicyLossStep:
         self._step_health: dict[str, torch.Tensor] = {}  # this optimizer step's loss sum and non-finite term counts
         self.add_callback(_OptimizerStepCallback(self))
 
-    # ------------------------------------------------------------------ optimizer step
-    def _after_optimizer_step(self, global_step: int, step_means: dict[str, float]):
-        """Once per optimizer step, after it: update persistent state (adaptive coefficients, reference resets)
-        from the step's measured means. The seam of every per-step hook; here the loss entry's own
-        `on_optimizer_step(state, args, step_means) -> metrics`, whose numbers are logged with the step."""
-        on_optimizer_step = self.loss_entry.spec.on_optimizer_step
-        if on_optimizer_step is not None:
-            for name, value in (on_optimizer_step(self.zoo_state, self.args, step_means) or {}).items():
-                self._metrics["train"][name].append(value)
+    # ------------------------------------------------------------------ the per-optimizer-step seam
+    def _on_optimizer_step(self, step: OptimizerStep) -> None:
+        """Once at each point of every optimizer step (`StepPhase`; the order is in the module docstring). Layers
+        override it, call `super()` first and act on `step.phase`. Here: the non-finite guard (CLIPPED); TRL's
+        adaptive entropy coefficient and the loss entry's own `on_optimizer_step(state, args, means) -> metrics`,
+        whose numbers are logged with the step (UPDATED)."""
+        if step.phase is StepPhase.CLIPPED:
+            self._guard_nonfinite_step(step.model, step.grad_norm)
+        elif step.phase is StepPhase.UPDATED:
+            self._update_entropy_coefficient()
+            on_optimizer_step = self.loss_entry.spec.on_optimizer_step
+            if on_optimizer_step is not None:
+                for name, value in (on_optimizer_step(self.zoo_state, self.args, step.means) or {}).items():
+                    self._metrics["train"][name].append(value)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.accelerator.sync_gradients:  # the last micro-batch of the optimizer step
+            self._on_optimizer_step(OptimizerStep(StepPhase.GRADIENTS, self.state.global_step, model))
+        return loss
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        """transformers' gradient norm, once per optimizer step after clipping and before `optimizer.step()`."""
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        self._on_optimizer_step(OptimizerStep(StepPhase.CLIPPED, self.state.global_step, model, grad_norm))
+        return grad_norm
 
     # ------------------------------------------------------------------ non-finite guard
     def _record_step_health(self, loss, terms: dict[str, torch.Tensor]):
@@ -60,13 +133,12 @@ class PolicyLossStep:
         for name, value in terms.items():
             health[name] = health.get(name, 0.0) + (~torch.isfinite(value.detach())).any().float()
 
-    def _get_grad_norm(self, model, grad_norm=None):
-        """transformers' gradient norm, once per optimizer step before `optimizer.step()`: the seam of the
-        non-finite guard (`nonfinite_policy`), with one reduce and one host sync per step."""
-        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+    def _guard_nonfinite_step(self, model, grad_norm):
+        """The non-finite guard (`nonfinite_policy`): the step's loss, its non-finite terms and the gradient norm,
+        with one reduce and one host sync per step; a NaN or ±inf raises or drops the update."""
         health, self._step_health = self._step_health, {}
         if not health:
-            return grad_norm
+            return
         # fp16's loss scaler overflows on purpose and skips those steps itself: only the loss is checked then.
         if torch.is_tensor(grad_norm) and self.accelerator.scaler is None:
             norm = grad_norm.detach()
@@ -80,7 +152,7 @@ class PolicyLossStep:
         norm = values.pop("gradient norm", 0.0) / self.accelerator.num_processes
         bad_terms = [name for name, count in values.items() if count != 0]
         if not bad_terms and math.isfinite(loss) and math.isfinite(norm):
-            return grad_norm
+            return
         message = (
             f"step {self.state.global_step + 1}: loss {loss:.6g}, gradient norm {norm:.6g}, non-finite term: "
             f"{', '.join(bad_terms) or 'unknown'} (loss_type={self.args.loss_type})"
@@ -93,15 +165,14 @@ class PolicyLossStep:
         logger.warning(f"Skipped the optimizer update at {message} (nonfinite_policy='skip').")
         model.zero_grad(set_to_none=True)  # no gradient: the optimizer leaves every parameter as it is
         self._metrics["train"]["nonfinite_skipped_steps"].append(1.0)
-        return grad_norm
 
     # ------------------------------------------------------------------ loss
-    def _policy_forward(self, model, inputs, compute_entropy: bool = True):
-        """(log π_θ (B, T), entropies (B, T) or None, MoE aux loss or None) of the micro-batch `inputs`, with TRL's
-        `_get_per_token_logps_and_entropies`. The seam of every hook that needs the loss's forward: it may slice
-        the rows, or add what the forward produced to `inputs` (the loss call's own dict)."""
+    def _policy_forward(self, model, inputs, compute_entropy: bool = True) -> PolicyForward:
+        """The policy forward of the micro-batch `inputs` with TRL's `_get_per_token_logps_and_entropies`. The seam
+        of every hook that needs the loss's forward: it may slice the rows, or return what else the forward produced
+        in the result (`PolicyForward`); `inputs` is never written."""
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(inputs)
-        return self._get_per_token_logps_and_entropies(
+        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model,
             input_ids,
             attention_mask,
@@ -110,8 +181,9 @@ class PolicyLossStep:
             compute_aux_loss=self.aux_loss_enabled,
             **multimodal,
         )
+        return PolicyForward(logps, entropies, aux_loss)
 
-    def _policy_batch(self, inputs, logps, entropies) -> PolicyBatch:
+    def _policy_batch(self, inputs, forward: PolicyForward) -> PolicyBatch:
         mask = loss_mask(inputs)
         advantages = inputs["advantages"]
         if advantages.dim() == 1:
@@ -120,15 +192,17 @@ class PolicyLossStep:
         sampling_ratio = None
         if self.use_vllm and self.vllm_importance_sampling_correction:
             sampling_ratio = inputs["importance_sampling_ratio"]
+        logps = forward.logps
+        extras = inputs if forward.router_logps is None else {**inputs, "router_logps": forward.router_logps}
         return PolicyBatch(
             logps=logps,
             old_logps=logps.detach() if old_logps is None else old_logps,
             advantages=advantages,
             mask=mask,
             ref_logps=inputs.get("ref_per_token_logps"),
-            entropies=entropies,
+            entropies=forward.entropies,
             sampling_ratio=sampling_ratio,
-            extras=inputs,
+            extras=extras,
             state=self.zoo_state,
         )
 
@@ -138,9 +212,15 @@ class PolicyLossStep:
         return self.zoo_state.get("kl_coef", self.beta)
 
     def _compute_loss(self, model, inputs):
+        """TRL's loss of one micro-batch: the policy loss."""
+        return self._policy_loss(model, inputs)[0]
+
+    def _policy_loss(self, model, inputs) -> tuple[torch.Tensor, PolicyForward]:
+        """The policy loss of the micro-batch (module docstring) and the policy forward it was computed from."""
         mode = "train" if self.model.training else "eval"
-        logps, entropies, aux_loss = self._policy_forward(model, inputs)
-        batch = self._policy_batch(inputs, logps, entropies)
+        forward = self._policy_forward(model, inputs)
+        logps, entropies, aux_loss = forward.logps, forward.entropies, forward.aux_loss
+        batch = self._policy_batch(inputs, forward)
         mask = batch.mask
 
         entropy_mask = None
@@ -199,10 +279,11 @@ class PolicyLossStep:
         if mode == "train":
             for name, (total, count) in world_totals.items():
                 self.step_means.add(name, total, count)
-        return loss
+        return loss, forward
 
     def _entropy_bonus(self, entropies, effective_mask, mode: str, accumulation_steps: float):
-        """TRL's entropy bonus: coef · mean entropy over the effective mask, with its adaptive controller."""
+        """TRL's entropy bonus: coef · mean entropy over the effective mask; in adaptive mode the micro-batch's
+        (Σ m·H, Σ m) join the optimizer step's window, which `_update_entropy_coefficient` reads."""
         entropy = (entropies * effective_mask).sum() / effective_mask.sum().clamp(min=1.0) / accumulation_steps
         if self.use_adaptive_entropy:
             coef = self.entropy_coef if self._last_world_entropy <= self.args.entropy_target else 0.0
@@ -211,16 +292,23 @@ class PolicyLossStep:
         if self.use_adaptive_entropy and mode == "train":
             stats = torch.stack([(entropies * effective_mask).sum(), effective_mask.sum()]).detach()
             self._entropy_window_stats = stats if self._entropy_window_stats is None else self._entropy_window_stats + stats
-            if self.accelerator.sync_gradients:
-                totals = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
-                world_entropy = (totals[0] / totals[1].clamp(min=1.0)).item()
-                delta = self.args.entropy_coef_delta if world_entropy <= self.args.entropy_target else -self.args.entropy_coef_delta
-                self.entropy_coef = min(max(self.entropy_coef + delta, self.args.entropy_coef_min), self.args.entropy_coef_max)
-                self._last_world_entropy = world_entropy
-                self._entropy_window_stats = None
-        if mode == "train" and self.accelerator.sync_gradients:
-            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
         return coef * entropy
+
+    def _update_entropy_coefficient(self):
+        """TRL's adaptive entropy controller, once per optimizer step (UPDATED): with H̄ the step's token-mean
+        entropy over every process, coef ← clip(coef ± entropy_coef_delta, entropy_coef_min, entropy_coef_max), up
+        when H̄ ≤ entropy_target; the coefficient is logged with the step (also a fixed one)."""
+        if not self._entropy_bonus_enabled:
+            return
+        if self.use_adaptive_entropy and self._entropy_window_stats is not None:
+            totals = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
+            world_entropy = (totals[0] / totals[1].clamp(min=1.0)).item()
+            target, delta = self.args.entropy_target, self.args.entropy_coef_delta
+            coef = self.entropy_coef + (delta if world_entropy <= target else -delta)
+            self.entropy_coef = min(max(coef, self.args.entropy_coef_min), self.args.entropy_coef_max)
+            self._last_world_entropy = world_entropy
+            self._entropy_window_stats = None
+        self._metrics["train"]["entropy_coef"].append(self.entropy_coef)
 
     # ------------------------------------------------------------------ metrics
     def _log_term_metrics(self, metrics: dict, mask: torch.Tensor, mode: str) -> dict[str, tuple[float, float]]:
@@ -310,8 +398,10 @@ class _OptimizerStepCallback(TrainerCallback):
         if trainer is not None:
             trainer.step_means.pop()  # loss calls made outside training (tests, evaluation) belong to no step
             trainer._step_health = {}
+            trainer._entropy_window_stats = None
 
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self._trainer()
         if trainer is not None:
-            trainer._after_optimizer_step(state.global_step, trainer.step_means.pop())
+            step = OptimizerStep(StepPhase.UPDATED, state.global_step, means=trainer.step_means.pop())
+            trainer._on_optimizer_step(step)

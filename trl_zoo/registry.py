@@ -1,10 +1,10 @@
 """The plugin tables.
 
 A table maps a name to an entry: a function, a one-line description, the paper it comes from and its typed spec
-(`trl_zoo/specs.py`: `LossSpec` for losses, `AdvantageSpec` for estimators), built from the declarations passed
-to `register`, defaults for the rest. Entries are added with the table's decorator
-(``@LOSSES.register("name", ...)``) or, for third-party packages, through a package entry point in the table's
-group (``trl_zoo.losses`` for losses), loaded the first time the table is read; a bare function gets the defaults.
+(`trl_zoo/specs.py`: `LossSpec` for losses, `AdvantageSpec` for estimators, `SamplerSpec` for samplers), built from
+the declarations passed to `register`, defaults for the rest. Entries are added with the table's decorator
+(``@LOSSES.register("name", ...)``) or, for third-party packages, through a package entry point in the table's group
+(``trl_zoo.losses`` for losses), loaded the first time the table is read; a bare function gets the defaults.
 
 Looking up an unknown name raises a ``ValueError`` that lists the known names and the closest match; registering
 a name twice raises unless ``override=True`` is passed. An entry point that fails to load (its module or attribute
@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from importlib.metadata import entry_points
 from typing import Any
 
-from .specs import AdvantageSpec, LossSpec, Spec
+from .specs import AdvantageSpec, LossSpec, SamplerSpec, Spec
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,12 @@ class Registry:
             raise ValueError(
                 f"{self.kind} {name!r}: unknown declarations {sorted(declarations)}; known: {known}."
             ) from None
+        except ValueError as error:  # a malformed PluginField
+            raise ValueError(f"{self.kind} {name!r}: {error}") from None
+        try:
+            spec.check()
+        except ValueError as error:
+            raise ValueError(f"{self.kind} {name!r}: {error}") from None
         self._entries[name] = Entry(name, fn, description.strip(), source, spec)
 
     def add_alias(self, alias: str, name: str):
@@ -140,7 +146,7 @@ LOSSES = Registry("loss", "trl_zoo.losses", LossSpec)
 AGGREGATIONS = Registry("aggregation", "trl_zoo.aggregations")
 ADVANTAGES = Registry("advantage estimator", "trl_zoo.advantages", AdvantageSpec)
 KL_ESTIMATORS = Registry("KL estimator", "trl_zoo.kl_estimators")
-SAMPLERS = Registry("sampler", "trl_zoo.samplers")
+SAMPLERS = Registry("sampler", "trl_zoo.samplers", SamplerSpec)
 
 TABLES = {
     "losses": LOSSES,

@@ -2,7 +2,14 @@
 
 A plain function registered by decorator or by entry point gets the defaults, so it is a complete plugin. A table
 builds its spec from the declarations passed to `register` (`@LOSSES.register("name", aggregation=...)`); an
-unknown declaration is an error at registration.
+unknown declaration, or a declared value the spec's `check` refuses (an unknown aggregation or estimator input, a
+malformed field), is an error at registration naming the entry.
+
+Every spec of a loss, an estimator or a sampler carries
+
+- `fields`: the plugin's own hyperparameters (`PluginField`), accepted by `GRPOConfig(...)` as keywords, by YAML
+  configs and by `trl-zoo train` as flags, read by the plugin as `args.<name>`;
+- `validate(args)`: the checks of the settings it reads, run when the `GRPOConfig` is built.
 """
 
 from __future__ import annotations
@@ -11,9 +18,78 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+FIELD_TYPES = (bool, int, float, str)
+# the AdvantageInputs fields an estimator may declare in `needs` (the rewards, G and the mask it always gets)
+ADVANTAGE_NEEDS = ("score_sq_norms", "values", "token_penalty")
+
+
+def no_checks(args) -> None:
+    """The default `validate` of estimators and samplers: nothing to check."""
+
+
+@dataclass(frozen=True)
+class PluginField:
+    """One hyperparameter of a plugin: `--name V` on the command line, `name: V` in a YAML config, `name=V` in
+    `GRPOConfig(...)`, read as `args.name` (stored in `GRPOConfig.plugin_args`). A value must have `type` (an int is
+    accepted for a float) and lie in `choices` or in the closed range [low, high] (a bound None is open)."""
+
+    name: str
+    type: type = float
+    default: Any = None
+    help: str = ""
+    low: float | None = None
+    high: float | None = None
+    choices: tuple | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier() or self.name.startswith("_"):
+            raise ValueError(f"field {self.name!r}: a field name must be a Python identifier not starting with '_'.")
+        if self.type not in FIELD_TYPES:
+            raise ValueError(f"field {self.name!r}: type {self.type!r}; use one of bool, int, float, str.")
+        if self.default is not None:
+            self.checked(self.default)
+
+    def checked(self, value):
+        """`value` as this field's type; a one-line ValueError naming the field when it has the wrong type or range."""
+        if value is None:
+            return None
+        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
+            raise ValueError(f"{self.name}: expected {self.type.__name__}, got {value!r}.")
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"{self.name}: got {value!r}; use one of {', '.join(map(str, self.choices))}.")
+        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
+            bounds = f"[{'-inf' if self.low is None else self.low}, {'inf' if self.high is None else self.high}]"
+            raise ValueError(f"{self.name}: must be in {bounds}, got {value!r}.")
+        return value
+
+    @property
+    def description(self) -> str:
+        """The help text with the range or the choices, as `trl-zoo train --help` shows it."""
+        text = self.help.strip()
+        text = text if not text or text.endswith(".") else text + "."
+        if self.choices is not None:
+            return f"{text} One of {', '.join(map(str, self.choices))}.".strip()
+        if self.low is None and self.high is None:
+            return text
+        bounds = f"[{'-inf' if self.low is None else self.low}, {'inf' if self.high is None else self.high}]"
+        return f"{text} In {bounds}.".strip()
+
+
+def _check_fields(fields) -> None:
+    names = [field.name for field in fields]
+    if not all(isinstance(field, PluginField) for field in fields):
+        raise ValueError("fields: declare each as trl_zoo.PluginField(name, type, default, help, low, high).")
+    if len(set(names)) != len(names):
+        raise ValueError(f"fields: a name is declared twice in {names}.")
+
 
 def check_clip_range(args) -> None:
-    """The PPO clip range [1 − ε_low, 1 + ε_high] and TRL's two-sided cap δ, as every loss but CISPO reads them."""
+    """The PPO clip range [1 − ε_low, 1 + ε_high], TRL's two-sided cap δ and the dual clip c, as every loss but
+    CISPO reads them."""
+    if getattr(args, "dual_clip", None) is not None and args.dual_clip <= 1:
+        raise ValueError(f"dual_clip: must be > 1, got {args.dual_clip}.")
     if args.epsilon >= 1:
         raise ValueError(f"epsilon: {args.epsilon} makes the lower clip bound 1 − ε ≤ 0; use ε in [0, 1).")
     upper_clip = args.epsilon_high if args.epsilon_high is not None else args.epsilon
@@ -42,7 +118,10 @@ def check_clipped_objective(args) -> None:
 
 @dataclass(frozen=True)
 class Spec:
-    """No declarations (aggregations, KL estimators, samplers)."""
+    """No declarations (aggregations, KL estimators)."""
+
+    def check(self) -> None:
+        """Raise a ValueError for declarations that cannot work (called at registration)."""
 
 
 @dataclass(frozen=True)
@@ -57,12 +136,42 @@ class LossSpec:
     # once after every optimizer step: (persistent state, args, the step's token-mean metrics) -> metrics to log
     on_optimizer_step: Callable[[dict, Any, dict[str, float]], dict[str, float] | None] | None = None
     validate: Callable[[Any], None] = check_clip_range  # raise ValueError for settings this loss cannot use
+    fields: tuple[PluginField, ...] = ()  # its own hyperparameters
+
+    def check(self) -> None:
+        from . import aggregation  # noqa: F401  (fills the aggregation table)
+        from .registry import AGGREGATIONS
+
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError("aggregation: " + AGGREGATIONS.unknown_message(self.aggregation))
+        _check_fields(self.fields)
 
 
 @dataclass(frozen=True)
 class AdvantageSpec:
     """What an advantage estimator `fn(inputs: AdvantageInputs, args) -> advantages` declares."""
 
-    needs: tuple[str, ...] = ()  # AdvantageInputs fields beyond the rewards: "score_sq_norms", "values"
+    needs: tuple[str, ...] = ()  # AdvantageInputs fields beyond the rewards: ADVANTAGE_NEEDS
     token_level: bool = False  # returns (N, T) per-token advantages
     nonnegative_rewards: bool = False  # defined for rewards ≥ 0 only (a pass rate): no negative shaping or KL reward
+    validate: Callable[[Any], None] = no_checks  # raise ValueError for settings this estimator cannot use
+    fields: tuple[PluginField, ...] = ()  # its own hyperparameters
+
+    def check(self) -> None:
+        unknown = [need for need in self.needs if need not in ADVANTAGE_NEEDS]
+        if isinstance(self.needs, str) or unknown:
+            raise ValueError(
+                f"needs: unknown estimator input {unknown or self.needs!r}; known: {', '.join(ADVANTAGE_NEEDS)}."
+            )
+        _check_fields(self.fields)
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    """What a sampler `fn(session: SamplingSession, args) -> SampledBatch` declares."""
+
+    validate: Callable[[Any], None] = no_checks  # raise ValueError for settings this sampler cannot use
+    fields: tuple[PluginField, ...] = ()  # its own hyperparameters
+
+    def check(self) -> None:
+        _check_fields(self.fields)

@@ -14,16 +14,20 @@ composition of one-concept layers, each overriding TRL's methods (or a seam of o
     CriticMixin              value passes, value loss around the policy loss        hooks/critic.py
     AdvantageMixin           advantage estimators replace TRL's advantages          hooks/advantages.py
     KLControlMixin           KL in the reward, adaptive β, reference resets         hooks/kl_control.py
-    RewardsMixin             the reward seam `_calculate_rewards`: shaping, NaN/±inf  hooks/rewards.py
+    RewardsMixin             the reward call `_scored_rewards`: shaping, NaN/±inf    hooks/rewards.py
                              checks, per-function rewards, task and total sums
     PolicyLossStep           the loss step: `_policy_forward`, loss table, metrics  loss_step.py
     PromptLengthMixin        prompt + completion within the model's positions       hooks/prompt_length.py
     ModelObjectMixin         a policy object with no loadable name: tokenizer       hooks/model_object.py
                              check, reference built as a frozen copy
+    GenerationMixin          the generation seam: the one override of               hooks/generation.py
+                             `_generate_and_score_completions` and `_calculate_rewards`; typed rounds
+                             (`ScoredRound`) handed to ordered hook points
     trl.GRPOTrainer
 
-The critic sits inside dynamic sampling so that its per-row tensors are regrouped with the batch, and wraps the
-advantage hook's `_estimated_advantages` (values before the estimator, value targets after). Length bucketing
+The layers above the generation seam override its hook points, never TRL's generation: per round the reward call
+(rewards), values before the advantages (critic), the advantages (estimator), value targets after (critic); per
+generation batch the rounds (dynamic sampling) and the whole-batch entries (old routers). Length bucketing
 wraps `_prepare_inputs`, which no other layer overrides: it re-cuts the buffer TRL built from the batch every
 generation layer has finished, and the resume layer saves the re-cut buffer. See
 docs/architecture.md for the pipeline of one step.
@@ -41,6 +45,7 @@ from .config import GRPOConfig, to_zoo_config
 from .gguf_checkpoint import policy_path
 from .hooks.advantages import AdvantageMixin
 from .hooks.critic import CriticMixin
+from .hooks.generation import GenerationMixin
 from .hooks.kl_control import KLControlMixin
 from .hooks.length_bucketing import LengthBucketingMixin
 from .hooks.model_object import ModelObjectMixin
@@ -146,6 +151,7 @@ class GRPOTrainer(
     PolicyLossStep,
     PromptLengthMixin,
     ModelObjectMixin,
+    GenerationMixin,
     TRLGRPOTrainer,
 ):
     """Drop-in `trl.GRPOTrainer`: same constructor, `loss_type` from the plugin table (see `trl-zoo list`)."""
@@ -166,8 +172,3 @@ class GRPOTrainer(
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         check_finite_parameters(self.model)
         self._name, self._paper = training_method(self.args)  # what TRL's model card names and cites
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        # A dict of this call's own: hooks add what the policy forward produced (router statistics, hidden states)
-        # to it, and TRL's buffered micro-batch, reused by later iterations, stays as TRL made it.
-        return super().compute_loss(model, dict(inputs), return_outputs, num_items_in_batch)

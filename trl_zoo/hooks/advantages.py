@@ -4,14 +4,16 @@ TRL computes the advantages inside `_generate_and_score_completions` from the re
 batch (all processes) and keeps this process's slice. With `advantage_estimator` set (or `kl_placement="reward"`,
 which needs the rewards before the baseline; the estimator is then "grpo", TRL's own), this hook
 
-1. lets TRL generate and score the batch (`super()._generate_and_score_completions`);
-2. takes the rewards TRL used from the reward seam (`hooks/rewards.py`): R_i = Σ_k w_k R_{i,k} over the whole
+1. receives each generation round scored by TRL (the generation seam's `_replace_advantages(scored)`,
+   `hooks/generation.py`);
+2. takes the rewards TRL used from the round (`ScoredRound.total_rewards()`): R_i = Σ_k w_k R_{i,k} over the whole
    batch (all processes, reward shaping included; NaN where every function returned None), subtracts β Σ_t KL_t for
    `kl_placement="reward"` (`KLControlMixin.reward_kl_penalty`), gathers the extras the estimator declares
    (completion mask, per-token penalty, ‖s‖² for `optimal_baseline`) over processes, runs the estimator on the
    global batch and keeps this process's rows as TRL does (process index × local batch size). Per-token (N, T)
    advantages are padded to the longest completion across processes and trimmed back to the local length;
-3. replaces TRL's advantages with them.
+3. replaces TRL's advantages with them, and keeps what the estimator saw in `scored.advantage_inputs` (the critic
+   derives its value targets from it).
 
 With `multi_objective_aggregation="normalize_then_sum"` (GDPO) step 2 runs the estimator on each reward function's
 own rewards and whitens their weighted sum over the batch (`advantages.reward_decoupled_advantages`); with the
@@ -22,8 +24,8 @@ With `advantage_estimator=None` and `kl_placement="loss"` every call goes straig
 ‖s‖² for `optimal_baseline` needs Σ_v π(v)² per completion token. TRL's fused LM head computes it in its tiles
 (`log_sum_sq_probs`) without the full logits: at init a second fused head with that output enabled is built with
 TRL's `add_fused_lm_head` and kept aside (the model keeps TRL's head, so TRL's own passes cost nothing extra); one
-no-grad pass over the generation batch swaps it in and reads Σ_v π(v)² and log π (the latter reused for the reward
-KL when TRL has no old log-probs). That pass supports text models only.
+no-grad pass over the generation batch (`_generation_pass`) swaps it in and reads Σ_v π(v)² and log π (the latter
+reused for the reward KL when TRL has no old log-probs). That pass supports text models only.
 
 Logged: `advantages/mean`, `advantages/std`, `advantages/abs_max` over the scorable completions (tokens for
 per-token advantages) of the whole batch, and `kl_reward/penalty` (mean β Σ_t KL_t) for the reward placement.
@@ -33,12 +35,12 @@ from __future__ import annotations
 
 import torch
 from accelerate.utils import is_peft_model
-from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import add_fused_lm_head
 
 from ..advantages import AdvantageInputs, reward_decoupled_advantages, score_sq_norms
 from ..model_inputs import forward_inputs, is_multimodal, loss_mask
 from ..registry import ADVANTAGES
+from .generation import ScoredRound, row_chunks
 
 _FUSED_OUTPUTS_WITH_SQUARES = ("log_probs", "entropy", "log_sum_sq_probs")
 
@@ -74,21 +76,21 @@ class AdvantageMixin:
         model = self.accelerator.unwrap_model(self.model)
         return model.get_base_model() if is_peft_model(model) else model
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
+    def _replace_advantages(self, scored: ScoredRound) -> None:
+        super()._replace_advantages(scored)
         if self.advantage_entry is not None:
-            output["advantages"] = self._estimated_advantages(output)
-        return output
+            scored.batch["advantages"] = self._estimated_advantages(scored)
 
     # ------------------------------------------------------------------ estimation
-    def _estimated_advantages(self, output: dict) -> torch.Tensor:
+    def _estimated_advantages(self, scored: ScoredRound) -> torch.Tensor:
+        output = scored.batch
         mode = "train" if self.model.training else "eval"
         num_generations = self.num_generations if mode == "train" else self.num_generations_eval
         mask = loss_mask(output)
         local_rows, local_length = mask.shape
 
-        rewards = self.total_rewards()  # of this batch's scoring, all processes (the reward seam, hooks/rewards.py)
-        unscorable = torch.isnan(self.rewards_per_func).all(dim=1)
+        rewards = scored.total_rewards()  # of this round, all processes (the reward seam, hooks/rewards.py)
+        unscorable = scored.unscorable
 
         policy_logps = output.get("old_per_token_logps")
         norms = None
@@ -118,11 +120,11 @@ class AdvantageMixin:
             score_sq_norms=norms,
             values=values,
         )
-        self.last_advantage_inputs = estimator_inputs  # global; the critic derives its value targets from it
+        scored.advantage_inputs = estimator_inputs  # global; the critic derives its value targets from it
         if self.multi_objective_aggregation == "normalize_then_sum":  # GDPO: the estimator per reward function
-            weights = self.reward_weights.to(rewards.device)
+            weights = scored.reward_weights.to(rewards.device)
             advantages = reward_decoupled_advantages(
-                self.advantage_entry, estimator_inputs, self.rewards_per_func, weights, self.args
+                self.advantage_entry, estimator_inputs, scored.rewards_per_func, weights, self.args
             )
         else:
             advantages = self.advantage_entry.fn(estimator_inputs, self.args)
@@ -142,15 +144,13 @@ class AdvantageMixin:
     def _policy_logps(self, output: dict) -> torch.Tensor:
         """log π(y_t) of the sampled tokens under the current policy, no grad (TRL's own log-prob pass)."""
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(output)
-        mode = "train" if self.model.training else "eval"
-        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+        with self._generation_pass("reward_kl_logps") as chunk:
             logps, _, _ = self._get_per_token_logps_and_entropies(
                 self.model,
                 input_ids,
                 attention_mask,
                 logits_to_keep,
-                batch_size=batch_size,
+                batch_size=chunk,
                 **multimodal,
             )
         return logps
@@ -162,15 +162,13 @@ class AdvantageMixin:
         input_ids, attention_mask, length, _ = forward_inputs(output)
         labels = input_ids.masked_fill(attention_mask == 0, -100)
         labels[:, :-length] = -100
-        mode = "train" if self.model.training else "eval"
-        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+
         logps, log_squares = [], []
         target = self._lm_head_owner()
         trl_forward, target.forward = target.forward, self._squares_forward  # for this pass only
         try:
-            with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-                for start in range(0, input_ids.size(0), batch_size):
-                    rows = slice(start, start + batch_size)
+            with self._generation_pass("score_sq_norms") as chunk:
+                for rows in row_chunks(input_ids.size(0), chunk):
                     with self.accelerator.autocast():
                         fused = self.model(
                             input_ids=input_ids[rows], attention_mask=attention_mask[rows], labels=labels[rows],

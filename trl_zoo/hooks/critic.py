@@ -13,8 +13,9 @@ The critic shares the frozen base model with the policy, in one of two forms (``
 - ``"head"`` (the fallback for a model without PEFT): an MLP head (one hidden layer) on the policy's own last hidden
   states, *detached*: the value regression never moves the policy, so the policy objective stays PPO's and the
   trust region is not bypassed by a critic gradient. The hidden states are read from the loss's policy forward
-  (`_policy_forward`) by a forward hook on the backbone (no extra forward); when that forward did not run over
-  every row (value pre-training, ``skip_zero_advantage``) a no-grad backbone pass supplies them.
+  (`_policy_forward`, returned in its `PolicyForward`) by a forward hook on the backbone (no extra forward); the rows
+  that forward skipped (``skip_zero_advantage``) get theirs from a no-grad backbone pass over those rows only, and
+  value pre-training, which runs no policy forward, from a no-grad pass over the micro-batch.
 
 Why the adapter is the default for PEFT policies: it is a critic with a representation of its own, as PPO's and
 VAPO's separate value model is, while a head on detached policy features is a probe whose inputs drift as the
@@ -28,11 +29,12 @@ so the adapter's extra backbone forward and backward per micro-batch weighs less
 Either way the value loss reaches only the critic's parameters (the value adapter and head, or the head), and the
 policy loss only the policy's: the critic adds no gradient to the policy and the policy none to the critic.
 
-Generation side (`_estimated_advantages`, just outside the advantage hook): a no-grad value pass stores
-``old_values`` (B, T) in the batch; the advantage hook hands them to the estimator as ``AdvantageInputs.values``
-over the global batch; then the value targets (``value_targets``, Monte-Carlo λ = 1 during value pre-training) and,
-for VAPO's positive-example loss, ``positive_example`` (task reward > threshold) are added per row. They travel with
-the batch through TRL's shuffling and splitting and through dynamic sampling's regrouping.
+Generation side (the generation seam's hook points around the advantage hook's `_replace_advantages`): before it
+(`_before_advantages`), a no-grad value pass stores ``old_values`` (B, T) in the batch; the advantage hook hands
+them to the estimator as ``AdvantageInputs.values`` over the global batch; after it (`_after_advantages`, from the
+estimator's inputs in `scored.advantage_inputs`), the value targets (``value_targets``, Monte-Carlo λ = 1 during
+value pre-training) and, for VAPO's positive-example loss, ``positive_example`` (task reward > threshold) are added
+per row. They travel with the batch through TRL's shuffling and splitting and through dynamic sampling's regrouping.
 
 Loss side (`compute_loss`): the policy loss as the trainer computes it (skipped while
 ``state.global_step < vapo_value_warmup_steps``), plus ``value_coef`` × the clipped value loss, plus
@@ -45,8 +47,8 @@ The critic's parameters form their own optimizer group (``value_learning_rate``,
 trainer's optimizer and scheduled with it. Its weights are saved as ``critic.pt`` next to the model (each
 checkpoint included) and loaded back when training resumes from a checkpoint. Several processes: DDP only; the
 critic's parameters are kept out of DDP (the value passes run outside the wrapped forward) and their gradients are
-averaged by the hook at each optimizer step, before clipping. DeepSpeed and FSDP shard the parameters and are
-refused.
+averaged by the hook at each optimizer step (`_on_optimizer_step`, GRADIENTS), before clipping. DeepSpeed and FSDP
+shard the parameters and are refused.
 
 Logged: ``critic/value_loss``, ``critic/clip_fraction``, ``critic/value_mean`` (training), and per generation
 batch ``critic/explained_variance`` (1 − Var(R̂ − V_old)/Var(R̂), the critic before this batch against its new
@@ -60,6 +62,7 @@ from __future__ import annotations
 import copy
 import os
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 
 import torch
 from accelerate.utils import DistributedType, is_peft_model
@@ -74,15 +77,14 @@ from ..critic import (
     positive_example_nll,
     value_targets,
 )
+from ..loss_step import OptimizerStep, PolicyForward, StepPhase
+from .generation import ScoredRound, row_chunks
 from ..model_inputs import forward_inputs, is_multimodal, loss_mask
 from ..registry import ADVANTAGES
 
 VALUE_ADAPTER = "value"
 VALUE_HEAD = "trl_zoo_value_head"
 CRITIC_FILE = "critic.pt"
-# what the loss step's policy forward adds to the micro-batch of the loss call (GRPOTrainer.compute_loss's own dict)
-POLICY_LOGPS = "policy_logps"
-POLICY_HIDDEN_STATES = "policy_hidden_states"
 # distributed setups that shard parameters: the critic's own gradient averaging does not apply there
 _SHARDED = (DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.MEGATRON_LM)
 
@@ -159,16 +161,16 @@ class CriticMixin:
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.model, names)
 
     def _share_critic_weights_across_processes(self):
-        """Start every process from rank 0's critic weights; their gradients are averaged by `training_step`."""
+        """Start every process from rank 0's critic weights; their gradients are averaged at each optimizer step
+        (`_on_optimizer_step`, GRADIENTS: before clipping)."""
         with torch.no_grad():
             for parameter in self.critic_parameters:
                 torch.distributed.broadcast(parameter.data, src=0)
 
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.critic_mode is not None and self.accelerator.num_processes > 1 and self.accelerator.sync_gradients:
+    def _on_optimizer_step(self, step: OptimizerStep):
+        super()._on_optimizer_step(step)
+        if step.phase is StepPhase.GRADIENTS and self.critic_mode is not None and self.accelerator.num_processes > 1:
             self._average_critic_gradients()
-        return loss
 
     def _average_critic_gradients(self):
         """All-reduce (mean) the critic's accumulated gradients in one flat tensor, before clipping and the step."""
@@ -230,12 +232,12 @@ class CriticMixin:
             model.set_adapter(policy_adapter)
             self._restore_trainable()
 
-    def _hidden_states(self, batch: dict, rows: slice | None = None) -> torch.Tensor:
-        """Last hidden states at the positions that predict the completion tokens, (B, T, H), with the active
-        adapter; gradient as the caller's grad mode."""
+    def _hidden_states(self, batch: dict, rows: slice | torch.Tensor | None = None) -> torch.Tensor:
+        """Last hidden states at the positions that predict the completion tokens, (B, T, H) (of `rows` only, a
+        slice or indices, when given), with the active adapter; gradient as the caller's grad mode."""
         if is_multimodal(batch):
             raise NotImplementedError("advantage_estimator='gae': the critic supports text-only models.")
-        rows = rows or slice(None)
+        rows = slice(None) if rows is None else rows
         input_ids, attention_mask, length, _ = forward_inputs(batch)
         with self.accelerator.autocast():
             output = self._backbone()(input_ids=input_ids[rows], attention_mask=attention_mask[rows], use_cache=False)
@@ -257,25 +259,25 @@ class CriticMixin:
             return self.value_head(self._hidden_states(batch).float())
 
     def _generation_values(self, output: dict) -> torch.Tensor:
-        """V_old(s_t) of a freshly generated batch, no grad, in chunks of the per-device batch size."""
-        training = self.model.training
-        chunk = self.args.per_device_train_batch_size if training else self.args.per_device_eval_batch_size
+        """V_old(s_t) of a freshly generated batch, no grad (the generation seam's `_generation_pass`)."""
         rows = output["completion_ids"].size(0)
-        with torch.no_grad(), self._critic_active():
-            values = [
-                self.value_head(self._hidden_states(output, slice(start, start + chunk)).float())
-                for start in range(0, rows, chunk)
-            ]
+        with self._generation_pass("critic_values") as chunk, self._critic_active():
+            values = [self.value_head(self._hidden_states(output, part).float()) for part in row_chunks(rows, chunk)]
         return torch.cat(values)
 
     # ------------------------------------------------------------------ generation side
-    def _estimated_advantages(self, output: dict) -> torch.Tensor:
+    def _before_advantages(self, scored: ScoredRound) -> None:
+        super()._before_advantages(scored)
+        if self.critic_mode is not None:
+            scored.batch["old_values"] = self._generation_values(scored.batch)
+
+    def _after_advantages(self, scored: ScoredRound) -> None:
+        super()._after_advantages(scored)
         if self.critic_mode is None:
-            return super()._estimated_advantages(output)
+            return
+        output = scored.batch
         mode = "train" if self.model.training else "eval"
-        output["old_values"] = self._generation_values(output)
-        advantages = super()._estimated_advantages(output)
-        inputs = self.last_advantage_inputs  # the global batch the estimator saw
+        inputs = scored.advantage_inputs  # the global batch the estimator saw
         warmup = self._value_warmup(mode)
         targets = value_targets(inputs, self.args, lam=1.0 if warmup else None)
         rows, length = output["completion_mask"].shape
@@ -294,54 +296,76 @@ class CriticMixin:
             metrics["critic/value_warmup"].append(float(warmup))
 
         if self.args.vapo_positive_nll_coef > 0:
-            task_rewards = self.task_rewards()  # weighted task rewards, NaN = unscorable (the reward seam)
+            task_rewards = scored.task_rewards()  # weighted task rewards, NaN = unscorable (the reward seam)
             positive = (task_rewards > self.args.vapo_positive_reward_threshold).to(output["old_values"].dtype)
             output["positive_example"] = positive[start : start + rows]
-        return advantages
 
     def _value_warmup(self, mode: str) -> bool:
         return mode == "train" and self.state.global_step < self.args.vapo_value_warmup_steps
 
     # ------------------------------------------------------------------ loss side
     def _policy_forward(self, model, inputs, compute_entropy: bool = True):
-        """The loss step's policy forward, adding to `inputs` its log-probs (``policy_logps``, for the positive-
-        example loss) and, in head mode, the backbone's last hidden states (``policy_hidden_states``, detached)."""
-        if self.critic_mode is None:
+        """The loss step's policy forward; in head mode its result also carries the backbone's last hidden states
+        (`PolicyForward.hidden_states`, detached), which the value head reads instead of a pass of its own."""
+        if self.critic_mode != "head":
             return super()._policy_forward(model, inputs, compute_entropy)
-        captured, handle = [], None
-        if self.critic_mode == "head":
-            length = inputs["completion_ids"].size(1)
+        captured = []
+        length = inputs["completion_ids"].size(1)
 
-            def keep_hidden_states(module, module_args, module_output):
-                captured.append(module_output.last_hidden_state[:, -length - 1 : -1].detach())
+        def keep_hidden_states(module, module_args, module_output):
+            captured.append(module_output.last_hidden_state[:, -length - 1 : -1].detach())
 
-            handle = self._backbone().register_forward_hook(keep_hidden_states)
+        handle = self._backbone().register_forward_hook(keep_hidden_states)
         try:
-            result = super()._policy_forward(model, inputs, compute_entropy)
+            forward = super()._policy_forward(model, inputs, compute_entropy)
         finally:
-            if handle is not None:
-                handle.remove()
-        if captured:
-            inputs[POLICY_HIDDEN_STATES] = torch.cat(captured)
-        inputs[POLICY_LOGPS] = result[0]
-        return result
+            handle.remove()
+        return replace(forward, hidden_states=torch.cat(captured)) if captured else forward
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The policy loss (none during value pre-training) plus the critic's terms, from the same policy forward."""
         if self.critic_mode is None:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if return_outputs:
+            raise ValueError("The GRPOTrainer does not support returning outputs")
         mode = "train" if self.model.training else "eval"
-        policy_loss = None
-        if not self._value_warmup(mode):
-            policy_loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        # a forward over a subset of rows (skip_zero_advantage) filled a dict of its own: its states are not here
-        hidden_states = inputs.get(POLICY_HIDDEN_STATES)
+        if self._value_warmup(mode):
+            return self._critic_loss(inputs, None, mode)
+        policy_loss, forward = self._policy_loss(model, inputs)
+        return policy_loss + self._critic_loss(inputs, forward, mode)
+
+    def _critic_loss(self, inputs: dict, forward: PolicyForward | None, mode: str) -> torch.Tensor:
+        """value_coef × the value loss (+ vapo_positive_nll_coef × the positive-example NLL when the policy forward
+        ran), each divided by the gradient-accumulation steps."""
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1
+        hidden_states = self._policy_hidden_states(inputs, forward)
         auxiliary = self.args.value_coef * self.value_loss(inputs, hidden_states, mode) / accumulation
-        if self.args.vapo_positive_nll_coef > 0 and policy_loss is not None:
-            auxiliary = auxiliary + self.args.vapo_positive_nll_coef * self._positive_nll(
-                inputs, inputs.get(POLICY_LOGPS), mode
-            ) / accumulation
-        return auxiliary if policy_loss is None else policy_loss + auxiliary
+        if self.args.vapo_positive_nll_coef > 0 and forward is not None:
+            if forward.computed_rows is not None:
+                raise RuntimeError(
+                    "vapo_positive_nll_coef: the policy forward of this micro-batch did not run on every row."
+                )
+            nll = self._positive_nll(inputs, forward.logps, mode)
+            auxiliary = auxiliary + self.args.vapo_positive_nll_coef * nll / accumulation
+        return auxiliary
+
+    def _policy_hidden_states(self, inputs: dict, forward: PolicyForward | None) -> torch.Tensor | None:
+        """Head mode: the policy forward's hidden states of every row, (B, T, H), detached; the rows it skipped
+        (`skip_zero_advantage`) from one no-grad backbone pass over those rows only. None without them."""
+        if self.critic_mode != "head" or forward is None or forward.hidden_states is None:
+            return None
+        if forward.computed_rows is None:
+            return forward.hidden_states
+        rows, computed = inputs["completion_ids"].size(0), forward.computed_rows
+        skipped = torch.ones(rows, dtype=torch.int8, device=computed.device).index_fill_(0, computed, 0)
+        # the skipped rows first; their count is known from the shapes, so no host sync
+        skipped_rows = torch.argsort(skipped, descending=True, stable=True)[: rows - computed.numel()]
+        hidden_states = forward.hidden_states.new_empty(rows, *forward.hidden_states.shape[1:])
+        hidden_states[computed] = forward.hidden_states
+        if skipped_rows.numel():
+            with torch.no_grad():
+                hidden_states[skipped_rows] = self._hidden_states(inputs, skipped_rows).to(hidden_states.dtype)
+        return hidden_states
 
     def value_loss(self, inputs: dict, hidden_states: torch.Tensor | None = None, mode: str = "train") -> torch.Tensor:
         """The clipped value loss of a micro-batch (trl_zoo.critic.clipped_value_loss), with its metrics logged."""
@@ -355,9 +379,7 @@ class CriticMixin:
         metrics["critic/value_mean"].append(result.mean_value.item())
         return result.loss
 
-    def _positive_nll(self, inputs: dict, logps: torch.Tensor | None, mode: str) -> torch.Tensor:
-        if logps is None or logps.size(0) != inputs["completion_ids"].size(0):
-            raise RuntimeError("vapo_positive_nll_coef: the policy forward of this micro-batch did not run on every row.")
+    def _positive_nll(self, inputs: dict, logps: torch.Tensor, mode: str) -> torch.Tensor:
         positive = inputs["positive_example"]
         nll = positive_example_nll(logps, loss_mask(inputs), positive)
         self._metrics[mode]["vapo/positive_nll"].append(nll.item())

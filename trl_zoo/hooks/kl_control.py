@@ -18,8 +18,9 @@
   ``ref_reset_optimizer=True`` also clears the optimizer state, as ProRL does. A generation batch already sampled
   keeps the reference log-probs it was scored with: the new reference takes effect from the next generation.
 
-Per-step work runs in the loss step's per-optimizer-step seam `_after_optimizer_step` (once after every optimizer
-step, before that step's log), so its result is logged with the step.
+Per-step work runs in the loss step's per-optimizer-step seam `_on_optimizer_step` at its UPDATED point (once after
+every optimizer step, after the loss entry's own rule, before that step's log), so its result is logged with the
+step.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from accelerate.utils import is_peft_model
 from trl.trainer.callbacks import SyncRefModelCallback
 
 from ..kl import adaptive_kl_coefficient, proportional_kl_coefficient
+from ..loss_step import OptimizerStep, StepPhase
 from ..model_inputs import loss_mask
 
 REF_ADAPTER = "ref"  # the adapter name TRL's reference pass looks for
@@ -46,20 +48,10 @@ class KLControlMixin:
             self.zoo_state["kl_coef"] = float(self.beta)
 
     def _validate_kl_options(self):
+        """What needs the launch: a PEFT reference adapter under ZeRO-3 (the config's own contradictions, such as
+        beta = 0 with a KL option, are refused when the GRPOConfig is built)."""
         args = self.args
-        if args.beta == 0.0:
-            for name, active in (
-                ("kl_placement", args.kl_placement == "reward"),
-                ("kl_target", args.kl_target is not None),
-                ("ref_reset_steps", args.ref_reset_steps is not None),
-            ):
-                if active:
-                    raise ValueError(f"{name}: needs a KL coefficient; set beta > 0 (with beta = 0 there is no KL).")
         if args.ref_reset_steps is not None:
-            if args.sync_ref_model:
-                raise ValueError(
-                    "ref_reset_steps: TRL's sync_ref_model also moves the reference; use only one of them."
-                )
             deepspeed_plugin = AcceleratorState().deepspeed_plugin
             if self.ref_model is None and deepspeed_plugin is not None and deepspeed_plugin.zero_stage == 3:
                 raise NotImplementedError(
@@ -77,8 +69,11 @@ class KLControlMixin:
         return self.kl_coefficient * per_token_kl * loss_mask(output)
 
     # ------------------------------------------------------------------ after each optimizer step
-    def _after_optimizer_step(self, global_step: int, step_means: dict[str, float]):
-        super()._after_optimizer_step(global_step, step_means)
+    def _on_optimizer_step(self, step: OptimizerStep):
+        super()._on_optimizer_step(step)
+        if step.phase is not StepPhase.UPDATED:
+            return
+        global_step, step_means = step.global_step, step.means
         metrics = self._metrics["train"]
         if self.args.kl_target is not None:
             if "kl" in step_means:  # the loss step's KL(π_θ ‖ π_ref), token mean over the step

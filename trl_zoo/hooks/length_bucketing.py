@@ -40,11 +40,12 @@ The same test refuses the other terms normalised per micro-batch: the entropy bo
 entropy), `top_entropy_quantile` < 1 (the quantile spans the micro-batch), the MoE router auxiliary loss, and the
 critic of `advantage_estimator="gae"`, whose value loss and positive-example LM loss are local token means. A loss
 whose per-row term depends on other rows or on the padded width (Clip-Cov, KL-Cov: covariance over the micro-batch)
-is refused after a probe on synthetic batches (`row_grouping_probe`). The KL term (per token, in the aggregated
-term), the off-policy sequence mask and vLLM's importance-sampling ratio are per row. `skip_zero_advantage` slices
-rows of a micro-batch after bucketing and keeps every normaliser, so the two compose. With steps_per_generation =
-gradient_accumulation_steps = 1 the one micro-batch is the whole batch, padded by TRL to its own longest rows:
-nothing changes.
+is refused after a probe on synthetic batches (`row_grouping_probe`). All of these but the auxiliary loss (which
+needs the model) are checked when the `GRPOConfig` is built (`check_length_bucketing`). The KL term (per token, in
+the aggregated term), the off-policy sequence mask and vLLM's importance-sampling ratio are per row.
+`skip_zero_advantage` slices rows of a micro-batch after bucketing and keeps every normaliser, so the two compose.
+With steps_per_generation = gradient_accumulation_steps = 1 the one micro-batch is the whole batch, padded by TRL to
+its own longest rows: nothing changes.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ import torch
 
 from ..batch_layout import batch_layouts, trim_padding
 from ..losses.base import PolicyBatch
-from ..registry import AGGREGATIONS
+from ..registry import ADVANTAGES, AGGREGATIONS
 from .skip_zero_advantage import _equal_to_rounding
 
 # Aggregations whose optimizer-step loss does not depend on how its rows are grouped into micro-batches (see above).
@@ -74,38 +75,12 @@ class LengthBucketingMixin:
         self.length_bucketing = bool(self.args.length_bucketing) and self._check_length_bucketing()
 
     def _check_length_bucketing(self) -> bool:
-        entry = self.loss_entry
-        aggregation = AGGREGATIONS.get(self.args.loss_aggregation or entry.spec.aggregation).name
-        if aggregation not in GROUPING_INVARIANT_AGGREGATIONS:
-            why = (
-                "normalises each micro-batch by its own token count"
-                if aggregation == "token_mean_local"
-                else "is not known to be invariant to how rows are grouped into micro-batches"
-            )
-            raise ValueError(
-                f"length_bucketing: the aggregation {aggregation!r} (loss {entry.name!r}) {why}, so re-grouping rows "
-                f"would change the loss and gradient; set length_bucketing=False or use one of "
-                f"{', '.join(GROUPING_INVARIANT_AGGREGATIONS)}."
-            )
-        reasons = []
-        if self._entropy_bonus_enabled:
-            reasons.append("the entropy bonus (a token mean per micro-batch)")
-        if self.top_entropy_quantile < 1.0:
-            reasons.append(f"top_entropy_quantile={self.top_entropy_quantile} (a quantile per micro-batch)")
+        """The one condition that needs the model (every other one is checked when the config is built,
+        `check_length_bucketing`): a MoE router auxiliary loss is a mean per micro-batch."""
         if self.aux_loss_enabled:
-            reasons.append("the MoE router auxiliary loss (per micro-batch)")
-        if getattr(self, "critic_mode", None) is not None:
-            reasons.append("the critic's value loss (advantage_estimator='gae': a token mean per micro-batch)")
-        if reasons:
             raise ValueError(
-                f"length_bucketing: {', '.join(reasons)} would change when rows are re-grouped; set "
-                f"length_bucketing=False or remove them."
-            )
-        problem = row_grouping_probe(entry.fn, self.args)
-        if problem:
-            raise ValueError(
-                f"length_bucketing: the loss {entry.name!r} is not row-local ({problem}), so re-grouping rows would "
-                f"change it; set length_bucketing=False."
+                "length_bucketing: the MoE router auxiliary loss (per micro-batch) would change when rows are "
+                "re-grouped; set length_bucketing=False or router_aux_loss_coef=0."
             )
         return True
 
@@ -169,6 +144,42 @@ def token_slots(micro_batches: list[dict]) -> int:
         batch["completion_ids"].size(0) * (batch["prompt_ids"].size(1) + batch["completion_ids"].size(1))
         for batch in micro_batches
     )
+
+
+def check_length_bucketing(entry, args) -> None:
+    """Raise a one-line ValueError when re-grouping rows into micro-batches would change the loss of the loss
+    `entry` under this config (its aggregation, a per-micro-batch term, a loss that is not row-local); config only."""
+    aggregation = AGGREGATIONS.get(args.loss_aggregation or entry.spec.aggregation).name
+    if aggregation not in GROUPING_INVARIANT_AGGREGATIONS:
+        why = (
+            "normalises each micro-batch by its own token count"
+            if aggregation == "token_mean_local"
+            else "is not known to be invariant to how rows are grouped into micro-batches"
+        )
+        raise ValueError(
+            f"length_bucketing: the aggregation {aggregation!r} (loss {entry.name!r}) {why}, so re-grouping rows "
+            f"would change the loss and gradient; set length_bucketing=False or use one of "
+            f"{', '.join(GROUPING_INVARIANT_AGGREGATIONS)}."
+        )
+    reasons = []
+    if args.entropy_coef != 0.0 or args.use_adaptive_entropy:  # TRL's `_entropy_bonus_enabled`
+        reasons.append("the entropy bonus (a token mean per micro-batch)")
+    if args.top_entropy_quantile < 1.0:
+        reasons.append(f"top_entropy_quantile={args.top_entropy_quantile} (a quantile per micro-batch)")
+    estimator = args.advantage_estimator
+    if estimator is not None and "values" in ADVANTAGES.get(estimator).spec.needs:
+        reasons.append("the critic's value loss (advantage_estimator='gae': a token mean per micro-batch)")
+    if reasons:
+        raise ValueError(
+            f"length_bucketing: {', '.join(reasons)} would change when rows are re-grouped; set "
+            f"length_bucketing=False or remove them."
+        )
+    problem = row_grouping_probe(entry.fn, args)
+    if problem:
+        raise ValueError(
+            f"length_bucketing: the loss {entry.name!r} is not row-local ({problem}), so re-grouping rows would "
+            f"change it; set length_bucketing=False."
+        )
 
 
 def row_grouping_probe(loss_fn, args, seed: int = 0) -> str | None:

@@ -1,11 +1,12 @@
-"""Trainer hook: the reward seam, the one override of TRL's `_calculate_rewards`.
+"""Trainer hook: the reward seam, the generation seam's `_scored_rewards` (its call of TRL's `_calculate_rewards`).
 
 - Reward shaping: the soft overlong punishment (`trl_zoo/reward_shaping.py`) is appended to the reward functions
   before TRL's constructor runs.
 - Checks: a reward function that returns NaN or ±inf is an error (or, on request, its completions drop out); below.
-- The rewards of the last scoring, (rows of the generation batch on all processes, reward functions), are kept as
-  `rewards_per_func`, with their weighted sums: `total_rewards()` (every function, what the advantages use) and
-  `task_rewards()` (without reward shaping, what dynamic sampling and VAPO's positive examples use).
+- The checked rewards, (rows of the generation batch on all processes, reward functions), reach the layers above in
+  the round's `ScoredRound` (`hooks/generation.py`), with their weighted sums `total_rewards()` (every function,
+  what the advantages use) and `task_rewards()` (without reward shaping, what dynamic sampling and VAPO's positive
+  examples use).
 
 TRL's reward contract has one way to say "I cannot score this completion": return ``None``. TRL turns it into NaN,
 and a completion for which every function returned None is unscorable (left out of the baselines, advantage 0).
@@ -40,7 +41,7 @@ import torch
 from torch import nn
 from trl.trainer.utils import is_async_callable
 
-from ..reward_shaping import is_reward_shaping, with_soft_overlong_punishment
+from ..reward_shaping import with_soft_overlong_punishment
 
 _FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 MAX_ABS_REWARD = 1e15  # (G·R)² stays far below float32's 3.4e38 in the group mean and std
@@ -51,33 +52,14 @@ class RewardOutputError(ValueError):
 
 
 class RewardsMixin:
-    """Reward shaping, NaN and ±inf checks, and the last scoring's rewards (see the module docstring)."""
-
-    rewards_per_func: torch.Tensor | None = None  # the last scoring's rewards, checked
+    """Reward shaping and the NaN and ±inf checks of the reward call (see the module docstring)."""
 
     def __init__(self, model, reward_funcs=None, args=None, *positional, **kwargs):
         _check_reward_funcs(reward_funcs)
         reward_funcs, args, positional, kwargs = with_soft_overlong_punishment(reward_funcs, args, positional, kwargs)
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
 
-    def total_rewards(self) -> torch.Tensor:
-        """R_i = Σ_k w_k R_{i,k} of the last scoring (NaN terms skipped), NaN where every function returned None."""
-        return self._weighted_rewards(list(range(len(self.reward_funcs))))
-
-    def task_rewards(self) -> torch.Tensor:
-        """R_i over the task reward functions only (reward shaping left out), NaN where every one is missing."""
-        return self._weighted_rewards([k for k, fn in enumerate(self.reward_funcs) if not is_reward_shaping(fn)])
-
-    def _weighted_rewards(self, columns: list[int]) -> torch.Tensor:
-        rewards = self.rewards_per_func[:, columns]
-        weights = self.reward_weights.to(rewards.device)[columns]
-        return (rewards * weights).nansum(dim=1).masked_fill(torch.isnan(rewards).all(dim=1), float("nan"))
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        self.rewards_per_func = self._checked_rewards(inputs, prompts, completions, completion_ids_list)
-        return self.rewards_per_func
-
-    def _checked_rewards(self, inputs, prompts, completions, completion_ids_list):
+    def _scored_rewards(self, inputs, prompts, completions, completion_ids_list):
         reward_funcs = self.reward_funcs
         findings = torch.zeros(len(prompts), len(reward_funcs), dtype=torch.uint8, device=self.accelerator.device)
         examples: dict[int, str] = {}
@@ -87,7 +69,7 @@ class RewardsMixin:
             for column, fn in enumerate(reward_funcs)
         ]
         try:
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            rewards_per_func = super()._scored_rewards(inputs, prompts, completions, completion_ids_list)
         finally:
             self.reward_funcs = reward_funcs
         found = self.accelerator.gather(findings).bool()  # rows in the order of TRL's gathered rewards

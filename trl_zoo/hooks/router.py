@@ -1,15 +1,16 @@
 """Trainer hook: MoE router statistics for losses that declare ``requires_moe=True`` (RSPO).
 
-Old side, once per generation batch: when TRL keeps old log-probs (``num_iterations > 1`` or generation not aligned
-with optimizer steps; otherwise every micro-batch is on-policy and γ ≡ 1 needs nothing), the sampling policy's
-routers are recorded in one no-grad forward right after TRL's scoring, before any update, and stored per completion
-token as (B, T, L, K) tensors: ``old_router_experts`` (each MoE layer's top-K expert indices, int16) and
-``old_router_logps`` (their router log-probs, float32). TRL shuffles and splits them along dim 0 with the batch.
+Old side, once per generation batch (the generation seam's `_on_generation_batch`): when TRL keeps old log-probs
+(``num_iterations > 1`` or generation not aligned with optimizer steps; otherwise every micro-batch is on-policy and
+γ ≡ 1 needs nothing), the sampling policy's routers are recorded in one no-grad forward right after TRL's scoring,
+before any update, and stored per completion token as (B, T, L, K) tensors: ``old_router_experts`` (each MoE layer's
+top-K expert indices, int16) and ``old_router_logps`` (their router log-probs, float32). TRL shuffles and splits
+them along dim 0 with the batch.
 
-Loss side, per micro-batch: the loss step's single policy forward (`_policy_forward`) runs with forward hooks on
-the routers that score the same old experts under the current router, detached, and the result is handed to the
-loss as ``router_logps`` in the batch extras. No second forward; the hooks are removed as soon as the forward
-returns, so gradient-checkpointing recomputation records nothing.
+Loss side, per micro-batch: the loss step's single policy forward (`_policy_forward`) runs with forward hooks on the
+routers that score the same old experts under the current router, detached, and the result is handed to the loss as
+``router_logps`` in the batch extras (from the forward's result, `PolicyForward.router_logps`). No second forward;
+the hooks are removed as soon as the forward returns, so gradient-checkpointing recomputation records nothing.
 
 The old side is its own forward rather than a capture of TRL's old-log-prob forward: that forward cannot be told
 apart from the reference forward of a PEFT model (same module, adapter disabled) without relying on TRL's call order,
@@ -18,8 +19,9 @@ and inner hooks (dynamic sampling) may assemble the batch from several generatio
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
-from trl.models.utils import disable_gradient_checkpointing
 
 from ..model_inputs import forward_inputs
 from ..moe import RouterLogpsRecorder, find_routers
@@ -41,33 +43,22 @@ class RouterStatsMixin:
                     f"Qwen3-MoE, Mixtral, ...) but {type(self.model).__name__} has none; use a dense loss such as "
                     f"'gmpo'."
                 )
-            if getattr(self.args, "skip_zero_advantage", False):
-                raise ValueError(
-                    f"skip_zero_advantage: not supported with loss_type {entry.name!r}, whose router statistics are "
-                    f"recorded for every sequence of the micro-batch; set skip_zero_advantage=False."
-                )
 
     # ------------------------------------------------------------------ old routers, once per generation batch
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        if self._routers and self.model.training and "old_per_token_logps" in output:
-            output["old_router_experts"], output["old_router_logps"] = self._record_old_routers(output)
-        return output
+    def _on_generation_batch(self, batch: dict) -> dict:
+        batch = super()._on_generation_batch(batch)
+        if self._routers and self.model.training and "old_per_token_logps" in batch:
+            batch["old_router_experts"], batch["old_router_logps"] = self._record_old_routers(batch)
+        return batch
 
     def _record_old_routers(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         input_ids, attention_mask, completion_length, multimodal = forward_inputs(batch)
         with (
-            torch.no_grad(),
-            disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs),
+            self._generation_pass("old_routers") as chunk,
             RouterLogpsRecorder(self._routers, input_ids.size(1), completion_length) as recorder,
         ):
             self._get_per_token_logps_and_entropies(
-                self.model,
-                input_ids,
-                attention_mask,
-                completion_length,
-                batch_size=self.args.per_device_train_batch_size,
-                **multimodal,
+                self.model, input_ids, attention_mask, completion_length, batch_size=chunk, **multimodal
             )
         return recorder.top_k()
 
@@ -79,6 +70,5 @@ class RouterStatsMixin:
         sequence_length = inputs["prompt_ids"].size(1) + completion_length
         experts = inputs["old_router_experts"]
         with RouterLogpsRecorder(self._routers, sequence_length, completion_length, experts) as recorder:
-            result = super()._policy_forward(model, inputs, compute_entropy)
-        inputs["router_logps"] = recorder.scored()  # this loss call's own dict (see GRPOTrainer.compute_loss)
-        return result
+            forward = super()._policy_forward(model, inputs, compute_entropy)
+        return replace(forward, router_logps=recorder.scored())

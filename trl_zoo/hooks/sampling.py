@@ -1,10 +1,11 @@
 """Trainer hook: dynamic sampling (`dynamic_sampling`, formulas in `trl_zoo/sampling.py`).
 
-`_generate_and_score_completions` hands the inputs TRL drew to the sampler from the sampler table through a session
-that generates lazily: reading its rounds lets TRL (and the advantage mixins below this one) generate and score
-those inputs; a sampler that filters prompts before generation (`greso`) instead draws prompt batches (gathered from
-all processes) and picks the rows of each round itself. Every round reads the task rewards of the whole batch (all
-processes) from the reward seam (`task_rewards`, `hooks/rewards.py`). Samplers may ask for more rounds: their
+The generation seam's `_generation_batch` (`hooks/generation.py`) hands the inputs TRL drew to the sampler from the
+sampler table through a session that generates lazily: reading its rounds lets TRL generate and score those inputs
+(`_scored_round`, with the per-round hook points: values, advantages); a sampler that filters prompts before
+generation (`greso`) instead draws prompt batches (gathered from all processes) and picks the rows of each round
+itself. Every round reads the task rewards of the whole batch (all processes) from its `ScoredRound`
+(`task_rewards()`, checked by the reward seam, `hooks/rewards.py`). Samplers may ask for more rounds: their
 prompts come from a stream of its own over the training set (TRL's `RepeatSampler` with one repeat, seeded with
 `seed + 1`), each process taking its slice of a generation batch as the training dataloader does. Without a sampler
 the batch is TRL's, and `informative_share` and `generated_per_trained` are logged from the same rewards (one host
@@ -48,17 +49,17 @@ class DynamicSamplingMixin:
         self.sampler = SAMPLERS.get(self.args.dynamic_sampling).fn if self.args.dynamic_sampling else None
 
     # ------------------------------------------------------------------ dynamic sampling
-    def _generate_and_score_completions(self, inputs):
+    def _generation_batch(self, inputs) -> dict:
         if not self.model.training:
-            return super()._generate_and_score_completions(inputs)
+            return super()._generation_batch(inputs)
         if self.sampler is None:
-            batch = super()._generate_and_score_completions(inputs)
-            spread = group_reward_spread(self.task_rewards(), self.num_generations)
+            scored = self._scored_round(inputs)
+            spread = group_reward_spread(scored.task_rewards(), self.num_generations)
             groups, informative = spread.numel(), int(spread.sum())
             for name, value in sampling_metrics(groups, informative, informative, self.num_generations).items():
                 self._metrics["train"][name].append(value)
-            return batch
-        session = TrainerSamplingSession(self, super()._generate_and_score_completions, inputs)
+            return scored.batch
+        session = TrainerSamplingSession(self, self._scored_round, inputs)
         sampled = self.sampler(session, self.args)
         for name, value in sampled.metrics.items():
             self._metrics["train"][name].append(value)
@@ -160,8 +161,8 @@ class TrainerSamplingSession:
         return inputs if inputs is not None else self.trainer.next_prompt_batch()
 
     def _score(self, inputs) -> Round:
-        batch = self._generate(inputs)
-        rewards = self.trainer.task_rewards().cpu()
+        scored = self._generate(inputs)
+        batch, rewards = scored.batch, scored.task_rewards().cpu()
         spread = group_reward_spread(rewards, self.group_size)
         start = self.accelerator.process_index * self.local_size
         local_groups = torch.arange(start, start + self.local_size) // self.group_size

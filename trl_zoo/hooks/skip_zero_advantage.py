@@ -7,7 +7,8 @@ log π_old (detached; ratio 1, term 0), so every normaliser (sequence count, tok
 unchanged and the loss and gradient are the same. Their entropies are set to the mean entropy of the computed
 rows, so the logged entropy is that of the trained sequences. At least one row always runs, so distributed
 wrappers see a forward on every process. A loss entry may declare `zero_advantage_is_inert=True/False`; an
-undeclared loss is probed once at start-up with a synthetic off-policy batch (its Â = 0 rows must have a zero
+undeclared loss is probed when the `GRPOConfig` is built (`check_zero_advantage_skip`, with every other condition
+but the MoE auxiliary loss, which needs the model) with a synthetic off-policy batch (its Â = 0 rows must have a zero
 term and gradient, and changing their log-probs or removing them must not change the other rows' terms and
 gradients beyond float32 rounding).
 """
@@ -15,6 +16,7 @@ gradients beyond float32 rounding).
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import torch
 
@@ -34,34 +36,13 @@ class ZeroAdvantageSkipMixin:
         self.skip_zero_advantage = bool(self.args.skip_zero_advantage) and self._check_zero_advantage_skip()
 
     def _check_zero_advantage_skip(self) -> bool:
-        reasons = []
-        if self.beta != 0.0:
-            reasons.append(f"beta={self.beta} (the KL term depends on every row)")
-        if self._entropy_bonus_enabled:
-            reasons.append("an entropy bonus (entropy_coef or an entropy target)")
-        if self.top_entropy_quantile < 1.0:
-            reasons.append(f"top_entropy_quantile={self.top_entropy_quantile} (the mask's quantile spans every row)")
+        """The one condition that needs the model (every other one is checked when the config is built,
+        `check_zero_advantage_skip`): a MoE router auxiliary loss spans every row."""
         if self.aux_loss_enabled:
-            reasons.append("the MoE router auxiliary loss (router_aux_loss_coef)")
-        if reasons:
             raise ValueError(
-                f"skip_zero_advantage: sequences with Â = 0 still contribute through {', '.join(reasons)}; "
-                f"set skip_zero_advantage=False or remove them."
+                "skip_zero_advantage: sequences with Â = 0 still contribute through the MoE router auxiliary loss "
+                "(router_aux_loss_coef); set skip_zero_advantage=False or router_aux_loss_coef=0."
             )
-        entry = self.loss_entry
-        declared = entry.spec.zero_advantage_is_inert
-        if declared is False:
-            raise ValueError(
-                f"skip_zero_advantage: the loss {entry.name!r} declares that sequences with Â = 0 still change the "
-                f"loss; set skip_zero_advantage=False."
-            )
-        if declared is None:
-            problem = zero_advantage_probe(entry.fn, self.args)
-            if problem:
-                raise ValueError(
-                    f"skip_zero_advantage: the loss {entry.name!r} is not inert for Â = 0 ({problem}); set "
-                    f"skip_zero_advantage=False, or declare zero_advantage_is_inert in the loss entry."
-                )
         return True
 
     def _policy_forward(self, model, inputs, compute_entropy: bool = True):
@@ -78,7 +59,8 @@ class ZeroAdvantageSkipMixin:
             active[0] = True  # a forward on every process keeps DDP / ZeRO in step; the row adds 0 anyway
         rows = active.nonzero().flatten()
         active_inputs = {key: inputs[key][rows] for key in _FORWARD_KEYS}
-        logps, entropies, _ = super()._policy_forward(model, active_inputs, compute_entropy)
+        forward = super()._policy_forward(model, active_inputs, compute_entropy)
+        logps, entropies = forward.logps, forward.entropies
         batch_size = advantages.size(0)
         old = inputs.get("old_per_token_logps")
         # on-policy batches have no old log-probs: the trainer then uses sg(log π_θ), so any value gives ratio 1
@@ -89,7 +71,38 @@ class ZeroAdvantageSkipMixin:
             mask = active_inputs["completion_mask"].to(entropies.dtype)
             mean_entropy = ((entropies * mask).sum() / mask.sum().clamp(min=1.0)).detach()
             full_entropies = mean_entropy.expand(batch_size, entropies.size(1)).index_copy(0, rows, entropies)
-        return full_logps, full_entropies, None
+        computed = rows if forward.computed_rows is None else rows[forward.computed_rows]
+        return replace(forward, logps=full_logps, entropies=full_entropies, aux_loss=None, computed_rows=computed)
+
+
+def check_zero_advantage_skip(entry, args) -> None:
+    """Raise a one-line ValueError when rows with Â = 0 would still contribute under this config with the loss
+    `entry` (β, the entropy bonus or mask, a loss that declares or is probed to couple rows); config only."""
+    reasons = []
+    if args.beta != 0.0:
+        reasons.append(f"beta={args.beta} (the KL term depends on every row)")
+    if args.entropy_coef != 0.0 or args.use_adaptive_entropy:  # TRL's `_entropy_bonus_enabled`
+        reasons.append("an entropy bonus (entropy_coef or an entropy target)")
+    if args.top_entropy_quantile < 1.0:
+        reasons.append(f"top_entropy_quantile={args.top_entropy_quantile} (the mask's quantile spans every row)")
+    if reasons:
+        raise ValueError(
+            f"skip_zero_advantage: sequences with Â = 0 still contribute through {', '.join(reasons)}; "
+            f"set skip_zero_advantage=False or remove them."
+        )
+    declared = entry.spec.zero_advantage_is_inert
+    if declared is False:
+        raise ValueError(
+            f"skip_zero_advantage: the loss {entry.name!r} declares that sequences with Â = 0 still change the "
+            f"loss; set skip_zero_advantage=False."
+        )
+    if declared is None:
+        problem = zero_advantage_probe(entry.fn, args)
+        if problem:
+            raise ValueError(
+                f"skip_zero_advantage: the loss {entry.name!r} is not inert for Â = 0 ({problem}); set "
+                f"skip_zero_advantage=False, or declare zero_advantage_is_inert in the loss entry."
+            )
 
 
 def zero_advantage_probe(loss_fn, args, seed: int = 0) -> str | None:

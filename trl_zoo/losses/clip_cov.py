@@ -56,13 +56,22 @@ def random_subset(candidates: torch.Tensor, count: torch.Tensor) -> torch.Tensor
     return first_by_rank(keys, count) & candidates
 
 
+def validate_clip_cov(args) -> None:
+    """The PPO clip (`check_clipped_objective`) and the covariance window."""
+    check_clipped_objective(args)
+    if not 0 < args.clip_cov_ratio <= 1:
+        raise ValueError(f"clip_cov_ratio: token fractions must be in (0, 1], got {args.clip_cov_ratio}.")
+    if args.clip_cov_lower >= args.clip_cov_upper:
+        raise ValueError(f"clip_cov_lower: must be < clip_cov_upper ({args.clip_cov_upper}).")
+
+
 @LOSSES.register(
     "clip_cov",
     description="PPO clip; detach the gradient of random tokens in a high-covariance window",
     source="The Entropy Mechanism of RL for Reasoning LMs, arXiv:2505.22617",
     aggregation="token_mean_global",
     zero_advantage_is_inert=False,  # Â = 0 rows shift the covariance means and so the selection
-    validate=check_clipped_objective,
+    validate=validate_clip_cov,
 )
 def clip_cov_loss(batch: PolicyBatch, args) -> PolicyTerm:
     ratio = importance_ratio(batch.log_ratio)

@@ -61,6 +61,13 @@ def router_shift_weight(batch: PolicyBatch, gamma_min: float) -> tuple[torch.Ten
     return gamma, at_floor
 
 
+def validate_rspo(args) -> None:
+    """GMPO's clip (`validate_gmpo`) and the floor of the router-shift weight."""
+    validate_gmpo(args)
+    if not 0 < args.rspo_gamma_min <= 1:
+        raise ValueError(f"rspo_gamma_min: must be in (0, 1], got {args.rspo_gamma_min}.")
+
+
 @LOSSES.register(
     "rspo",
     description="GMPO with each token weighted by its MoE router shift γ = exp(−mean |Δ log p_router|) ≥ γ_min",
@@ -68,7 +75,7 @@ def router_shift_weight(batch: PolicyBatch, gamma_min: float) -> tuple[torch.Ten
     aggregation="sequence_mean",
     sequence_level=True,
     requires_moe=True,
-    validate=validate_gmpo,
+    validate=validate_rspo,
 )
 def rspo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     clipped, is_clipped = clipped_log_ratio(batch, args.gmpo_epsilon)
