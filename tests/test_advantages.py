@@ -11,6 +11,7 @@ import yaml
 from peft import LoraConfig
 
 import trl_zoo
+import trl_zoo.hooks.rewards
 from tests.tiny import config_kwargs, make_trainer
 from trl_zoo.advantages import AdvantageInputs, nan_std, reward_decoupled_advantages, score_sq_norms
 
@@ -307,13 +308,16 @@ def test_normalize_then_sum_with_grpo_is_trls_gdpo():
     torch.testing.assert_close(ours["advantages"], reference["advantages"], rtol=1e-5, atol=1e-5)
 
 
-def test_normalize_then_sum_runs_the_estimator_on_each_reward_then_whitens_the_sum():
+def test_normalize_then_sum_runs_the_estimator_on_each_reward_then_whitens_the_sum(monkeypatch):
     trainer = make_trainer(
         trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="rloo", reward_funcs=GDPO_REWARDS,
         reward_weights=[2.0, 1.0], multi_objective_aggregation="normalize_then_sum",
     )
+    scored_rewards, seen = trl_zoo.hooks.rewards.RewardsMixin._scored_rewards, []
+    monkeypatch.setattr(trl_zoo.hooks.rewards.RewardsMixin, "_scored_rewards",
+                        lambda *a, **k: seen.append(scored_rewards(*a, **k)) or seen[-1])
     advantages = generate(trainer)["advantages"]
-    rewards = trainer.rewards_per_func  # (N, 2), NaN where the length reward returned None
+    rewards = seen[-1]  # (N, 2), NaN where the length reward returned None
     per_reward = torch.stack([estimate("rloo", rewards[:, k]) for k in range(2)], dim=-1)
     expected = _whiten((per_reward * torch.tensor([2.0, 1.0])).nansum(-1))
     torch.testing.assert_close(advantages, expected, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,184 @@
+"""Tables and figures of the real-model study from its run folders (benchmarks/real_model.py).
+
+    python benchmarks/real_model_report.py RUNS [RUNS ...] --out DIR
+
+Each RUNS folder holds <task>/<configuration>/seed<s>/ with summary.json, metrics.jsonl, completions.jsonl and
+costs.json. A configuration run twice for one seed (e.g. in two batches) keeps its later copy, and the earlier one is
+listed as a replicate. Writes DIR/results.md (held-out accuracy before and after per seed, gain over the null-reward
+control paired by seed, time and memory) and DIR/*.png (training reward, entropy of dapo against a symmetric clip,
+length of wrong answers of dr_grpo against grpo, trl_zoo against TRL's trainer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Run:
+    name: str
+    seed: int
+    folder: Path
+    summary: dict
+    costs: dict
+    train: list[dict] = field(default_factory=list)
+    completions: list[dict] = field(default_factory=list)
+
+    @property
+    def after(self) -> float:
+        return self.summary["accuracy_after"]
+
+    def series(self, key: str) -> list[float | None]:
+        return [record.get(key) for record in self.train]
+
+
+def load_runs(roots: list[Path]) -> tuple[dict[tuple[str, int], Run], list[Run]]:
+    runs, replicates = {}, []
+    for root in roots:
+        for summary_file in sorted(root.glob("*/*/seed*/summary.json")):
+            folder = summary_file.parent
+            records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
+            completions = folder / "completions.jsonl"
+            run = Run(
+                name=folder.parent.name,
+                seed=int(folder.name.removeprefix("seed")),
+                folder=folder,
+                summary=json.loads(summary_file.read_text()),
+                costs=json.loads((folder / "costs.json").read_text()),
+                train=[r for r in records if r["kind"] == "train"],
+                completions=[json.loads(line) for line in completions.read_text().splitlines()] if completions.exists()
+                else [],
+            )
+            key = (run.name, run.seed)
+            if key in runs:
+                replicates.append(runs[key])
+            runs[key] = run
+    return runs, replicates
+
+
+def mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def window_mean(values: list, start: int, stop: int) -> float | None:
+    return mean(values[start:stop])
+
+
+def table(runs: dict[tuple[str, int], Run], names: list[str], seeds: list[int]) -> str:
+    controls = {seed: runs[("control", seed)].after for seed in seeds if ("control", seed) in runs}
+    lines = [
+        "| configuration | before | after, seed " + " / ".join(map(str, seeds)) + " | mean gain | over the control, "
+        "paired by seed | worst seed over the control | median step (s) | peak memory (GiB) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in names:
+        present = [runs[(name, s)] for s in seeds if (name, s) in runs]
+        if not present:
+            continue
+        afters = " / ".join(f"{runs[(name, s)].after:.1%}" if (name, s) in runs else "—" for s in seeds)
+        gain = mean(r.after - r.summary["accuracy_before"] for r in present)
+        over = [r.after - controls[r.seed] for r in present if r.seed in controls and name != "control"]
+        over_text = " / ".join(f"{100 * d:+.1f}" for d in over) if over else "—"
+        worst = f"{100 * min(over):+.1f}" if over else "—"
+        step = statistics.median(r.costs["median_step_seconds"] for r in present)
+        memory = max(r.costs["peak_memory_gib"] for r in present)
+        lines.append(
+            f"| {name} | {present[0].summary['accuracy_before']:.1%} | {afters} | {100 * gain:+.1f} | {over_text} | "
+            f"{worst} | {step:.2f} | {memory:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def mechanism_lines(runs, seeds) -> list[str]:
+    lines = []
+    for first, second, key, label, source in (
+        ("dapo", "dapo_symmetric", "entropy", "entropy (nats) over the second half", "train"),
+        ("grpo", "dr_grpo", "length_wrong", "mean length of wrong answers (tokens) over the second half", "completions"),
+    ):
+        pairs = []
+        for seed in seeds:
+            if (first, seed) in runs and (second, seed) in runs:
+                values = []
+                for name in (first, second):
+                    run = runs[(name, seed)]
+                    series = run.series(key) if source == "train" else [c.get(key) for c in run.completions]
+                    half = len(series) // 2
+                    values.append(window_mean(series, half, len(series)))
+                pairs.append((seed, *values))
+        if pairs:
+            text = "; ".join(f"seed {s}: {a:.3f} vs {b:.3f}" for s, a, b in pairs)
+            higher = sum(a > b for _, a, b in pairs)
+            lines.append(f"- {label}, {first} vs {second}: {text} ({first} higher on {higher} of {len(pairs)} seeds)")
+    return lines
+
+
+def figures(runs, seeds, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drawn = []
+
+    def draw(filename, title, ylabel, groups, key, source="train"):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for index, name in enumerate(groups):
+            for seed in seeds:
+                run = runs.get((name, seed))
+                if run is None:
+                    continue
+                series = run.series(key) if source == "train" else [c.get(key) for c in run.completions]
+                ax.plot(range(1, len(series) + 1), series, color=f"C{index}", alpha=0.8, linewidth=1.2,
+                        linestyle=["-", "--", ":"][seed % 3], label=f"{name} seed {seed}")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=6, ncol=3)
+        fig.tight_layout()
+        fig.savefig(out / filename, dpi=110)
+        plt.close(fig)
+        drawn.append(filename)
+
+    draw("reward.png", "batch reward (final_number) per step", "mean reward",
+         ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "control"], "reward")
+    draw("entropy_clip_higher.png", "entropy: dapo (ε_high 0.28) vs symmetric clip (0.2)", "entropy (nats)",
+         ["dapo", "dapo_symmetric"], "entropy")
+    draw("wrong_length_dr_grpo.png", "mean length of wrong completions: grpo vs dr_grpo", "tokens",
+         ["grpo", "dr_grpo"], "length_wrong", source="completions")
+    draw("trl_side_by_side.png", "batch reward: trl_zoo vs trl.GRPOTrainer", "mean reward",
+         ["grpo", "trl_grpo", "dapo", "trl_dapo"], "reward")
+    return drawn
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--seeds", default="0,1,2")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    runs, replicates = load_runs(args.runs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    names = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "control", "dapo_symmetric", "trl_grpo", "trl_dapo"]
+    drawn = figures(runs, seeds, args.out)
+    text = [
+        "# Real model on one GPU: tables", "",
+        table(runs, names, seeds), "",
+        "Mechanisms:", *mechanism_lines(runs, seeds), "",
+        "Replicates (a configuration and seed run twice; the table uses the later copy): "
+        + (", ".join(f"{r.name} seed {r.seed}: {r.after:.1%} ({r.folder.parent.parent.parent.name})"
+                     for r in replicates) or "none"),
+        "", *[f"![{name}]({name})" for name in drawn],
+    ]
+    (args.out / "results.md").write_text("\n".join(text) + "\n")
+    print("\n".join(text))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
