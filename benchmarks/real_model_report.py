@@ -4,7 +4,7 @@
 
 Each RUNS folder holds <task>/<configuration>/seed<s>/ with summary.json, metrics.jsonl, completions.jsonl and
 costs.json. A configuration run twice for one seed (e.g. in two batches) keeps its later copy, and the earlier one is
-listed as a replicate. Writes DIR/results.md (held-out accuracy before and after per seed, gain over the null-reward
+listed as a replicate. Writes DIR/tables.md (held-out accuracy before and after per seed, gain over the null-reward
 control paired by seed, time and memory) and DIR/*.png (training reward, entropy of dapo against a symmetric clip,
 length of wrong answers of dr_grpo against grpo, trl_zoo against TRL's trainer).
 """
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
                      for r in replicates) or "none"),
         "", *[f"![{name}]({name})" for name in drawn],
     ]
-    (args.out / "results.md").write_text("\n".join(text) + "\n")
+    (args.out / "tables.md").write_text("\n".join(text) + "\n")
     print("\n".join(text))
     return 0
 
