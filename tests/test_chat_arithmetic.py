@@ -40,3 +40,17 @@ def test_null_reward_control_keeps_the_rewards_and_breaks_their_link_to_completi
     assert all(sorted(batch) == sorted(rewards) for batch in shuffled)  # the same multiset of rewards
     assert sum(batch != rewards for batch in shuffled) == 5  # each call draws a new order
     assert control.__name__ == "<lambda>"  # the wrapped function's name, so logs name the reward as before
+
+
+def test_the_chat_task_preset_names_the_packaged_model_and_keeps_the_shared_defaults(tmp_path):
+    from trl_zoo.arguments import parse_train_args
+
+    task_args, training_args, model_args = parse_train_args(
+        ["--task", "chat_arithmetic_hard", "--output_dir", str(tmp_path / "run")]
+    )
+    assert model_args.model_name_or_path == "smollm2-135m-instruct"
+    assert (training_args.learning_rate, training_args.max_steps) == (2e-4, 40)
+    assert training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps == 128
+    assert training_args.max_completion_length == 64 and training_args.num_generations == 8
+    assert model_args.lora_r == 16 and training_args.beta == 0.0  # shared with the built-in tasks' defaults
+    assert not task_args.null_reward_control

@@ -322,10 +322,8 @@ def data_name(task_args) -> str:
 
 
 def quickstart_preset(task) -> dict:
-    """Hyperparameters for a built-in task: its own `preset()` (the chat tasks), else those of the tiny policy
-    (measured: see docs/quickstart.md)."""
-    if hasattr(task, "preset"):
-        return {**task.preset(), "output_dir": DEFAULT_OUTPUT_DIR}
+    """Hyperparameters for a built-in task: those of the tiny policy (measured: see docs/quickstart.md), with what a
+    task's own `preset()` changes (the chat tasks: a pretrained model on one GPU)."""
     return {
         "loss_type": "grpo",
         "learning_rate": 1e-3,
@@ -344,6 +342,7 @@ def quickstart_preset(task) -> dict:
         "lora_dropout": 0.0,
         "lora_target_modules": ["all-linear"],
         "gradient_checkpointing": False,  # TRL turns it on; on a tiny model recomputation only costs time
+        **(task.preset() if hasattr(task, "preset") else {}),
     }
 
 
