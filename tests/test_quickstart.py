@@ -12,7 +12,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_zoo.tasks import ADDITION, ADDITION3, SCRATCHPAD, SCRATCHPAD_SMALL, TASKS, get_task
+from trl_zoo.tasks import (
+    ADDITION, ADDITION3, CHAT_ARITHMETIC, CHAT_ARITHMETIC_HARD, SCRATCHPAD, SCRATCHPAD_SMALL, TASKS, get_task,
+)
 from trl_zoo.tasks.arithmetic import AdditionTask
 from trl_zoo.tasks.bootstrap import BootstrapRecipe, bootstrap_policy, demonstrations, slipped_sum
 from trl_zoo.tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy, greedy_completions
@@ -48,7 +50,8 @@ def test_addition_split_is_disjoint_deterministic_and_correct(task):
 
 def test_task_table_and_unknown_task():
     assert TASKS == {
-        "addition": ADDITION, "addition3": ADDITION3, "scratchpad": SCRATCHPAD, "scratchpad_small": SCRATCHPAD_SMALL
+        "addition": ADDITION, "addition3": ADDITION3, "scratchpad": SCRATCHPAD, "scratchpad_small": SCRATCHPAD_SMALL,
+        "chat_arithmetic": CHAT_ARITHMETIC, "chat_arithmetic_hard": CHAT_ARITHMETIC_HARD,
     }
     with pytest.raises(ValueError, match="task: unknown built-in task 'mult'"):
         get_task("mult")

@@ -163,7 +163,7 @@ def test_every_name_in_trls_reward_registry_resolves_or_fails_in_one_line():
 def test_a_trl_reward_train_cannot_use_stops_it_with_one_line(tmp_path, capsys, reward, expected):
     data = write_jsonl(tmp_path / "sums.jsonl", sums(range(10, 30)))
     argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", data, "--reward_funcs", reward,
-            "--output_dir", str(tmp_path / "run")]
+            "--max_completion_length", "8", "--output_dir", str(tmp_path / "run")]
     assert main(argv) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]  # after the dataset loader's progress bar
     assert error.startswith(f"trl-zoo train: error: {expected}")

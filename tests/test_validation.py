@@ -77,7 +77,7 @@ IMPOSSIBLE = [
     ("kl_cov_ratio", dict(loss_type="kl_cov", kl_cov_ratio=1.5), "(0, 1]"),
     ("clip_cov_lower", dict(loss_type="clip_cov", clip_cov_lower=5.0, clip_cov_upper=1.0), "< clip_cov_upper"),
     ("kl_cov_coef", dict(loss_type="kl_cov", kl_cov_coef=-1.0), "≥ 0"),
-    ("dppo_divergence", dict(loss_type="dppo", dppo_divergence="js"), "'tv'"),
+    ("dppo_divergence", dict(loss_type="dppo", dppo_divergence="js"), "use one of tv, kl"),
     ("dppo_mask_low", dict(loss_type="dppo", dppo_mask_low=0.0), "must be > 0"),
     ("dppo_mask_high", dict(loss_type="dppo", dppo_mask_high=1.0), "a value in (0, 1)"),
     ("dppo_kl_coef", dict(loss_type="dppo", dppo_kl_coef=-1e-3), "must be ≥ 0"),
@@ -163,9 +163,9 @@ CONTRADICTIONS = [
         dict(sync_ref_model=False),
     ),
     (
-        dict(advantage_estimator="rloo", multi_objective_aggregation="normalize_then_sum"),
-        ("multi_objective_aggregation", "advantage_estimator"),
-        dict(advantage_estimator=None),
+        dict(advantage_estimator="gae", multi_objective_aggregation="normalize_then_sum"),
+        ("multi_objective_aggregation", "'gae'"),
+        dict(multi_objective_aggregation="sum_then_normalize"),
     ),
 ]
 
