@@ -31,6 +31,7 @@ docs/architecture.md for the pipeline of one step.
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import torch
@@ -51,6 +52,9 @@ from .hooks.sampling import DynamicSamplingMixin
 from .hooks.skip_zero_advantage import ZeroAdvantageSkipMixin
 from .loss_step import PolicyLossStep
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
+
+
+_TRL_INIT = inspect.signature(TRLGRPOTrainer.__init__)  # to read a constructor argument given by position or name
 
 
 def training_method(args) -> tuple[str, dict]:
@@ -74,14 +78,16 @@ def training_method(args) -> tuple[str, dict]:
     return name, {"citation": citation} if citation else {}
 
 
-def check_train_dataset(dataset, args) -> None:
+def check_train_dataset(dataset, args, environment_factory=None) -> None:
     """Raise a one-line ValueError for a training set TRL would train on for 0 steps or crash on deep inside:
     no rows, no `prompt` column, or fewer prompts than one generation batch (TRL's sampler drops an incomplete
-    batch, so such a set yields no step at all)."""
+    batch, so such a set yields no step at all). With an `environment_factory` the environments' `reset()` supply
+    the prompts, so, as in TRL, the set needs no `prompt` column (a dict of environments routes rows by their
+    `environment` column)."""
     if dataset is None:
         return
     columns = getattr(dataset, "column_names", None)
-    if columns is not None and "prompt" not in columns:
+    if columns is not None and "prompt" not in columns and environment_factory is None:
         raise ValueError(
             f"train_dataset: no 'prompt' column (its columns: {', '.join(map(str, columns)) or 'none'}); rename the "
             f"prompt column to 'prompt', e.g. dataset.rename_column('question', 'prompt')."
@@ -147,7 +153,8 @@ class GRPOTrainer(
         self.loss_entry = LOSSES.get(args.loss_type)
         self.aggregate = AGGREGATIONS.get(args.loss_aggregation or self.loss_entry.spec.aggregation).fn
         self.kl_estimator = KL_ESTIMATORS.get(args.kl_estimator).fn
-        check_train_dataset(positional[0] if positional else kwargs.get("train_dataset"), args)
+        given = _TRL_INIT.bind_partial(self, model, reward_funcs, args, *positional, **kwargs).arguments
+        check_train_dataset(given.get("train_dataset"), args, given.get("environment_factory"))
         self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         check_finite_parameters(self.model)
