@@ -56,7 +56,7 @@ class TrainingSetup:
     """What `prepare_training` built: everything `run_train` needs around `trainer.train()`."""
 
     trainer: GRPOTrainer
-    accuracy: HeldOutAccuracyCallback  # measures greedy held-out accuracy; keeps the (step, accuracy) history
+    accuracy: HeldOutAccuracyCallback | None  # greedy held-out accuracy and its history; None: no held-out set
     source: str  # the built-in task's name or the dataset_name
     model_path: str  # the base policy: model_name_or_path or the bootstrapped tiny policy's directory
     heldout_size: int
@@ -76,11 +76,11 @@ class RunSummary:
     reward_funcs: tuple[str, ...]
     seed: int
     steps: int
-    accuracy_before: float
-    accuracy_after: float
+    accuracy_before: float | None  # the accuracies are None when the run has no held-out set (heldout_size 0)
+    accuracy_after: float | None
     heldout_size: int
-    best_accuracy: float
-    best_step: int
+    best_accuracy: float | None
+    best_step: int | None
     train_seconds: float
     total_seconds: float
     adapter_dir: str
@@ -152,10 +152,15 @@ def _load_dataset(task_args, log=print):
         # test_split_size is applied afterwards, with the run's seed, to mixtures and single datasets alike
         mixture = DatasetMixtureConfig(datasets=task_args.datasets, streaming=streaming, test_split_size=None)
         source = " + ".join(str(entry.data_files or entry.path) for entry in task_args.datasets)
+        test_entries = mixture_test_entries(task_args.datasets, task_args.dataset_test_split)
         try:
-            return get_dataset(mixture), source
+            dataset = get_dataset(mixture)
+            if test_entries:
+                test = DatasetMixtureConfig(datasets=test_entries, streaming=streaming, test_split_size=None)
+                dataset[task_args.dataset_test_split] = get_dataset(test)["train"]
         except Exception as error:  # a bad fraction, a missing file or dataset, mismatched columns
             raise ConfigError(f"datasets: cannot load the mixture ({one_line(error)}).") from None
+        return dataset, source
     source = task_args.dataset_name
     suffix = Path(source).suffix.lower()
     if suffix in DATA_FILE_BUILDERS and not os.path.isfile(source):
@@ -176,6 +181,16 @@ def _load_dataset(task_args, log=print):
     if not isinstance(dataset, (DatasetDict, IterableDatasetDict)):
         dataset = DatasetDict({task_args.dataset_train_split: dataset})
     return dataset, source
+
+
+def mixture_test_entries(entries, test_split: str) -> list:
+    """The mixture's test split: each entry whose `data_files` maps `test_split` to files, reading that split, whole
+    (`fraction` shapes the training mixture only). TRL's `get_dataset` reads each entry's `split` ("train") alone."""
+    return [
+        dataclasses.replace(entry, split=test_split, fraction=None)
+        for entry in entries
+        if isinstance(entry.data_files, dict) and test_split in entry.data_files
+    ]
 
 
 def split_size(test_split_size: float) -> float | int:
@@ -200,7 +215,8 @@ def column_names(dataset) -> list[str]:
 def _load_dataset_splits(task_args, seed: int, log=print):
     """(train, held-out). The held-out set is the test split; without one, `test_split_size` (TRL's) or
     `num_heldout` rows split off the training data. A streamed dataset holds out its first rows instead, and its
-    held-out set is read into memory (it is measured again and again)."""
+    held-out set is read into memory (it is measured again and again). `num_heldout 0`: no held-out set (None),
+    every training row is trained on."""
     dataset, source = _load_dataset(task_args, log)
     if task_args.dataset_train_split not in dataset:
         raise ConfigError(
@@ -209,7 +225,15 @@ def _load_dataset_splits(task_args, seed: int, log=print):
     train = dataset[task_args.dataset_train_split]
     streaming = isinstance(train, IterableDataset)
     test_split = task_args.dataset_test_split
-    if streaming:
+    if task_args.num_heldout is not None and task_args.num_heldout < 0:
+        raise ConfigError(f"num_heldout: must be ≥ 0 (0: no held-out set), got {task_args.num_heldout}.")
+    if task_args.num_heldout == 0:
+        if task_args.test_split_size is not None:
+            raise ConfigError("num_heldout: 0 keeps no evaluation set, so test_split_size cannot split one; drop one.")
+        log(f"{source}: num_heldout 0, so no held-out set: every training row is trained on and there is no held-out "
+            f"evaluation (summary.json: heldout_size 0, accuracies null).")
+        heldout = None
+    elif streaming:
         if task_args.test_split_size is not None and test_split not in dataset:
             raise ConfigError(
                 "test_split_size: a streamed dataset has no length to split by; give num_heldout N (its first N rows "
@@ -239,7 +263,9 @@ def _load_dataset_splits(task_args, seed: int, log=print):
     else:
         count = heldout_count(task_args.num_heldout, len(train))
         if not 0 < count < len(train):
-            raise ConfigError(f"num_heldout: must be between 1 and {len(train) - 1} for this dataset.")
+            raise ConfigError(
+                f"num_heldout: must be between 1 and {len(train) - 1} for this dataset (or 0: no held-out set)."
+            )
         log(
             f"{source}: no {test_split!r} split, so {count} of its {len(train)} rows are held out "
             f"for the greedy evaluation (num_heldout)."
@@ -255,7 +281,8 @@ def _load_dataset_splits(task_args, seed: int, log=print):
             raise ConfigError(f"{column_arg}: no column {column!r}; the dataset has {', '.join(columns)}.")
         if column != target:
             train, heldout = (
-                d.rename_column(column, target) if target not in column_names(d) else d for d in (train, heldout)
+                d.rename_column(column, target) if d is not None and target not in column_names(d) else d
+                for d in (train, heldout)
             )
     return train, heldout, source
 
@@ -272,7 +299,7 @@ class ConciseProgress(TrainerCallback):
     """One line per logging step: step, sampled reward, latest held-out accuracy, elapsed time. The trainer also
     logs the last step, so a run shorter than logging_steps (or not a multiple of it) shows and records its end."""
 
-    def __init__(self, accuracy_callback: HeldOutAccuracyCallback, log=print):
+    def __init__(self, accuracy_callback: HeldOutAccuracyCallback | None, log=print):
         self.accuracy_callback = accuracy_callback
         self.log = log
         self.started = time.perf_counter()
@@ -289,11 +316,11 @@ class ConciseProgress(TrainerCallback):
         if logs and "eval_reward" in logs:
             self.log(f"  step {state.global_step:>4}/{state.max_steps}  TRL eval reward {logs['eval_reward']:.3f}")
         if logs and "reward" in logs:
-            history = self.accuracy_callback.history
-            accuracy = f"{history[-1][1]:.1%}" if history else "—"
+            history = self.accuracy_callback.history if self.accuracy_callback else []
+            accuracy = f"  held-out {history[-1][1]:.1%}" if history else "  held-out —" if self.accuracy_callback else ""
             self.log(
-                f"  step {state.global_step:>4}/{state.max_steps}  reward {logs['reward']:.3f}  "
-                f"held-out {accuracy}  ({time.perf_counter() - self.started:.0f} s)"
+                f"  step {state.global_step:>4}/{state.max_steps}  reward {logs['reward']:.3f}"
+                f"{accuracy}  ({time.perf_counter() - self.started:.0f} s)"
             )
 
 
@@ -340,6 +367,8 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             field = "datasets" if task_args.datasets else "dataset_name"
             raise ConfigError(f"model_name_or_path: required with {field} (a hub name or a local directory).")
         train, heldout, source = _load_dataset_splits(task_args, training_args.seed, log)
+        if heldout is None and training_args.eval_strategy != "no":
+            raise ConfigError("eval_strategy: TRL's evaluation needs an evaluation set, and num_heldout 0 keeps none.")
         model_path = model_args.model_name_or_path
         if isinstance(train, IterableDataset) and training_args.max_steps <= 0:
             raise ConfigError("max_steps: a streamed dataset has no length to count epochs in; give --max_steps N.")
@@ -357,7 +386,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     if conversational is None:
         conversational = getattr(tokenizer, "chat_template", None) is not None
     if conversational:
-        train, heldout = (_conversational_prompts(d, task_args.system_prompt) for d in (train, heldout))
+        train, heldout = (_conversational_prompts(d, task_args.system_prompt) if d else d for d in (train, heldout))
 
     # As `trl grpo`: the reward model (if any) first, then the reward functions.
     reward_names = task_args.reward_funcs or ([] if task_args.reward_model_name_or_path else [default_reward])
@@ -390,6 +419,42 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     if checkpoint is None:
         (output_dir / SUMMARY_FILE).unlink(missing_ok=True)  # an earlier run's; this run writes its own at the end
     run_log = RunLog(output_dir / METRICS_FILE, resume_step=checkpoint_step(checkpoint) if checkpoint else None)
+    accuracy_callback = None if heldout is None else _heldout_accuracy(
+        heldout, tokenizer, scorer, run_log, task_args, training_args
+    )
+    try:
+        trainer = GRPOTrainer(
+            model=model_path,
+            reward_funcs=rewards,
+            args=training_args,
+            train_dataset=train,
+            # TRL's evaluation (eval_strategy, eval_steps) runs on the held-out split, as `trl grpo` on its test split
+            eval_dataset=heldout if training_args.eval_strategy != "no" else None,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            quantization_config=get_quantization_config(model_args),
+            callbacks=[
+                *filter(None, [accuracy_callback]), TrainLogRecorder(run_log), ConciseProgress(accuracy_callback, log)
+            ],
+        )
+    except (OSError, ValueError, TypeError) as error:
+        raise ConfigError(one_line(error)) from None
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    return TrainingSetup(
+        trainer=trainer,
+        accuracy=accuracy_callback,
+        source=source,
+        model_path=model_path,
+        heldout_size=0 if heldout is None else len(heldout),
+        reward_names=tuple(filter(None, [task_args.reward_model_name_or_path, *reward_names])),
+        checkpoint=checkpoint,
+    )
+
+
+def _heldout_accuracy(heldout, tokenizer, scorer, run_log, task_args, training_args) -> HeldOutAccuracyCallback:
+    """The greedy held-out evaluation, every `eval_every_steps`, recorded in the run log (a resumed run's earlier
+    evaluations start its history)."""
     heldout_columns = {name: heldout[name] for name in heldout.column_names if name != "prompt"}
 
     def evaluate(model) -> float:
@@ -407,35 +472,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         run_log.write({"kind": "eval", "step": step, "heldout_accuracy": accuracy})
 
     earlier = [(record["step"], record["heldout_accuracy"]) for record in run_log.kept if record["kind"] == "eval"]
-    accuracy_callback = HeldOutAccuracyCallback(
-        evaluate, task_args.eval_every_steps, on_result=record, history=earlier
-    )
-    try:
-        trainer = GRPOTrainer(
-            model=model_path,
-            reward_funcs=rewards,
-            args=training_args,
-            train_dataset=train,
-            # TRL's evaluation (eval_strategy, eval_steps) runs on the held-out split, as `trl grpo` on its test split
-            eval_dataset=heldout if training_args.eval_strategy != "no" else None,
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            quantization_config=get_quantization_config(model_args),
-            callbacks=[accuracy_callback, TrainLogRecorder(run_log), ConciseProgress(accuracy_callback, log)],
-        )
-    except (OSError, ValueError, TypeError) as error:
-        raise ConfigError(one_line(error)) from None
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    return TrainingSetup(
-        trainer=trainer,
-        accuracy=accuracy_callback,
-        source=source,
-        model_path=model_path,
-        heldout_size=len(heldout),
-        reward_names=tuple(filter(None, [task_args.reward_model_name_or_path, *reward_names])),
-        checkpoint=checkpoint,
-    )
+    return HeldOutAccuracyCallback(evaluate, task_args.eval_every_steps, on_result=record, history=earlier)
 
 
 def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
@@ -452,16 +489,20 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     trainer.interrupt_notice = False  # the CLI says it in its own line (TrainingInterrupted)
     if prepared.checkpoint:
         log(f"Resuming from {prepared.checkpoint} (step {checkpoint_step(prepared.checkpoint)}).")
-    if accuracy.history and accuracy.history[0][0] == 0:
+    if accuracy is None:
+        before = None
+    elif accuracy.history and accuracy.history[0][0] == 0:
         before = accuracy.history[0][1]  # measured before the checkpoint was written
     else:
         before = accuracy.measure(trainer.model, 0)
     length = (
         f"{training_args.max_steps} steps" if training_args.max_steps > 0 else f"{training_args.num_train_epochs:g} epochs"
     )
-    log(
+    measured = "No held-out set (num_heldout 0), so no held-out evaluation. " if accuracy is None else (
         f"Held-out greedy accuracy before RL: {before:.1%} ({prepared.heldout_size} prompts). "
-        f"Training with loss_type={training_args.loss_type!r}, {'LoRA' if model_args.use_peft else 'full'} "
+    )
+    log(
+        f"{measured}Training with loss_type={training_args.loss_type!r}, {'LoRA' if model_args.use_peft else 'full'} "
         f"fine-tuning, {length} ..."
     )
     train_started = time.perf_counter()
@@ -473,8 +514,10 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         raise ConfigError(one_line(error)) from None
     train_seconds = time.perf_counter() - train_started
     trainer.save_model(training_args.output_dir)
-    history = accuracy.history
-    best_step, best = max(history, key=lambda point: (point[1], -point[0]))
+    after = best = best_step = None
+    if accuracy is not None:
+        after = accuracy.history[-1][1]
+        best_step, best = max(accuracy.history, key=lambda point: (point[1], -point[0]))
     summary = RunSummary(
         name=Path(training_args.output_dir).name,
         loss_type=training_args.loss_type,
@@ -484,7 +527,7 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         seed=training_args.seed,
         steps=trainer.state.global_step,
         accuracy_before=before,
-        accuracy_after=history[-1][1],
+        accuracy_after=after,
         heldout_size=prepared.heldout_size,
         best_accuracy=best,
         best_step=best_step,
@@ -493,12 +536,15 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         adapter_dir=str(training_args.output_dir),
     )
     Path(training_args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary.to_json(), indent=2))
-    log(
+    measured = "No held-out evaluation" if accuracy is None else (
         f"Held-out greedy accuracy after RL: {summary.accuracy_after:.1%} (before {before:.1%}, best "
-        f"{best:.1%} at step {best_step}); RL took {train_seconds:.0f} s, the whole run {summary.total_seconds:.0f} s."
+        f"{best:.1%} at step {best_step})"
     )
+    log(f"{measured}; RL took {train_seconds:.0f} s, the whole run {summary.total_seconds:.0f} s.")
     log(f"{'Adapter' if model_args.use_peft else 'Model'} saved to {training_args.output_dir}")
-    if task_args.write_report:
+    if task_args.write_report and accuracy is None:
+        log("No report: it compares held-out accuracy, and this run has no held-out set.")
+    elif task_args.write_report:
         report = write_report(Path(training_args.output_dir) / "report", [load_run(training_args.output_dir)])
         summary = dataclasses.replace(summary, report=str(report))
         log(f"Report: {report}")
