@@ -31,7 +31,8 @@ from .hooks.prompt_length import PromptTooLongError
 from .hooks.resume import interrupted_message as resume_interrupted_message
 from .hooks.resume import last_complete_checkpoint
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
-from .reward_names import check_reward_columns, heldout_scorer, resolve_reward
+from .dataset_values import check_no_none, check_prompts
+from .reward_names import check_reward_columns, heldout_scorer, read_columns, resolve_reward
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from .tasks.scratchpad import ScratchpadAdditionTask
@@ -212,11 +213,12 @@ def column_names(dataset) -> list[str]:
     return list(first) if first is not None else []
 
 
-def _load_dataset_splits(task_args, seed: int, log=print):
+def _load_dataset_splits(task_args, seed: int, log=print, reads: dict[str, str] | None = None):
     """(train, held-out). The held-out set is the test split; without one, `test_split_size` (TRL's) or
     `num_heldout` rows split off the training data. A streamed dataset holds out its first rows instead, and its
     held-out set is read into memory (it is measured again and again). `num_heldout 0`: no held-out set (None),
-    every training row is trained on."""
+    every training row is trained on. Before any split, the prompts and the columns the rewards read (`reads`:
+    column → reward) of a map-style dataset are checked, naming the file's row (`dataset_values.py`)."""
     dataset, source = _load_dataset(task_args, log)
     if task_args.dataset_train_split not in dataset:
         raise ConfigError(
@@ -225,6 +227,10 @@ def _load_dataset_splits(task_args, seed: int, log=print):
     train = dataset[task_args.dataset_train_split]
     streaming = isinstance(train, IterableDataset)
     test_split = task_args.dataset_test_split
+    if not streaming:
+        for split in (task_args.dataset_train_split, test_split):
+            if split in dataset:
+                _check_values(dataset[split], f"{source} ({split} split)", task_args, reads or {})
     if task_args.num_heldout is not None and task_args.num_heldout < 0:
         raise ConfigError(f"num_heldout: must be ≥ 0 (0: no held-out set), got {task_args.num_heldout}.")
     if task_args.num_heldout == 0:
@@ -287,6 +293,18 @@ def _load_dataset_splits(task_args, seed: int, log=print):
     return train, heldout, source
 
 
+def _check_values(dataset, where: str, task_args, reads: dict[str, str]) -> None:
+    """The prompts and the columns the rewards read, as named in the file (before `prompt_column` and
+    `answer_column` rename them); a missing column is reported later, by name."""
+    columns = column_names(dataset)
+    if task_args.prompt_column in columns:
+        check_prompts(dataset, task_args.prompt_column, where)
+    for column, reader in reads.items():
+        named = task_args.answer_column if column == "answer" else column
+        if named in columns:
+            check_no_none(dataset, named, reader, where)
+
+
 def _conversational_prompts(dataset, system_prompt: str | None):
     def wrap(prompt):
         messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -343,12 +361,20 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     if checkpoint is None:
         check_output_dir(training_args.output_dir, task_args.overwrite_output_dir)
 
-    if task_args.dataset_name is None and not task_args.datasets:
+    builtin = task_args.dataset_name is None and not task_args.datasets
+    default_reward = get_task(task_args.task).reward_name if builtin else "exact_match"
+    # As `trl grpo`: the reward model (if any) first, then the reward functions.
+    reward_names = task_args.reward_funcs or ([] if task_args.reward_model_name_or_path else [default_reward])
+    functions = [resolve_reward(name, training_args.max_completion_length, log) for name in reward_names]
+    scorer = heldout_scorer(functions)
+    readers = [*zip(reward_names, functions), ("exact_match (the held-out evaluation's scorer)", scorer)]
+    reads = {column: name for name, function in reversed(readers) for column in read_columns(function)}
+
+    if builtin:
         task = get_task(task_args.task)
         train, heldout = task.train_dataset(), task.heldout_dataset()
         source = task.name
         model_path = model_args.model_name_or_path
-        default_reward = task.reward_name
         if model_path is None and isinstance(task, ScratchpadAdditionTask):
             model_path = str(bootstrap_scratchpad_policy(task, scratchpad_recipe(task, training_args.seed), log=log))
         elif model_path is None:
@@ -366,13 +392,12 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         if model_args.model_name_or_path is None:
             field = "datasets" if task_args.datasets else "dataset_name"
             raise ConfigError(f"model_name_or_path: required with {field} (a hub name or a local directory).")
-        train, heldout, source = _load_dataset_splits(task_args, training_args.seed, log)
+        train, heldout, source = _load_dataset_splits(task_args, training_args.seed, log, reads)
         if heldout is None and training_args.eval_strategy != "no":
             raise ConfigError("eval_strategy: TRL's evaluation needs an evaluation set, and num_heldout 0 keeps none.")
         model_path = model_args.model_name_or_path
         if isinstance(train, IterableDataset) and training_args.max_steps <= 0:
             raise ConfigError("max_steps: a streamed dataset has no length to count epochs in; give --max_steps N.")
-        default_reward = "exact_match"
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(
@@ -388,10 +413,6 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     if conversational:
         train, heldout = (_conversational_prompts(d, task_args.system_prompt) if d else d for d in (train, heldout))
 
-    # As `trl grpo`: the reward model (if any) first, then the reward functions.
-    reward_names = task_args.reward_funcs or ([] if task_args.reward_model_name_or_path else [default_reward])
-    functions = [resolve_reward(name, training_args.max_completion_length, log) for name in reward_names]
-    scorer = heldout_scorer(functions)
     columns = column_names(train)
     for name, function in zip(reward_names, functions):
         check_reward_columns(name, function, columns)

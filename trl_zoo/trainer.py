@@ -32,6 +32,7 @@ docs/architecture.md for the pipeline of one step.
 from __future__ import annotations
 
 import inspect
+import itertools
 import re
 
 import torch
@@ -39,6 +40,7 @@ from trl import GRPOTrainer as TRLGRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .config import GRPOConfig, to_zoo_config
+from .dataset_values import check_prompts
 from .hooks.advantages import AdvantageMixin
 from .hooks.critic import CriticMixin
 from .hooks.kl_control import KLControlMixin
@@ -81,7 +83,8 @@ def training_method(args) -> tuple[str, dict]:
 def check_train_dataset(dataset, args, environment_factory=None) -> None:
     """Raise a one-line ValueError for a training set TRL would train on for 0 steps or crash on deep inside:
     no rows, no `prompt` column, or fewer prompts than one generation batch (TRL's sampler drops an incomplete
-    batch, so such a set yields no step at all). With an `environment_factory` the environments' `reset()` supply
+    batch, so such a set yields no step at all; of a streamed set only that many rows are read), a prompt that is
+    None, blank or not text (`dataset_values.py`). With an `environment_factory` the environments' `reset()` supply
     the prompts, so, as in TRL, the set needs no `prompt` column (a dict of environments routes rows by their
     `environment` column)."""
     if dataset is None:
@@ -92,15 +95,18 @@ def check_train_dataset(dataset, args, environment_factory=None) -> None:
             f"train_dataset: no 'prompt' column (its columns: {', '.join(map(str, columns)) or 'none'}); rename the "
             f"prompt column to 'prompt', e.g. dataset.rename_column('question', 'prompt')."
         )
+    prompts_per_batch = args.generation_batch_size // args.num_generations
     try:
         rows = len(dataset)
-    except TypeError:  # an IterableDataset: its length shows only while it is read
-        return
+    except TypeError:  # an IterableDataset: read only as far as one generation batch needs
+        rows = sum(1 for _ in itertools.islice(dataset, prompts_per_batch))
+    else:
+        if environment_factory is None and "prompt" in (columns or ()):
+            check_prompts(dataset)
     if rows == 0:
         raise ValueError("train_dataset: 0 rows, so there is nothing to train on; give a dataset with prompts.")
-    prompts_per_batch = args.generation_batch_size // args.num_generations
     if rows < prompts_per_batch:
-        who = "dynamic_sampling='resample': the" if args.dynamic_sampling == "resample" else "train_dataset: the"
+        who = f"dynamic_sampling={args.dynamic_sampling!r}: the" if args.dynamic_sampling else "train_dataset: the"
         raise ValueError(
             f"{who} training set holds {rows} prompts, fewer than the {prompts_per_batch} one generation batch needs "
             f"(generation_batch_size {args.generation_batch_size} / num_generations {args.num_generations}), so no "
