@@ -27,6 +27,7 @@ from trl import DatasetMixtureConfig, get_dataset, get_peft_config, get_quantiza
 
 from .arguments import ConfigError, one_line, parse_train_args
 from .checkpoint_integrity import check_checkpoint
+from .cpu_threads import apply_cpu_threads
 from .hooks.prompt_length import PromptTooLongError
 from .hooks.resume import interrupted_message as resume_interrupted_message
 from .hooks.resume import last_complete_checkpoint
@@ -577,6 +578,7 @@ def train_command(argv: list[str]) -> int:
         task_args, training_args, model_args = parse_train_args(argv)
     except (ValueError, TypeError) as error:
         raise ConfigError(one_line(error)) from None
+    apply_cpu_threads(training_args.use_cpu)  # as `trl grpo`'s launcher: see cpu_threads.py
     run_train(task_args, training_args, model_args)
     return 0
 
