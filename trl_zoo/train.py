@@ -28,11 +28,11 @@ from trl import DatasetMixtureConfig, get_dataset, get_peft_config, get_quantiza
 from .arguments import ConfigError, one_line, parse_train_args
 from .checkpoint_integrity import check_checkpoint
 from .cpu_threads import apply_cpu_threads
+from .dataset_values import check_no_none, check_prompts
 from .hooks.prompt_length import PromptTooLongError
 from .hooks.resume import interrupted_message as resume_interrupted_message
 from .hooks.resume import last_complete_checkpoint
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
-from .dataset_values import check_no_none, check_prompts
 from .reward_names import check_reward_columns, heldout_scorer, read_columns, resolve_reward
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
