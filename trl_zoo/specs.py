@@ -21,7 +21,7 @@ def warn_inert_clip(name: str, value: float, bound: float, what: str) -> None:
     if value >= bound:
         warnings.warn(
             f"{name}: {value:g} puts {what} at or beyond {bound:.3g}, where the importance ratio is capped "
-            f"(log-ratio ±{MAX_LOG_RATIO:g}), so it never clips: the clip is off; use a range of order 0.1-1 to keep it.",
+            f"(log-ratio ±{MAX_LOG_RATIO:g}), so it never clips: the clip is off; set it below {bound:.3g} to keep one.",
             stacklevel=3,
         )
 
