@@ -62,7 +62,8 @@ def prompts(n: int = 16) -> Dataset:
 
 
 def digit_reward(completions, **kwargs):
-    return [sum(c.isdigit() for c in completion) / max(len(completion), 1) for completion in completions]
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]  # conversational: the reply
+    return [sum(ch.isdigit() for ch in text) / max(len(text), 1) for text in texts]
 
 
 def config(**overrides) -> trl_zoo.GRPOConfig:
@@ -253,6 +254,170 @@ class Case:
     expected_silent: bool = field(default=False)
 
 
+# --- wider classes: values in used columns, dotted-path objects, loss hyperparameters, small streams, ±100 ----------
+
+
+def prompts_with(bad, row: int = 3, n: int = 16) -> Dataset:
+    """`prompts(n)` with row `row`'s prompt replaced by `bad` (a whole column of `bad` when row is None)."""
+    values = [f"{a}+{a + 3}=" for a in range(10, 10 + n)]
+    values = [bad] * n if row is None else values[:row] + [bad] + values[row + 1:]
+    return Dataset.from_dict({"prompt": values})
+
+
+def train_long(dataset, steps: int = 8, **kwargs):
+    """Train long enough that every row is drawn (16 rows, 2 per step)."""
+    return train(dataset=dataset, max_steps=steps, **kwargs)
+
+
+def chat_tokenizer():
+    """The battery's tokenizer with a minimal chat template, for conversational prompts."""
+    tokenizer = build_char_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}{{ m.role[0] }}:{{ m.content }} {% endfor %}a:"
+    return tokenizer
+
+
+def messages_with(bad) -> Dataset:
+    good = [{"role": "user", "content": "1+1="}]
+    return Dataset.from_dict({"prompt": [good] * 3 + [bad] + [good] * 12})
+
+
+def sums_file_with(name: str, row: dict) -> str:
+    """The 40 sums of `sums_file`, row 3 replaced by `row`."""
+    path = WORK / f"sums_{name}.jsonl"
+    rows = [{"prompt": f"{a}+{a + 3}=", "answer": str(2 * a + 3)} for a in range(10, 50)]
+    rows[3] = row
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return str(path)
+
+
+REWARD_MODULE = "battery_reward_objects"
+(WORK / f"{REWARD_MODULE}.py").write_text(
+    "NAME = 'exact_match'\nNUMBER = 3\nNOTHING = None\nLISTED = [len]\n"
+    "class RewardClass:\n    def __init__(self, scale):\n        self.scale = scale\n"
+    "def make_reward(scale):\n    return lambda completions, **kwargs: [scale] * len(completions)\n"
+)
+(WORK / "battery_broken_module.py").write_text("raise RuntimeError('this module fails on import')\n")
+sys.path.insert(0, str(WORK))
+
+
+def cli_reward(path: str, name: str):
+    cli("train", "--dataset_name", sums_file(), "--reward_funcs", path, *TINY_CLI, "--output_dir", str(WORK / name))
+
+
+DOTTED_PATHS = {  # kind: (path, what a clear message names: the path, or what the object is)
+    "a string": (f"{REWARD_MODULE}.NAME", f"{REWARD_MODULE}.NAME"),
+    "a number": (f"{REWARD_MODULE}.NUMBER", f"{REWARD_MODULE}.NUMBER"),
+    "None": (f"{REWARD_MODULE}.NOTHING", f"{REWARD_MODULE}.NOTHING"),
+    "a list": (f"{REWARD_MODULE}.LISTED", f"{REWARD_MODULE}.LISTED"),
+    "a module": ("os.path", "os.path"),
+    "a class": (f"{REWARD_MODULE}.RewardClass", "a class"),
+    "a reward factory": (f"{REWARD_MODULE}.make_reward", "factory"),
+    "a module that raises on import": ("battery_broken_module.reward", "battery_broken_module.reward"),
+    "an empty module name": (".reward", ".reward"),
+}
+
+# The loss hyperparameters, each with the loss that reads it; clip ranges also at 1e12 (beyond any capped ratio).
+HYPERPARAMETERS = {
+    "epsilon": "grpo", "epsilon_high": "dapo", "delta": "grpo", "dual_clip": "grpo", "beta": "grpo",
+    "cispo_epsilon_low": "cispo", "gmpo_epsilon": "gmpo", "ppo_kl_beta": "ppo_kl", "ppo_kl_target": "ppo_kl",
+    "clip_cov_ratio": "clip_cov", "clip_cov_lower": "clip_cov", "clip_cov_upper": "clip_cov",
+    "kl_cov_ratio": "kl_cov", "kl_cov_coef": "kl_cov", "rspo_gamma_min": "rspo",
+    "sapo_temperature_pos": "sapo", "sapo_temperature_neg": "sapo",
+    "vespo_k_pos": "vespo", "vespo_lambda_pos": "vespo", "vespo_k_neg": "vespo", "vespo_lambda_neg": "vespo",
+}
+SIGNED = {"clip_cov_lower", "clip_cov_upper"}  # a covariance window may lie below 0
+CLIP_RANGES = {"epsilon_high", "delta", "dual_clip", "gmpo_epsilon"}
+
+
+def hyperparameter_cases() -> list:
+    cases = []
+    for name, loss in HYPERPARAMETERS.items():
+        values = [math.nan, math.inf] + ([] if name in SIGNED else [-1.0]) + ([1e12] if name in CLIP_RANGES else [])
+        for value in values:
+            cases.append(Case(f"{loss} {name}={value:g}", "hyperparameters",
+                              lambda name=name, loss=loss, value=value: config(loss_type=loss, **{name: value}),
+                              (name,)))
+    return cases
+
+
+def small_stream(sampler):
+    """One prompt in a stream, for a generation batch of two prompts: TRL's loop would end at step 0."""
+    built = train(dataset=prompts(1).to_iterable_dataset(), dynamic_sampling=sampler, max_steps=2)
+    if built.state.global_step == 0:
+        return None  # silent: no step and no error
+    return f"documented fallback held: {built.state.global_step} steps"
+
+
+def one_token_rows_pm100(name):
+    """Loss `name` at log-ratios ±100 on one-token completions (T_i = 1: nothing averages δ down), both signs of Â,
+    sequence and token advantages, with its hyperparameters at defaults and at the widest accepted clip."""
+    mask = torch.tensor([[1, 0, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0]], dtype=torch.float)
+    log_ratio = torch.tensor([[100.0, 0, 0], [100.0, 0, 0], [-100.0, 100.0, 100.0], [-100.0, 0, 0]])
+    wide = {"gmpo": dict(gmpo_epsilon=1e3), "dapo": dict(epsilon_high=1e3), "cispo": dict(epsilon_high=1e3)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the wide clip warns; what is checked here is the arithmetic
+        settings = [config(loss_type=name, max_completion_length=3)]
+        settings += [config(loss_type=name, max_completion_length=3, **wide[name])] if name in wide else []
+    for args in settings:
+        for advantages in (torch.tensor([[1.5], [-2.0], [-1.0], [0.7]]), torch.tensor([[-1.5], [2.0], [1.0], [-0.7]])):
+            for token_level in (False, True):
+                logps = (-2 * torch.ones(mask.shape)).requires_grad_()
+                adv = advantages.expand_as(mask).clone() if token_level else advantages
+                batch = PolicyBatch(logps, logps.detach() - log_ratio, adv, mask, ref_logps=logps.detach() + log_ratio)
+                term = LOSSES.get(name).fn(batch, args)
+                aggregate = AGGREGATIONS.get(LOSSES.get(name).spec.aggregation).fn
+                loss, _ = aggregate(term.loss, mask, AggregationContext(max_completion_length=3))
+                (gradient,) = torch.autograd.grad(loss, logps, allow_unused=True)
+                if not torch.isfinite(loss) or (gradient is not None and not torch.isfinite(gradient).all()):
+                    return None  # silent: a non-finite loss or gradient without a word
+    return "documented guarantee held: finite loss and gradient"
+
+
+WIDER_CASES = [
+    # None / empty / non-string values in a used column
+    Case("prompt None in row 3", "values", lambda: train_long(prompts_with(None)), ("row 3",)),
+    Case("prompt empty string in row 3", "values", lambda: train_long(prompts_with("")), ("row 3",)),
+    Case("prompt whitespace in row 3", "values", lambda: train_long(prompts_with("   ")), ("row 3",)),
+    Case("prompt an integer (whole column)", "values", lambda: train_long(prompts_with(7, row=None)), ("row 0",)),
+    Case("prompt an empty message list in row 3", "values",
+         lambda: train_long(messages_with([]), processing_class=chat_tokenizer()), ("row 3",)),
+    Case("prompt message content None in row 3", "values",
+         lambda: train_long(messages_with([{"role": "user", "content": None}]), processing_class=chat_tokenizer()),
+         ("row 3",)),
+    Case("prompt None in a streamed dataset", "values",
+         lambda: train_long(prompts_with(None).to_iterable_dataset()), ("prompt",)),
+    Case("CLI: prompt null in row 3 of a file", "values",
+         lambda: cli("train", "--dataset_name", sums_file_with("prompt_null", {"prompt": None, "answer": "1"}),
+                     *TINY_CLI, "--output_dir", str(WORK / "v1")), ("row 3",)),
+    Case("CLI: answer null in row 3 (exact_match reads it)", "values",
+         lambda: cli("train", "--dataset_name", sums_file_with("answer_null", {"prompt": "1+2=", "answer": None}),
+                     *TINY_CLI, "--output_dir", str(WORK / "v2")), ("row 3",)),
+    Case("CLI: prompt empty in row 3 of a file", "values",
+         lambda: cli("train", "--dataset_name", sums_file_with("prompt_empty", {"prompt": "", "answer": "1"}),
+                     *TINY_CLI, "--output_dir", str(WORK / "v3")), ("row 3",)),
+    # every kind of wrong object behind a dotted reward path
+    *[
+        Case(f"CLI: --reward_funcs dotted path to {kind}", "dotted paths",
+             lambda path=path, kind=kind: cli_reward(path, "d_" + kind.replace(" ", "_")), (named,))
+        for kind, (path, named) in DOTTED_PATHS.items()
+    ],
+    # every loss hyperparameter at absurd values
+    *hyperparameter_cases(),
+    # every sampler over a stream smaller than one generation batch
+    *[
+        Case(f"{sampler or 'no sampler'} over a 1-prompt stream", "samplers",
+             lambda sampler=sampler: small_stream(sampler), ("train_dataset", "dynamic_sampling"))
+        for sampler in (None, "resample", "reweight", "greso")
+    ],
+    # every loss at log-ratios ±100 on one-token rows
+    *[
+        Case(f"{name} at log-ratios ±100, one-token rows", "numerics", lambda name=name: one_token_rows_pm100(name),
+             ("",))
+        for name in LOSSES.names() if not LOSSES.get(name).spec.requires_moe
+    ],
+]
+
+
 def prompt_too_long():
     long = Dataset.from_dict({"prompt": ["1+2=" * 10] * 16})
     train(dataset=long, model=tiny_model(max_positions=32))
@@ -335,6 +500,9 @@ CASES = [
          lambda: cli("train", "--dataset_name", sums_file(), "--prompt_column", "question", *TINY_CLI,
                      "--output_dir", str(WORK / "c3")), ("prompt_column",)),
 ]
+
+
+CASES += WIDER_CASES
 
 
 def classify(case: Case) -> tuple[str, str]:

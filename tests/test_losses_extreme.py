@@ -4,6 +4,8 @@ Log-ratios of ±50 (r = e^{±50}), rows with no completion token, a batch with n
 completions. Losses that need inputs a plain batch does not have are skipped by their `requires_moe` option.
 """
 
+import warnings
+
 import pytest
 import torch
 
@@ -94,6 +96,39 @@ def test_log_ratios_of_pm100_give_finite_loss_and_gradients(name):
             (gradient,) = torch.autograd.grad(loss, batch.logps, allow_unused=True)
             assert torch.isfinite(loss), (name, seed, token_advantages)
             assert gradient is None or torch.isfinite(gradient).all(), (name, seed, token_advantages)
+
+
+WIDEST_CLIPS = {"gmpo": dict(gmpo_epsilon=1e3), "dapo": dict(epsilon_high=1e3), "cispo": dict(epsilon_high=1e3),
+                "grpo": dict(delta=1e12, dual_clip=1e12)}  # accepted with a warning: the clip is off
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_one_token_rows_at_log_ratios_of_pm100_give_finite_loss_and_gradients(name):
+    """One-token completions (T_i = 1, so nothing averages δ = ±100 down), either sign of Â on each row, sequence and
+    token advantages, at the loss's defaults and at the widest clip it accepts: GMPO's geometric mean used to be
+    exp(100) = inf on the side its sign-aware clip leaves open."""
+    mask = torch.tensor([[1, 0, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0]], dtype=torch.float)
+    log_ratio = torch.tensor([[100.0, 0, 0], [100.0, 0, 0], [-100.0, 100.0, 100.0], [-100.0, 0, 0]])
+    settings = [{}] + ([WIDEST_CLIPS[name]] if name in WIDEST_CLIPS else [])
+    for overrides in settings:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            args = trl_zoo.GRPOConfig(output_dir=TEST_OUTPUT_DIR, loss_type=name, bf16=False, use_cpu=True,
+                                      report_to="none", max_completion_length=3, **overrides)
+        for sign in (1.0, -1.0):
+            for token_advantages in (False, True):
+                advantages = sign * torch.tensor([[1.5], [-2.0], [-1.0], [0.7]])
+                if token_advantages:
+                    advantages = advantages.expand_as(mask).clone()
+                logps = torch.full(mask.shape, -2.0, requires_grad=True)
+                batch = PolicyBatch(logps, logps.detach() - log_ratio, advantages, mask,
+                                    ref_logps=logps.detach() + log_ratio)
+                term = trl_zoo.LOSSES.get(name).fn(batch, args)
+                aggregation = AGGREGATIONS.get(LOSSES.get(name).spec.aggregation).fn
+                loss, _ = aggregation(term.loss, mask, AggregationContext(max_completion_length=3))
+                (gradient,) = torch.autograd.grad(loss, logps, allow_unused=True)
+                assert torch.isfinite(loss), (name, overrides, sign, token_advantages)
+                assert gradient is None or torch.isfinite(gradient).all(), (name, overrides, sign, token_advantages)
 
 
 @pytest.mark.parametrize("name", trl_zoo.KL_ESTIMATORS.names())

@@ -8,6 +8,7 @@ import torch
 import yaml
 from datasets import Dataset
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+from trl import DatasetMixtureConfig, get_dataset
 from trl.scripts.grpo import make_parser as trl_grpo_parser
 
 import trl_zoo.hooks.rewards
@@ -198,6 +199,44 @@ def test_test_split_size_holds_out_a_fraction_or_a_count(tmp_path, size, held):
     train, heldout, _ = splits(tmp_path, "--dataset_name", data, "--test_split_size", size)
     assert (len(train), len(heldout)) == (40 - held, held)
     assert not set(train["prompt"]) & set(heldout["prompt"])
+
+
+def test_a_mixtures_test_files_are_its_held_out_set_and_training_keeps_every_train_row(tmp_path):
+    train_a, test_a = write_jsonl(tmp_path / "a.jsonl", sums(range(0, 50))), write_jsonl(tmp_path / "ta.jsonl", sums(range(200, 205)))
+    train_b, test_b = write_jsonl(tmp_path / "b.jsonl", sums(range(100, 130))), write_jsonl(tmp_path / "tb.jsonl", sums(range(300, 303)))
+    entries = [{"path": "json", "data_files": {"train": train_a, "test": test_a}},
+               {"path": "json", "data_files": {"train": train_b, "test": test_b}}]
+    config = tmp_path / "mix.yaml"
+    config.write_text(yaml.safe_dump({"datasets": entries}))
+    train, heldout, _ = splits(tmp_path, "--config", str(config))
+    trl_train = get_dataset(DatasetMixtureConfig(datasets=entries))["train"]  # what `trl grpo` trains on
+    assert list(train["prompt"]) == list(trl_train["prompt"]) and len(train) == 80
+    assert list(heldout["prompt"]) == [row["prompt"] for row in sums(range(200, 205)) + sums(range(300, 303))]
+
+
+def test_num_heldout_0_trains_on_every_row_without_a_held_out_evaluation(tmp_path, capsys):
+    data = write_jsonl(tmp_path / "sums.jsonl", sums(range(10, 50)))
+    train, heldout, _ = splits(tmp_path, "--dataset_name", data, "--num_heldout", "0")
+    assert len(train) == 40 and heldout is None
+    with pytest.raises(ConfigError, match=r"^num_heldout: must be ≥ 0 \(0: no held-out set\), got -1\.$"):
+        splits(tmp_path, "--dataset_name", data, "--num_heldout", "-1")
+    with pytest.raises(ConfigError, match=r"^num_heldout: 0 keeps no evaluation set, so test_split_size"):
+        splits(tmp_path, "--dataset_name", data, "--num_heldout", "0", "--test_split_size", "4")
+    out = tmp_path / "run"
+    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", data, "--num_heldout", "0",
+            "--reward_funcs", "tests.test_trl_grpo_fields.recording_reward", "--max_completion_length", "4",
+            "--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4",
+            "--logging_steps", "1", "--output_dir", str(out)]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out
+    assert "num_heldout 0, so no held-out set: every training row is trained on" in lines
+    assert "No held-out set (num_heldout 0), so no held-out evaluation. Training with" in lines
+    assert "No report: it compares held-out accuracy, and this run has no held-out set." in lines
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 1 and summary["heldout_size"] == 0
+    assert summary["accuracy_before"] is summary["accuracy_after"] is summary["best_accuracy"] is None
+    assert main(["compare", "--losses", "grpo,dapo", *argv[1:-2]]) == 2
+    assert capsys.readouterr().err.strip().endswith("num_heldout: compare ranks runs by held-out accuracy, so it needs a held-out set; drop 0.")
 
 
 def test_a_streamed_mixture_holds_out_its_first_rows_and_trains_on_the_rest(tmp_path):

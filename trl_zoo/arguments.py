@@ -149,7 +149,8 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
         default=None,
         metadata={
             "help": "Held-out prompts split off the training data when the dataset has no test split (and no "
-            "test_split_size). None: a tenth of the rows, at most 200 and at least 1; a streamed dataset: 200 rows."
+            "test_split_size). None: a tenth of the rows, at most 200 and at least 1; a streamed dataset: 200 rows. "
+            "0: no held-out set, so every row is trained on and there is no held-out evaluation."
         },
     )
     eval_every_steps: int = field(

@@ -112,6 +112,9 @@ def compare_runs(
     config_paths = [path for path in [config_path(train_argv)] if path]
     config_paths += [selection[1] for _, selection in selections if selection[0] == "--config"]
     configs = [read_config(path) for path in config_paths]
+    num_heldout = make_train_parser().parse_known_args(train_argv)[0].num_heldout
+    if num_heldout == 0 or any(config.get("num_heldout") == 0 for config in configs):
+        raise ConfigError("num_heldout: compare ranks runs by held-out accuracy, so it needs a held-out set; drop 0.")
     seed_list, default_message = compare_seeds(seeds, train_argv, configs)
     if default_message:
         log(default_message)

@@ -44,6 +44,19 @@ def _help(text: str, default=None, choices=None):
     return field(default=default, metadata=metadata)
 
 
+# TRL's fields that enter the loss or the sampling; with trl_zoo's own fields they must be finite when set.
+TRL_LOSS_FIELDS = (
+    "epsilon", "epsilon_high", "delta", "beta", "temperature", "top_p", "top_entropy_quantile",
+    "sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
+)
+
+
+def zoo_field_names() -> list[str]:
+    """The fields trl_zoo's `GRPOConfig` adds to TRL's."""
+    trl_names = {f.name for f in fields(TRLGRPOConfig)}
+    return [f.name for f in fields(GRPOConfig) if f.name not in trl_names]
+
+
 @dataclass
 class GRPOConfig(TRLGRPOConfig):
     r"""TRL's `GRPOConfig` with trl_zoo's fields. See the field help for each; docs/formulas.md for the formulas."""
@@ -263,6 +276,10 @@ class GRPOConfig(TRLGRPOConfig):
         config alone (what needs the model is checked by the trainer). In order: names in the tables and choices,
         the shared fields' ranges, each chosen plugin's own `validate` and declared fields, the critic's fields,
         then settings that contradict each other."""
+        for name in (*TRL_LOSS_FIELDS, *zoo_field_names()):
+            value = getattr(self, name)
+            if isinstance(value, float) and not math.isfinite(value):  # NaN passes every range check below
+                raise ValueError(f"{name}: must be a finite number, got {value}.")
         self._validate_names()
         self._validate_shared_ranges()
         entry = LOSSES.get(self.loss_type)

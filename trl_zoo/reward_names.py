@@ -84,16 +84,20 @@ def reads_completions(function) -> bool:
 TRL_REWARD_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"}
 
 
-def check_reward_columns(name: str, function, columns) -> None:
-    """A one-line ConfigError when `function` needs a dataset column the dataset lacks (TRL would raise a TypeError
-    at the first batch)."""
+def read_columns(function) -> list[str]:
+    """The dataset columns a reward function needs: its required arguments besides what TRL passes every reward."""
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
-        return
+        return []
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    needed = [p.name for p in parameters if p.kind in kinds and p.default is p.empty]
-    missing = [column for column in needed if column not in TRL_REWARD_ARGUMENTS and column not in columns]
+    return [p.name for p in parameters if p.kind in kinds and p.default is p.empty and p.name not in TRL_REWARD_ARGUMENTS]
+
+
+def check_reward_columns(name: str, function, columns) -> None:
+    """A one-line ConfigError when `function` needs a dataset column the dataset lacks (TRL would raise a TypeError
+    at the first batch)."""
+    missing = [column for column in read_columns(function) if column not in columns]
     if missing:
         raise ConfigError(
             f"reward_funcs: {name} reads the dataset column {missing[0]!r}, which the dataset lacks (its columns: "
@@ -108,6 +112,42 @@ def heldout_scorer(functions):
     return next((function for function in functions if reads_completions(function)), REWARDS["exact_match"])
 
 
+def dotted_reward(path: str):
+    """The reward function a dotted path names; a one-line ConfigError when it cannot be imported or names anything
+    but a reward function (TRL would take a string for a reward model's name, and call a class or a factory with
+    the completions)."""
+    module_name, attribute = path.rsplit(".", 1)
+    sys.path.insert(0, os.getcwd())
+    try:
+        target = getattr(importlib.import_module(module_name), attribute)
+    except Exception as error:  # a missing module or attribute, an empty name, or the module failing on import
+        raise ConfigError(f"reward_funcs: cannot import {path!r} ({type(error).__name__}: {one_line(error)}).") from None
+    fix = "give the path of a function fn(completions, **kwargs) -> list[float | None]"
+    if inspect.isclass(target):
+        raise ConfigError(
+            f"reward_funcs: {path!r} is a class; {fix}, or build the reward in your module (reward = {attribute}(...)) "
+            f"and give that path."
+        )
+    if not callable(target):
+        what = "None" if target is None else f"{type(target).__name__} {_short(target)}"
+        raise ConfigError(f"reward_funcs: {path!r} is {what}, not callable; {fix}.")
+    if inspect.isfunction(target) and is_factory(target) and not _takes_any_keyword(target):
+        raise ConfigError(
+            f"reward_funcs: {path!r} looks like a reward factory{inspect.signature(target)} (it takes no "
+            f"completions); build the reward in your module (reward = {attribute}(...)) and give that path."
+        )
+    return target
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _takes_any_keyword(function) -> bool:
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(function).parameters.values())
+
+
 def resolve_reward(name: str, max_completion_length: int | None = None, log=print):
     """The reward function a `--reward_funcs` entry names; a one-line ConfigError when there is none."""
     if name in REWARDS:
@@ -115,12 +155,7 @@ def resolve_reward(name: str, max_completion_length: int | None = None, log=prin
     if name in trl_reward_names():
         return trl_reward(name, max_completion_length, log)
     if "." in name:
-        module_name, function_name = name.rsplit(".", 1)
-        sys.path.insert(0, os.getcwd())
-        try:
-            return getattr(importlib.import_module(module_name), function_name)
-        except (ImportError, AttributeError) as error:
-            raise ConfigError(f"reward_funcs: cannot import {name!r} ({one_line(error)}).") from None
+        return dotted_reward(name)
     raise ConfigError(
         f"reward_funcs: unknown reward {name!r}; use one of {', '.join(REWARDS)}, a TRL reward "
         f"({', '.join(trl_reward_names())}), or a dotted import path."

@@ -14,9 +14,13 @@ Every spec of a loss, an estimator or a sampler carries
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from .numerics import MAX_LOG_RATIO
 
 FIELD_TYPES = (bool, int, float, str)
 # the AdvantageInputs fields an estimator may declare in `needs` (the rewards, G and the mask it always gets)
@@ -85,9 +89,20 @@ def _check_fields(fields) -> None:
         raise ValueError(f"fields: a name is declared twice in {names}.")
 
 
+
+def warn_inert_clip(name: str, value: float, bound: float, what: str) -> None:
+    """Warn that a clip bound at or beyond `bound`, where the importance ratio is capped (numerics.py), never acts."""
+    if value >= bound:
+        warnings.warn(
+            f"{name}: {value:g} puts {what} at or beyond {bound:.3g}, where the importance ratio is capped "
+            f"(log-ratio ±{MAX_LOG_RATIO:g}), so it never clips: the clip is off; set it below {bound:.3g} to keep one.",
+            stacklevel=3,
+        )
+
+
 def check_clip_range(args) -> None:
     """The PPO clip range [1 − ε_low, 1 + ε_high], TRL's two-sided cap δ and the dual clip c, as every loss but
-    CISPO reads them."""
+    CISPO reads them. A bound beyond the capped ratio is accepted with a warning: the clip is then off."""
     if getattr(args, "dual_clip", None) is not None and args.dual_clip <= 1:
         raise ValueError(f"dual_clip: must be > 1, got {args.dual_clip}.")
     if args.epsilon >= 1:
@@ -98,6 +113,12 @@ def check_clip_range(args) -> None:
             f"delta: the two-sided cap δ={args.delta} is below the upper clip bound 1 + epsilon_high = "
             f"{1 + upper_clip}, which inverts the clip; use δ ≥ 1 + epsilon_high, or None."
         )
+    largest_ratio = math.exp(MAX_LOG_RATIO)
+    if args.epsilon_high is not None:
+        warn_inert_clip("epsilon_high", args.epsilon_high, largest_ratio - 1, "the upper clip bound 1 + ε_high")
+    for name, what in (("delta", "the two-sided cap δ"), ("dual_clip", "the dual clip's bound c·|Â|")):
+        if getattr(args, name, None) is not None:
+            warn_inert_clip(name, getattr(args, name), largest_ratio, what)
 
 
 def check_clipped_objective(args) -> None:

@@ -29,6 +29,8 @@ from trl import DatasetMixtureConfig, get_dataset, get_peft_config, get_quantiza
 
 from .arguments import ConfigError, one_line, parse_train_args
 from .checkpoint_integrity import check_checkpoint
+from .cpu_threads import apply_cpu_threads
+from .dataset_values import check_no_none, check_prompts
 from .gguf_checkpoint import GGUFError, policy_path
 from .hooks.prompt_length import PromptTooLongError
 from .hooks.resume import interrupted_message as resume_interrupted_message
@@ -39,7 +41,7 @@ from .null_reward_control import permuted_reward
 from .preset_lengths import completion_room_error, position_limit_of
 from .registry import LOSSES
 from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
-from .reward_names import check_reward_columns, heldout_scorer, resolve_reward
+from .reward_names import check_reward_columns, heldout_scorer, read_columns, resolve_reward
 from .tasks import get_task
 from .tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from .tasks.chat_arithmetic import ChatArithmeticTask
@@ -66,7 +68,7 @@ class TrainingSetup:
     """What `prepare_training` built: everything `run_train` needs around `trainer.train()`."""
 
     trainer: GRPOTrainer
-    accuracy: HeldOutAccuracyCallback  # measures greedy held-out accuracy; keeps the (step, accuracy) history
+    accuracy: HeldOutAccuracyCallback | None  # greedy held-out accuracy and its history; None: no held-out set
     source: str  # the built-in task's name or the dataset_name
     model_path: str  # the base policy: model_name_or_path or the bootstrapped tiny policy's directory
     heldout_size: int
@@ -87,15 +89,15 @@ class RunSummary:
     reward_funcs: tuple[str, ...]
     seed: int
     steps: int
-    accuracy_before: float
-    accuracy_after: float
+    accuracy_before: float | None  # the accuracies are None when the run has no held-out set (heldout_size 0)
+    accuracy_after: float | None
     mean_reward_before: float | None  # the held-out mean reward (accuracy counts rewards exactly 1)
     mean_reward_after: float | None
     base_policy: str  # model_name_or_path, or which bootstrapped policy (`base_policy_name`)
     updates_per_batch: int  # optimizer updates per generation batch; 1 is on-policy (every ratio 1)
     heldout_size: int
-    best_accuracy: float
-    best_step: int
+    best_accuracy: float | None
+    best_step: int | None
     train_seconds: float
     total_seconds: float
     adapter_dir: str
@@ -181,10 +183,15 @@ def _load_dataset(task_args, log=print):
         # test_split_size is applied afterwards, with the run's seed, to mixtures and single datasets alike
         mixture = DatasetMixtureConfig(datasets=task_args.datasets, streaming=streaming, test_split_size=None)
         source = " + ".join(str(entry.data_files or entry.path) for entry in task_args.datasets)
+        test_entries = mixture_test_entries(task_args.datasets, task_args.dataset_test_split)
         try:
-            return get_dataset(mixture), source
+            dataset = get_dataset(mixture)
+            if test_entries:
+                test = DatasetMixtureConfig(datasets=test_entries, streaming=streaming, test_split_size=None)
+                dataset[task_args.dataset_test_split] = get_dataset(test)["train"]
         except Exception as error:  # a bad fraction, a missing file or dataset, mismatched columns
             raise ConfigError(f"datasets: cannot load the mixture ({one_line(error)}).") from None
+        return dataset, source
     source = task_args.dataset_name
     suffix = Path(source).suffix.lower()
     if suffix in DATA_FILE_BUILDERS and not os.path.isfile(source):
@@ -207,6 +214,16 @@ def _load_dataset(task_args, log=print):
     return dataset, source
 
 
+def mixture_test_entries(entries, test_split: str) -> list:
+    """The mixture's test split: each entry whose `data_files` maps `test_split` to files, reading that split, whole
+    (`fraction` shapes the training mixture only). TRL's `get_dataset` reads each entry's `split` ("train") alone."""
+    return [
+        dataclasses.replace(entry, split=test_split, fraction=None)
+        for entry in entries
+        if isinstance(entry.data_files, dict) and test_split in entry.data_files
+    ]
+
+
 def split_size(test_split_size: float) -> float | int:
     """TRL's `test_split_size` as `train_test_split` reads it: a fraction in (0, 1), or a whole number of rows."""
     if test_split_size >= 1 and float(test_split_size).is_integer():
@@ -226,10 +243,12 @@ def column_names(dataset) -> list[str]:
     return list(first) if first is not None else []
 
 
-def _load_dataset_splits(task_args, seed: int, log=print):
+def _load_dataset_splits(task_args, seed: int, log=print, reads: dict[str, str] | None = None):
     """(train, held-out). The held-out set is the test split; without one, `test_split_size` (TRL's) or
     `num_heldout` rows split off the training data. A streamed dataset holds out its first rows instead, and its
-    held-out set is read into memory (it is measured again and again)."""
+    held-out set is read into memory (it is measured again and again). `num_heldout 0`: no held-out set (None),
+    every training row is trained on. Before any split, the prompts and the columns the rewards read (`reads`:
+    column → reward) of a map-style dataset are checked, naming the file's row (`dataset_values.py`)."""
     dataset, source = _load_dataset(task_args, log)
     if task_args.dataset_train_split not in dataset:
         raise ConfigError(
@@ -238,7 +257,19 @@ def _load_dataset_splits(task_args, seed: int, log=print):
     train = dataset[task_args.dataset_train_split]
     streaming = isinstance(train, IterableDataset)
     test_split = task_args.dataset_test_split
-    if streaming:
+    if not streaming:
+        for split in (task_args.dataset_train_split, test_split):
+            if split in dataset:
+                _check_values(dataset[split], f"{source} ({split} split)", task_args, reads or {})
+    if task_args.num_heldout is not None and task_args.num_heldout < 0:
+        raise ConfigError(f"num_heldout: must be ≥ 0 (0: no held-out set), got {task_args.num_heldout}.")
+    if task_args.num_heldout == 0:
+        if task_args.test_split_size is not None:
+            raise ConfigError("num_heldout: 0 keeps no evaluation set, so test_split_size cannot split one; drop one.")
+        log(f"{source}: num_heldout 0, so no held-out set: every training row is trained on and there is no held-out "
+            f"evaluation (summary.json: heldout_size 0, accuracies null).")
+        heldout = None
+    elif streaming:
         if task_args.test_split_size is not None and test_split not in dataset:
             raise ConfigError(
                 "test_split_size: a streamed dataset has no length to split by; give num_heldout N (its first N rows "
@@ -268,7 +299,9 @@ def _load_dataset_splits(task_args, seed: int, log=print):
     else:
         count = heldout_count(task_args.num_heldout, len(train))
         if not 0 < count < len(train):
-            raise ConfigError(f"num_heldout: must be between 1 and {len(train) - 1} for this dataset.")
+            raise ConfigError(
+                f"num_heldout: must be between 1 and {len(train) - 1} for this dataset (or 0: no held-out set)."
+            )
         log(
             f"{source}: no {test_split!r} split, so {count} of its {len(train)} rows are held out "
             f"for the greedy evaluation (num_heldout)."
@@ -284,9 +317,22 @@ def _load_dataset_splits(task_args, seed: int, log=print):
             raise ConfigError(f"{column_arg}: no column {column!r}; the dataset has {', '.join(columns)}.")
         if column != target:
             train, heldout = (
-                d.rename_column(column, target) if target not in column_names(d) else d for d in (train, heldout)
+                d.rename_column(column, target) if d is not None and target not in column_names(d) else d
+                for d in (train, heldout)
             )
     return train, heldout, source
+
+
+def _check_values(dataset, where: str, task_args, reads: dict[str, str]) -> None:
+    """The prompts and the columns the rewards read, as named in the file (before `prompt_column` and
+    `answer_column` rename them); a missing column is reported later, by name."""
+    columns = column_names(dataset)
+    if task_args.prompt_column in columns:
+        check_prompts(dataset, task_args.prompt_column, where)
+    for column, reader in reads.items():
+        named = task_args.answer_column if column == "answer" else column
+        if named in columns:
+            check_no_none(dataset, named, reader, where)
 
 
 def _conversational_prompts(dataset, system_prompt: str | None):
@@ -302,7 +348,7 @@ class ConciseProgress(TrainerCallback):
     were measured at, elapsed time. The trainer also logs the last step, so a run shorter than logging_steps (or not
     a multiple of it) shows and records its end."""
 
-    def __init__(self, accuracy_callback: HeldOutAccuracyCallback, log=print):
+    def __init__(self, accuracy_callback: HeldOutAccuracyCallback | None, log=print):
         self.accuracy_callback = accuracy_callback
         self.log = log
         self.started = time.perf_counter()
@@ -321,18 +367,21 @@ class ConciseProgress(TrainerCallback):
         if logs and "reward" in logs:
             self.log(
                 f"  step {state.global_step:>4}/{state.max_steps}  reward {logs['reward']:.3f}  "
-                f"{self.latest_heldout()}  ({time.perf_counter() - self.started:.0f} s)"
+                f"{self.latest_heldout()}({time.perf_counter() - self.started:.0f} s)"
             )
 
     def latest_heldout(self) -> str:
-        """The latest held-out measurement and the step it was made at (evaluations are rarer than log lines)."""
+        """The latest held-out measurement and the step it was made at (evaluations are rarer than log lines); nothing
+        without a held-out set."""
+        if self.accuracy_callback is None:
+            return ""
         history = self.accuracy_callback.history
         if not history:
-            return "held-out —"
+            return "held-out —  "
         step, accuracy = history[-1]
         result = self.accuracy_callback.results[step]
         mean = f", mean reward {mean_text(result.mean_reward)}" if isinstance(result, HeldOutResult) else ""
-        return f"held-out {accuracy:.1%}{mean} (at step {step})"
+        return f"held-out {accuracy:.1%}{mean} (at step {step})  "
 
 
 def prepare_training(task_args, training_args, model_args, log=print) -> TrainingSetup:
@@ -354,13 +403,24 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     if checkpoint is None:
         check_output_dir(training_args.output_dir, task_args.overwrite_output_dir)
 
-    if task_args.dataset_name is None and not task_args.datasets:
+    builtin = task_args.dataset_name is None and not task_args.datasets
+    default_reward = get_task(task_args.task).reward_name if builtin else "exact_match"
+    # As `trl grpo`: the reward model (if any) first, then the reward functions.
+    reward_names = task_args.reward_funcs or ([] if task_args.reward_model_name_or_path else [default_reward])
+    functions = [resolve_reward(name, training_args.max_completion_length, log) for name in reward_names]
+    scorer = heldout_scorer(functions)
+    readers = [*zip(reward_names, functions), ("exact_match (the held-out evaluation's scorer)", scorer)]
+    reads = {column: name for name, function in reversed(readers) for column in read_columns(function)}
+
+    if builtin:
         task = get_task(task_args.task)
         train, heldout = task.train_dataset(), task.heldout_dataset()
         source = task.name
         model_path = model_args.model_name_or_path
-        default_reward = task.reward_name
-        if task_args.num_heldout is not None:  # evaluate on the first N held-out prompts only
+        if task_args.num_heldout == 0:
+            log(f"{source}: num_heldout 0, so no held-out evaluation.")
+            heldout = None
+        elif task_args.num_heldout is not None:  # evaluate on the first N held-out prompts only
             heldout = heldout.select(range(min(task_args.num_heldout, len(heldout))))
         if model_path is None and isinstance(task, ChatArithmeticTask):
             model_path = task.default_model
@@ -387,11 +447,12 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         if model_args.model_name_or_path is None:
             field = "datasets" if task_args.datasets else "dataset_name"
             raise ConfigError(f"model_name_or_path: required with {field} (a hub name or a local directory).")
-        train, heldout, source = _load_dataset_splits(task_args, training_args.seed, log)
+        train, heldout, source = _load_dataset_splits(task_args, training_args.seed, log, reads)
         model_path = model_args.model_name_or_path
         if isinstance(train, IterableDataset) and training_args.max_steps <= 0:
             raise ConfigError("max_steps: a streamed dataset has no length to count epochs in; give --max_steps N.")
-        default_reward = "exact_match"
+    if heldout is None and training_args.eval_strategy != "no":
+        raise ConfigError("eval_strategy: TRL's evaluation needs an evaluation set, and num_heldout 0 keeps none.")
 
     try:
         model_path = policy_path(model_path, task_args.gguf_file, log)
@@ -413,18 +474,15 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     if conversational is None:
         conversational = getattr(tokenizer, "chat_template", None) is not None
     if conversational:
-        train, heldout = (_conversational_prompts(d, task_args.system_prompt) for d in (train, heldout))
-    if task_args.dataset_name is None and not task_args.datasets:  # a built-in task's prompts are few and short
-        texts = [render_prompt(tokenizer, prompt) for prompt in (*train["prompt"], *heldout["prompt"])]
+        train, heldout = (_conversational_prompts(d, task_args.system_prompt) if d else d for d in (train, heldout))
+    if builtin:  # a built-in task's prompts are few and short
+        prompts = (*train["prompt"], *(heldout["prompt"] if heldout is not None else ()))
+        texts = [render_prompt(tokenizer, prompt) for prompt in prompts]
         longest = max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
         too_long = completion_room_error(training_args.max_completion_length, positions, longest)
         if too_long:
             raise ConfigError(too_long)
 
-    # As `trl grpo`: the reward model (if any) first, then the reward functions.
-    reward_names = task_args.reward_funcs or ([] if task_args.reward_model_name_or_path else [default_reward])
-    functions = [resolve_reward(name, training_args.max_completion_length, log) for name in reward_names]
-    scorer = heldout_scorer(functions)
     columns = column_names(train)
     for name, function in zip(reward_names, functions):
         check_reward_columns(name, function, columns)
@@ -456,6 +514,50 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     if checkpoint is None:
         (output_dir / SUMMARY_FILE).unlink(missing_ok=True)  # an earlier run's; this run writes its own at the end
     run_log = RunLog(output_dir / METRICS_FILE, resume_step=checkpoint_step(checkpoint) if checkpoint else None)
+    accuracy_callback = None if heldout is None else _heldout_accuracy(
+        heldout, tokenizer, scorer, run_log, task_args, training_args, log
+    )
+    try:
+        trainer = GRPOTrainer(
+            model=model_path,
+            reward_funcs=rewards,
+            args=training_args,
+            train_dataset=train,
+            # TRL's evaluation (eval_strategy, eval_steps) runs on the held-out split, as `trl grpo` on its test split
+            eval_dataset=heldout if training_args.eval_strategy != "no" else None,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            quantization_config=get_quantization_config(model_args),
+            callbacks=[
+                *filter(None, [accuracy_callback]), TrainLogRecorder(run_log), ConciseProgress(accuracy_callback, log)
+            ],
+        )
+    except (OSError, ValueError, TypeError) as error:
+        raise ConfigError(one_line(error)) from None
+    output_layer = trainer.model.get_output_embeddings()
+    if output_layer is not None and not output_layer.weight.requires_grad:
+        # FSDP2 warns that the (tied) output layer "did not run forward before backward": TRL's fused LM head reads
+        # its weight without calling it. A frozen weight (an adapter's run) gets no gradient, so the warning cannot
+        # concern training. A trained one keeps the warning: its gradient under FSDP2 equals DDP's on CPU processes
+        # (tests/test_fsdp_multiprocess.py), not yet compared on GPUs.
+        warnings.filterwarnings("ignore", message=r".*did not run forward before backward, which is error-prone")
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    return TrainingSetup(
+        trainer=trainer,
+        accuracy=accuracy_callback,
+        source=source,
+        model_path=model_path,
+        heldout_size=0 if heldout is None else len(heldout),
+        reward_names=tuple(filter(None, [task_args.reward_model_name_or_path, *reward_names])),
+        heldout_reward=reward_names[functions.index(scorer)] if scorer in functions else "exact_match",
+        checkpoint=checkpoint,
+    )
+
+
+def _heldout_accuracy(heldout, tokenizer, scorer, run_log, task_args, training_args, log) -> HeldOutAccuracyCallback:
+    """The greedy held-out evaluation, every `eval_every_steps`, recorded in the run log (a resumed run's earlier
+    evaluations start its history)."""
     heldout_columns = {name: heldout[name] for name in heldout.column_names if name != "prompt"}
 
     def evaluate(model) -> HeldOutResult:  # every process of a distributed run takes part and gets the same result
@@ -488,40 +590,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     accuracy_callback = HeldOutAccuracyCallback(
         evaluate, task_args.eval_every_steps, on_result=record, history=earlier
     )
-    try:
-        trainer = GRPOTrainer(
-            model=model_path,
-            reward_funcs=rewards,
-            args=training_args,
-            train_dataset=train,
-            # TRL's evaluation (eval_strategy, eval_steps) runs on the held-out split, as `trl grpo` on its test split
-            eval_dataset=heldout if training_args.eval_strategy != "no" else None,
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            quantization_config=get_quantization_config(model_args),
-            callbacks=[accuracy_callback, TrainLogRecorder(run_log), ConciseProgress(accuracy_callback, log)],
-        )
-    except (OSError, ValueError, TypeError) as error:
-        raise ConfigError(one_line(error)) from None
-    output_layer = trainer.model.get_output_embeddings()
-    if output_layer is not None and not output_layer.weight.requires_grad:
-        # FSDP2 warns that the (tied) output layer "did not run forward before backward": TRL's fused LM head reads
-        # its weight without calling it. A frozen weight (an adapter's run) gets no gradient, so the warning cannot
-        # concern training. A trained one keeps the warning: its gradient under FSDP2 equals DDP's on CPU processes
-        # (tests/test_fsdp_multiprocess.py), not yet compared on GPUs.
-        warnings.filterwarnings("ignore", message=r".*did not run forward before backward, which is error-prone")
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    return TrainingSetup(
-        trainer=trainer,
-        accuracy=accuracy_callback,
-        source=source,
-        model_path=model_path,
-        heldout_size=len(heldout),
-        reward_names=tuple(filter(None, [task_args.reward_model_name_or_path, *reward_names])),
-        heldout_reward=reward_names[functions.index(scorer)] if scorer in functions else "exact_match",
-        checkpoint=checkpoint,
-    )
+    return accuracy_callback
 
 
 def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
@@ -549,7 +618,9 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     trainer.interrupt_notice = False  # the CLI says it in its own line (TrainingInterrupted)
     if prepared.checkpoint:
         log(f"Resuming from {prepared.checkpoint} (step {checkpoint_step(prepared.checkpoint)}).")
-    if prepared.checkpoint and 0 not in accuracy.results:
+    if accuracy is None:
+        log("No held-out set (num_heldout 0), so no held-out evaluation.")
+    elif prepared.checkpoint and 0 not in accuracy.results:
         # a run log without its step-0 record: the base policy, measured before the checkpoint is loaded (under FSDP
         # this sees the model before accelerate prepares it; a fresh run measures in on_train_begin instead)
         try:
@@ -574,11 +645,12 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         raise ConfigError(one_line(error)) from None
     train_seconds = time.perf_counter() - train_started
     trainer.save_model(training_args.output_dir)
-    history = accuracy.history
-    before = next(value for step, value in history if step == 0)
-    measured = accuracy.results[0]
-    best_step, best = max(history, key=lambda point: (point[1], -point[0]))
-    last = accuracy.results[history[-1][0]]
+    before = after = best = best_step = measured = last = None
+    if accuracy is not None:
+        history = accuracy.history
+        before, after = next(value for step, value in history if step == 0), history[-1][1]
+        measured, last = accuracy.results[0], accuracy.results[history[-1][0]]
+        best_step, best = max(history, key=lambda point: (point[1], -point[0]))
     summary = RunSummary(
         name=Path(training_args.output_dir).name,
         loss_type=training_args.loss_type,
@@ -588,9 +660,9 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         seed=training_args.seed,
         steps=trainer.state.global_step,
         accuracy_before=before,
-        accuracy_after=history[-1][1],
-        mean_reward_before=measured.mean_reward,
-        mean_reward_after=last.mean_reward,
+        accuracy_after=after,
+        mean_reward_before=measured and measured.mean_reward,
+        mean_reward_after=last and last.mean_reward,
         base_policy=base_policy_name(prepared.model_path),
         updates_per_batch=training_args.num_iterations * training_args.steps_per_generation
         // training_args.gradient_accumulation_steps,
@@ -606,13 +678,15 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         Path(training_args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary.to_json(), indent=2))
         save_model_card(summary, prepared, trainer, training_args, model_args,
                         builtin_task=task_args.dataset_name is None and not task_args.datasets)
-    log(
-        f"Held-out greedy accuracy after RL: {summary.accuracy_after:.1%}, mean reward "
-        f"{mean_text(last.mean_reward)} (before {before:.1%}, {mean_text(measured.mean_reward)}; best accuracy "
-        f"{best:.1%} at step {best_step}); RL took {train_seconds:.0f} s, the whole run {summary.total_seconds:.0f} s."
+    outcome = "No held-out evaluation" if accuracy is None else (
+        f"Held-out greedy accuracy after RL: {after:.1%}, mean reward {mean_text(last.mean_reward)} (before "
+        f"{before:.1%}, {mean_text(measured.mean_reward)}; best accuracy {best:.1%} at step {best_step})"
     )
+    log(f"{outcome}; RL took {train_seconds:.0f} s, the whole run {summary.total_seconds:.0f} s.")
     log(f"{'Adapter' if model_args.use_peft else 'Model'} saved to {training_args.output_dir}")
-    if task_args.write_report and main_process:
+    if task_args.write_report and accuracy is None:
+        log("No report: it compares held-out accuracy, and this run has no held-out set.")
+    elif task_args.write_report and main_process:
         report = write_report(Path(training_args.output_dir) / "report", [load_run(training_args.output_dir)])
         summary = dataclasses.replace(summary, report=str(report))
         log(f"Report: {report}")
@@ -644,6 +718,7 @@ def train_command(argv: list[str]) -> int:
         task_args, training_args, model_args = parse_train_args(argv)
     except (ValueError, TypeError) as error:
         raise ConfigError(one_line(error)) from None
+    apply_cpu_threads(training_args.use_cpu)  # as `trl grpo`'s launcher: see cpu_threads.py
     run_train(task_args, training_args, model_args)
     return 0
 

@@ -35,6 +35,8 @@ docs/architecture.md for the pipeline of one step.
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import re
 
 import torch
@@ -42,6 +44,7 @@ from trl import GRPOTrainer as TRLGRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .config import GRPOConfig, to_zoo_config
+from .dataset_values import check_prompts
 from .gguf_checkpoint import policy_path
 from .hooks.advantages import AdvantageMixin
 from .hooks.critic import CriticMixin
@@ -57,6 +60,9 @@ from .hooks.sampling import DynamicSamplingMixin
 from .hooks.skip_zero_advantage import ZeroAdvantageSkipMixin
 from .loss_step import PolicyLossStep
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
+
+
+_TRL_INIT = inspect.signature(TRLGRPOTrainer.__init__)  # to read a constructor argument given by position or name
 
 
 def training_method(args) -> tuple[str, dict]:
@@ -80,27 +86,33 @@ def training_method(args) -> tuple[str, dict]:
     return name, {"citation": citation} if citation else {}
 
 
-def check_train_dataset(dataset, args) -> None:
+def check_train_dataset(dataset, args, environment_factory=None) -> None:
     """Raise a one-line ValueError for a training set TRL would train on for 0 steps or crash on deep inside:
     no rows, no `prompt` column, or fewer prompts than one generation batch (TRL's sampler drops an incomplete
-    batch, so such a set yields no step at all)."""
+    batch, so such a set yields no step at all; of a streamed set only that many rows are read), a prompt that is
+    None, blank or not text (`dataset_values.py`). With an `environment_factory` the environments' `reset()` supply
+    the prompts, so, as in TRL, the set needs no `prompt` column (a dict of environments routes rows by their
+    `environment` column)."""
     if dataset is None:
         return
     columns = getattr(dataset, "column_names", None)
-    if columns is not None and "prompt" not in columns:
+    if columns is not None and "prompt" not in columns and environment_factory is None:
         raise ValueError(
             f"train_dataset: no 'prompt' column (its columns: {', '.join(map(str, columns)) or 'none'}); rename the "
             f"prompt column to 'prompt', e.g. dataset.rename_column('question', 'prompt')."
         )
+    prompts_per_batch = args.generation_batch_size // args.num_generations
     try:
         rows = len(dataset)
-    except TypeError:  # an IterableDataset: its length shows only while it is read
-        return
+    except TypeError:  # an IterableDataset: read only as far as one generation batch needs
+        rows = sum(1 for _ in itertools.islice(dataset, prompts_per_batch))
+    else:
+        if environment_factory is None and "prompt" in (columns or ()):
+            check_prompts(dataset)
     if rows == 0:
         raise ValueError("train_dataset: 0 rows, so there is nothing to train on; give a dataset with prompts.")
-    prompts_per_batch = args.generation_batch_size // args.num_generations
     if rows < prompts_per_batch:
-        who = "dynamic_sampling='resample': the" if args.dynamic_sampling == "resample" else "train_dataset: the"
+        who = f"dynamic_sampling={args.dynamic_sampling!r}: the" if args.dynamic_sampling else "train_dataset: the"
         raise ValueError(
             f"{who} training set holds {rows} prompts, fewer than the {prompts_per_batch} one generation batch needs "
             f"(generation_batch_size {args.generation_batch_size} / num_generations {args.num_generations}), so no "
@@ -167,7 +179,8 @@ class GRPOTrainer(
         self.loss_entry = LOSSES.get(args.loss_type)
         self.aggregate = AGGREGATIONS.get(args.loss_aggregation or self.loss_entry.spec.aggregation).fn
         self.kl_estimator = KL_ESTIMATORS.get(args.kl_estimator).fn
-        check_train_dataset(positional[0] if positional else kwargs.get("train_dataset"), args)
+        given = _TRL_INIT.bind_partial(self, model, reward_funcs, args, *positional, **kwargs).arguments
+        check_train_dataset(given.get("train_dataset"), args, given.get("environment_factory"))
         self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         check_finite_parameters(self.model)

@@ -14,6 +14,8 @@ the fixes, otherwise. Models without ``max_position_embeddings`` are not checked
 
 from __future__ import annotations
 
+from ..dataset_values import check_batch_prompts
+
 
 class PromptTooLongError(ValueError):
     """A prompt plus max_completion_length exceeds the model's max_position_embeddings."""
@@ -49,6 +51,7 @@ class PromptLengthMixin:
     """Checks each generation batch's prompt lengths against the model's positions (see the module docstring)."""
 
     def _tokenize_prompts(self, prompts: list):
+        check_batch_prompts(prompts)  # a streamed dataset's rows are first seen here
         prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
         check_prompt_lengths(prompt_ids, self.max_completion_length, position_limit(self.model))
         return prompt_ids, images, multimodal_fields

@@ -124,7 +124,10 @@ def _is_finite_reward(value) -> bool:
 
 
 def _check_reward_funcs(reward_funcs) -> None:
-    """Every entry is callable (a function or a reward model) or a model name, which TRL loads."""
+    """Every entry is callable (a function or a reward model) or a model name, which TRL loads. None is no reward
+    function, as in TRL: an environment's `get_reward` may be the reward, and TRL raises when there is none."""
+    if reward_funcs is None:
+        return
     for index, fn in enumerate(reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]):
         if not (callable(fn) or isinstance(fn, str)):
             raise TypeError(

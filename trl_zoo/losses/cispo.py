@@ -8,11 +8,14 @@ above at the absolute value `epsilon_high`, as in the paper's §3 (no lower boun
 [1 − ε_low^IS, ε_high] of docs/formulas.md.
 """
 
+import math
 import warnings
 
 import torch
 
+from ..numerics import MAX_LOG_RATIO
 from ..registry import LOSSES
+from ..specs import warn_inert_clip
 from .base import PolicyBatch, PolicyTerm, importance_log_weights, importance_ratio, ratio_metrics
 from .ppo_clip import epsilon_bounds
 
@@ -39,6 +42,7 @@ def validate_cispo(args) -> None:
             f"cispo_epsilon_low: the IS-weight range [1 − {args.cispo_epsilon_low}, {cap}] is inverted "
             f"(epsilon_high is CISPO's absolute cap); raise epsilon_high to ≥ {1 - args.cispo_epsilon_low}."
         )
+    warn_inert_clip("epsilon_high", cap, math.exp(MAX_LOG_RATIO), "CISPO's cap on the IS weight")
 
 
 @LOSSES.register(

@@ -14,8 +14,9 @@ The geometric mean is less sensitive to outlier tokens than GRPO's arithmetic me
 
 import torch
 
+from ..numerics import MAX_LOG_RATIO, importance_ratio
 from ..registry import LOSSES
-from ..specs import check_clip_range
+from ..specs import check_clip_range, warn_inert_clip
 from .base import PolicyBatch, PolicyTerm, ratio_metrics
 from .gspo import sequence_advantages
 
@@ -29,14 +30,16 @@ def clipped_log_ratio(batch: PolicyBatch, epsilon: float) -> tuple[torch.Tensor,
 
 
 def geometric_mean_ratio(log_ratio: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
-    """ρ̄_i = exp(Σ_t m·log_ratio / T_i), shape (B, 1)."""
-    return torch.exp((log_ratio * batch.mask).sum(-1, keepdim=True) / batch.lengths)
+    """ρ̄_i = exp(Σ_t m·log_ratio / T_i), shape (B, 1), capped as every importance ratio (numerics.py): an unclipped
+    side of the sign-aware clip, or a one-token sequence, would otherwise overflow at log-ratios of ±100."""
+    return importance_ratio((log_ratio * batch.mask).sum(-1, keepdim=True) / batch.lengths)
 
 
 def validate_gmpo(args) -> None:
     check_clip_range(args)
     if args.gmpo_epsilon <= 0:
         raise ValueError(f"gmpo_epsilon: must be > 0, got {args.gmpo_epsilon}.")
+    warn_inert_clip("gmpo_epsilon", args.gmpo_epsilon, MAX_LOG_RATIO, "the log-space clip range ±ε")
 
 
 @LOSSES.register(

@@ -10,7 +10,17 @@ trainer does not multiply this loss by the sampling ratio again. Aggregated like
 from trl import GRPOTrainer as TRLGRPOTrainer
 
 from ..registry import LOSSES
+from ..specs import check_clip_range
 from .base import PolicyBatch, PolicyTerm
+
+
+def validate_vespo(args) -> None:
+    """φ(w) = e^λ · w^k · e^{−λw} is a Gamma-shaped weight only for k ≥ 0 and λ ≥ 0: a negative k or λ makes it grow
+    without bound as w moves away from 1."""
+    check_clip_range(args)
+    for name in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"):
+        if getattr(args, name) < 0:
+            raise ValueError(f"{name}: must be ≥ 0 (φ(w) grows without bound otherwise), got {getattr(args, name)}.")
 
 
 @LOSSES.register(
@@ -20,6 +30,7 @@ from .base import PolicyBatch, PolicyTerm
     aggregation="token_mean_global",
     applies_sampling_ratio=True,
     zero_advantage_is_inert=True,
+    validate=validate_vespo,
 )
 def vespo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     phi = TRLGRPOTrainer.get_gamma_weights(

@@ -1,0 +1,59 @@
+"""Values a run can read from its dataset, checked before training rather than deep in the tokenizer.
+
+A prompt is a non-blank string, or a non-empty list of chat messages ({"role": str, "content": str or a list of
+parts}). A column a reward function reads holds no None: exact_match would compare the completion with "None" and
+score the row 0, silently. A map-style dataset is checked whole at construction (the error names the first bad
+row); a streamed one shows its rows only while it is read, so its prompts are checked per generation batch.
+"""
+
+from __future__ import annotations
+
+FIX = "fix or filter that row, e.g. dataset.filter(lambda row: bool(row['{column}']))"
+
+
+def prompt_problem(prompt) -> str | None:
+    """What makes `prompt` unusable, as the end of a sentence ("is None"); None when it is usable."""
+    if prompt is None:
+        return "is None"
+    if isinstance(prompt, str):
+        return "is blank" if not prompt.strip() else None
+    if isinstance(prompt, list):
+        if not prompt:
+            return "is an empty list of messages"
+        for message in prompt:
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                return f"holds {message!r}, not a chat message {{'role': ..., 'content': ...}}"
+            if not isinstance(message.get("content"), (str, list)):
+                return f"holds a {message['role']!r} message whose content is {message.get('content')!r}"
+        return None
+    return f"is {prompt!r} ({type(prompt).__name__}), not a string or a list of chat messages"
+
+
+def check_prompts(dataset, column: str = "prompt", where: str = "train_dataset") -> None:
+    """Raise a one-line ValueError naming the first row of a map-style `dataset` whose prompt is unusable."""
+    for row, prompt in enumerate(dataset[column]):
+        problem = prompt_problem(prompt)
+        if problem is not None:
+            raise ValueError(f"{where}: row {row}'s {column!r} {problem}; {FIX.format(column=column)}.")
+
+
+def check_batch_prompts(prompts) -> None:
+    """The same check for the prompts of one generation batch of a streamed dataset (no row numbers to name)."""
+    for prompt in prompts:
+        problem = prompt_problem(prompt)
+        if problem is not None:
+            raise ValueError(
+                f"train_dataset: a streamed row's 'prompt' {problem}; filter such rows, e.g. "
+                f"dataset.filter(lambda row: bool(row['prompt']))."
+            )
+
+
+def check_no_none(dataset, column: str, reader: str, where: str = "train_dataset") -> None:
+    """Raise a one-line ValueError naming the first row of a map-style `dataset` whose `column` (which `reader`
+    reads) is None."""
+    for row, value in enumerate(dataset[column]):
+        if value is None:
+            raise ValueError(
+                f"{where}: row {row}'s {column!r} is None, which {reader} reads (it would score the row as if the "
+                f"reference were 'None'); {FIX.format(column=column)}."
+            )
