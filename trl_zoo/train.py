@@ -618,22 +618,21 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     trainer.interrupt_notice = False  # the CLI says it in its own line (TrainingInterrupted)
     if prepared.checkpoint:
         log(f"Resuming from {prepared.checkpoint} (step {checkpoint_step(prepared.checkpoint)}).")
-    if accuracy is None:
-        log("No held-out set (num_heldout 0), so no held-out evaluation.")
-    elif prepared.checkpoint and 0 not in accuracy.results:
+    if prepared.checkpoint and accuracy is not None and 0 not in accuracy.results:
         # a run log without its step-0 record: the base policy, measured before the checkpoint is loaded (under FSDP
         # this sees the model before accelerate prepares it; a fresh run measures in on_train_begin instead)
         try:
             accuracy.measure(trainer.model, 0)
         except RewardOutputError as error:
             raise ConfigError(one_line(error)) from None
-    elif prepared.checkpoint:
+    elif prepared.checkpoint and accuracy is not None:
         log(f"Held-out greedy accuracy before RL: {accuracy.history[0][1]:.1%} (from the run log).")
     length = (
         f"{training_args.max_steps} steps" if training_args.max_steps > 0 else f"{training_args.num_train_epochs:g} epochs"
     )
+    no_heldout = "No held-out set (num_heldout 0), so no held-out evaluation. " if accuracy is None else ""
     log(
-        f"Training with loss_type={training_args.loss_type!r}, {'LoRA' if model_args.use_peft else 'full'} "
+        f"{no_heldout}Training with loss_type={training_args.loss_type!r}, {'LoRA' if model_args.use_peft else 'full'} "
         f"fine-tuning, {length} ..."
     )
     train_started = time.perf_counter()
