@@ -1,0 +1,122 @@
+"""The teacher's per-token signal in the advantages (hooks/teacher.py): its formula by hand, its relation to the k1
+KL in the reward, its refusals, and a short LoRA training run."""
+
+import math
+
+import pytest
+import torch
+
+import trl_zoo
+from tests import tiny
+from tests.test_advantages import full_logit_policy, generate, one_thread  # noqa: F401  (autouse fixture)
+from tests.test_kl import lora, perturb_adapter
+from tests.tiny import make_trainer
+
+
+def teacher_trainer(**overrides):
+    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), **overrides)
+    perturb_adapter(trainer.model)
+    return trainer
+
+
+def teacher_term_by_hand(trainer, batch, teacher, beta):
+    """λ·(log π_T − log π_old) per completion token from full logits: π_old is the (perturbed) adapter, on-policy."""
+    policy_logps, _ = full_logit_policy(trainer.model, batch)
+    teacher_logps, _ = full_logit_policy(teacher, batch)
+    return beta * (teacher_logps - policy_logps) * batch["completion_mask"]
+
+
+@pytest.mark.parametrize("estimator", ["reinforce", "dr_grpo"])
+def test_self_teacher_and_k1_reward_kl_are_one_linear_estimator_apart(estimator):
+    """teacher "self" (the base weights = the PEFT reference) with λ = β against kl_placement="reward", k1, β.
+    For an estimator linear in R (reinforce: Â = R; dr_grpo: Â = R − group mean), the reward placement's advantage
+    is est(R − β Σ_t k1_t) = est(R) + est(Σ_t teacher term_t), while the teacher places λ(log π_T − log π_old)
+    on each token after est(R). So: reward advantage − est(R) = est(per-sequence sum of the teacher's added term)."""
+    beta = 0.5
+    with_teacher = teacher_trainer(advantage_estimator=estimator, teacher_model="self", teacher_coef=beta)
+    with_reward_kl = teacher_trainer(
+        advantage_estimator=estimator, beta=beta, kl_placement="reward", kl_estimator="k1"
+    )
+    plain = teacher_trainer(advantage_estimator=estimator)
+    batch_teacher, batch_reward, batch_plain = generate(with_teacher), generate(with_reward_kl), generate(plain)
+    torch.testing.assert_close(batch_teacher["completion_ids"], batch_reward["completion_ids"])
+    torch.testing.assert_close(batch_teacher["completion_ids"], batch_plain["completion_ids"])
+    mask = batch_teacher["completion_mask"].double()
+
+    token_advantages = batch_teacher["advantages"].double()
+    assert token_advantages.shape == mask.shape
+    added = (token_advantages - batch_plain["advantages"].double().unsqueeze(1) * mask).sum(-1)  # Σ_t λ·log-ratio
+    assert added.abs().min() > 1e-3  # the adapter moved the policy away from its base
+    if estimator == "reinforce":
+        expected_shift = added
+    else:
+        grouped = added.view(-1, 4)
+        expected_shift = (grouped - grouped.mean(1, keepdim=True)).view(-1)
+    shift = batch_reward["advantages"].double() - batch_plain["advantages"].double()
+    torch.testing.assert_close(shift, expected_shift, rtol=1e-4, atol=1e-5)
+
+
+def test_token_advantage_is_estimator_advantage_plus_teacher_log_ratio():
+    """A separately built teacher (another tiny model of the same tokenizer): Â_{i,t} = Â_i + λ(log π_T − log π_old)."""
+    coef = 0.3
+    teacher_path = tiny.model_dir(seed=5)
+    trainer = teacher_trainer(advantage_estimator="grpo", teacher_model=teacher_path, teacher_coef=coef)
+    plain = teacher_trainer(advantage_estimator="grpo")
+    batch, batch_plain = generate(trainer), generate(plain)
+    torch.testing.assert_close(batch["completion_ids"], batch_plain["completion_ids"])
+    mask = batch["completion_mask"].double()
+    teacher = tiny.model(seed=5)
+    term = teacher_term_by_hand(trainer, batch, teacher, coef)
+    assert term.abs().max() > 1e-2
+    expected = batch_plain["advantages"].double().unsqueeze(1) * mask + term
+    torch.testing.assert_close(batch["advantages"].double(), expected, rtol=1e-4, atol=1e-5)
+
+    only = teacher_trainer(advantage_estimator="grpo", teacher_model=teacher_path, teacher_coef=coef, teacher_only=True)
+    batch_only = generate(only)
+    torch.testing.assert_close(batch_only["advantages"].double(), term, rtol=1e-4, atol=1e-5)
+
+
+def test_refusals_at_config_time():
+    base = tiny.config_kwargs()
+    for coef in (-0.1, math.inf, math.nan):
+        with pytest.raises(ValueError, match="teacher_coef"):
+            trl_zoo.GRPOConfig(**base, teacher_model="self", teacher_coef=coef)
+    with pytest.raises(ValueError, match="teacher_only: True needs a teacher"):
+        trl_zoo.GRPOConfig(**base, teacher_only=True)
+    with pytest.raises(ValueError, match="teacher_only: with teacher_coef=0"):
+        trl_zoo.GRPOConfig(**base, teacher_model="self", teacher_only=True, teacher_coef=0.0)
+
+
+def test_self_teacher_without_peft_or_reference_is_refused():
+    with pytest.raises(ValueError, match="teacher_model: 'self'"):
+        make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, teacher_model="self")
+
+
+def test_teacher_with_another_tokenizer_is_refused(tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
+    path = tiny.model_dir(seed=5)
+    other = tmp_path / "other"
+    import shutil
+
+    shutil.copytree(path, other)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(other))
+    tokenizer.add_tokens(["<extra_token>"])
+    tokenizer.save_pretrained(str(other))
+    with pytest.raises(ValueError, match="teacher_model: .* different tokenizer"):
+        make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), teacher_model=str(other))
+
+
+def test_lora_training_with_a_teacher_changes_the_adapter_and_stays_finite():
+    trainer = make_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), teacher_model=tiny.model_dir(seed=5),
+        teacher_coef=0.5, max_steps=3,
+    )
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    trainer.train()
+    after = {n: p.detach() for n, p in trainer.model.named_parameters() if "lora_B" in n}
+    assert max((after[n] - before[n]).abs().max().item() for n in before) > 1e-4
+    assert all(torch.isfinite(p).all() for p in after.values())
+    logs = [log for log in trainer.state.log_history if "loss" in log]
+    assert len(logs) == 3 and all(math.isfinite(log["loss"]) for log in logs)
+    assert all(math.isfinite(log["teacher/log_ratio"]) and log["teacher/log_ratio"] != 0 for log in logs)
