@@ -120,3 +120,76 @@ def test_lora_training_with_a_teacher_changes_the_adapter_and_stays_finite():
     logs = [log for log in trainer.state.log_history if "loss" in log]
     assert len(logs) == 3 and all(math.isfinite(log["loss"]) for log in logs)
     assert all(math.isfinite(log["teacher/log_ratio"]) and log["teacher/log_ratio"] != 0 for log in logs)
+
+
+def answers_dataset(n: int = 16):
+    from datasets import Dataset
+
+    a, b = range(10, 10 + n), range(30, 30 + n)
+    return Dataset.from_dict({"prompt": [f"{x}+{y}=" for x, y in zip(a, b)], "answer": [str(x + y) for x, y in zip(a, b)]})
+
+
+def base_logps_after(trainer, prompt_texts, batch):
+    """log π_base(y_t) of the batch's completion tokens after each row's own prompt text, row by row (no padding)."""
+    tokenizer = trainer.processing_class
+    rows = []
+    model = trainer.model
+    with torch.no_grad(), model.disable_adapter():
+        for text, completion, mask in zip(prompt_texts, batch["completion_ids"], batch["completion_mask"]):
+            length = int(mask.sum())
+            prompt_ids = torch.tensor(tokenizer(text=[text])["input_ids"][0])
+            ids = torch.cat([prompt_ids, completion[:length]]).unsqueeze(0)
+            logits = model(input_ids=ids).logits[0, prompt_ids.numel() - 1 : -1].double()
+            logps = torch.log_softmax(logits, -1).gather(-1, completion[:length, None]).squeeze(-1)
+            rows.append(torch.nn.functional.pad(logps, (0, completion.numel() - length)))
+    return torch.stack(rows)
+
+
+def test_privileged_template_changes_the_teacher_log_probs_and_nothing_else():
+    coef, dataset = 0.5, answers_dataset()
+    common = dict(advantage_estimator="reinforce", teacher_model="self", teacher_coef=coef, teacher_only=True,
+                  dataset=dataset)
+    plain = teacher_trainer(**common)
+    identity = teacher_trainer(**common, teacher_prompt_template="{prompt}")
+    privileged = teacher_trainer(**common, teacher_prompt_template="{prompt}{answer}=")
+    batches = {name: generate(t) for name, t in (("plain", plain), ("identity", identity), ("privileged", privileged))}
+    for key in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask"):
+        for name in ("identity", "privileged"):
+            torch.testing.assert_close(batches[name][key], batches["plain"][key])
+    # "{prompt}" re-tokenises the policy's own prompt: the same teacher term
+    torch.testing.assert_close(batches["identity"]["advantages"], batches["plain"]["advantages"], rtol=1e-4, atol=1e-5)
+    # the answer in the prompt: the teacher's log-probs are those after "a+b=<answer>=", checked row by row
+    batch = batches["privileged"]
+    mask = batch["completion_mask"].double()
+    policy_logps, _ = full_logit_policy(privileged.model, batch)
+    prompts = privileged.processing_class.batch_decode(
+        [ids[m.bool()] for ids, m in zip(batch["prompt_ids"], batch["prompt_mask"])]
+    )
+    answer_of = dict(zip(dataset["prompt"], dataset["answer"]))
+    teacher_logps = base_logps_after(privileged, [p + answer_of[p] + "=" for p in prompts], batch)
+    expected = coef * (teacher_logps - policy_logps) * mask
+    torch.testing.assert_close(batch["advantages"].double(), expected, rtol=1e-4, atol=1e-5)
+    assert (batch["advantages"] - batches["plain"]["advantages"]).abs().max() > 1e-3
+
+
+def test_template_refusals():
+    base = tiny.config_kwargs()
+    with pytest.raises(ValueError, match="teacher_prompt_template: needs a teacher"):
+        trl_zoo.GRPOConfig(**base, teacher_prompt_template="{prompt}")
+    with pytest.raises(ValueError, match="teacher_prompt_template: .* is not a column name"):
+        trl_zoo.GRPOConfig(**base, teacher_model="self", teacher_prompt_template="{prompt}{0}")
+    with pytest.raises(ValueError, match="teacher_prompt_template: not a str.format template"):
+        trl_zoo.GRPOConfig(**base, teacher_model="self", teacher_prompt_template="{prompt")
+    with pytest.raises(ValueError, match="teacher_prompt_template: names column.* answer"):
+        make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), teacher_model="self",
+                     teacher_prompt_template="{prompt} {answer}")
+
+
+def test_chat_prompt_template_goes_into_the_last_user_message():
+    from trl_zoo.hooks.teacher import teacher_prompt
+
+    row = {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3?"}], "answer": "5"}
+    templated = teacher_prompt("{prompt} (The answer is {answer}.)", row)
+    assert templated == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3? (The answer is 5.)"}]
+    assert row["prompt"][1]["content"] == "2+3?"  # the policy's prompt is untouched
+    assert teacher_prompt("{prompt}{answer}", {"prompt": "1+1=", "answer": "2"}) == "1+1=2"

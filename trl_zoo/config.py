@@ -130,6 +130,12 @@ class GRPOConfig(TRLGRPOConfig):
         "frozen), or 'self': the policy's base weights under PEFT's disable_adapter(). None: no teacher."
     )
     teacher_coef: float = _help("λ, the weight of the teacher's per-token log-ratio in the advantages (≥ 0).", 1.0)
+    teacher_prompt_template: str | None = _help(
+        "The teacher's prompt (privileged context), a str.format template over the dataset columns, e.g. "
+        "'{prompt}\\n(The answer is {answer}.)'; the teacher scores the same completion tokens after it. With a chat "
+        "prompt {prompt} is the last user message's text, which the filled template replaces. None: the policy's "
+        "prompt."
+    )
     teacher_only: bool = _help(
         "Train on the teacher's signal alone: Â_{i,t} = λ·(log π_T − log π_old), the reward advantages dropped.", False
     )
