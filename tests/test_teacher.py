@@ -193,3 +193,19 @@ def test_chat_prompt_template_goes_into_the_last_user_message():
     assert templated == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3? (The answer is 5.)"}]
     assert row["prompt"][1]["content"] == "2+3?"  # the policy's prompt is untouched
     assert teacher_prompt("{prompt}{answer}", {"prompt": "1+1=", "answer": "2"}) == "1+1=2"
+
+
+@pytest.mark.parametrize("loss_type", ["gspo", "gmpo", "cispo", "sapo", "reinforce"])
+def test_teacher_composes_with_losses(loss_type):
+    """Token advantages reach every loss (a sequence-level loss takes their masked mean per sequence)."""
+    trainer = make_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), teacher_model="self", teacher_coef=0.5,
+        loss_type=loss_type, advantage_estimator="rloo", max_steps=1,
+    )
+    perturb_adapter(trainer.model)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_A" in n}
+    trainer.train()
+    log = next(log for log in trainer.state.log_history if "loss" in log)
+    assert math.isfinite(log["loss"]) and abs(log["teacher/log_ratio"]) > 1e-4  # the adapter moved off its base
+    moved = max((p.detach() - before[n]).abs().max().item() for n, p in trainer.model.named_parameters() if n in before)
+    assert moved > 1e-5
