@@ -209,3 +209,21 @@ def test_teacher_composes_with_losses(loss_type):
     assert math.isfinite(log["loss"]) and abs(log["teacher/log_ratio"]) > 1e-4  # the adapter moved off its base
     moved = max((p.detach() - before[n]).abs().max().item() for n, p in trainer.model.named_parameters() if n in before)
     assert moved > 1e-5
+
+
+def test_self_teacher_without_peft_is_the_reference_model():
+    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, teacher_model="self", beta=0.1)
+    assert trainer.teacher is trainer.ref_model and trainer.teacher is not None
+
+
+@pytest.mark.parametrize("option", [dict(length_bucketing=True), dict(skip_zero_advantage=True),
+                                    dict(dynamic_sampling="resample", advantage_estimator="grpo")])
+def test_teacher_trains_with_batch_options(option):
+    """Per-token advantages pass length bucketing, the zero-advantage skip and dynamic sampling's regrouping."""
+    trainer = make_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), teacher_model=tiny.model_dir(seed=5),
+        teacher_coef=0.5, max_steps=2, gradient_accumulation_steps=2, **option,
+    )
+    trainer.train()
+    logs = [log for log in trainer.state.log_history if "loss" in log]
+    assert len(logs) == 2 and all(math.isfinite(log["loss"]) and abs(log["teacher/log_ratio"]) > 1e-4 for log in logs)
