@@ -32,6 +32,11 @@ Identity: the teacher "self" with no template is the reference π_ref (the PEFT 
 the reward placement puts on every token of sequence i the sum the teacher spreads over its tokens one by one.
 (grpo's std normalisation makes the reward placement non-linear: no such identity.)
 
+Composition: the hook sits just outside the estimator, so every estimator and loss sees the sum (a sequence-level
+loss takes its masked mean per sequence). A critic's value targets come from the rewards alone (the teacher term is
+not in V). With "self" under PEFT and `ref_reset_steps`, the teacher stays the base weights (disable_adapter), not
+the reset "ref" adapter; without PEFT it is TRL's reference model, which resets and `sync_ref_model` move.
+
 The teacher's log-probs come from one no-grad pass (`_generation_pass("teacher_logps")`, TRL's
 `_get_per_token_logps_and_entropies`, chunked at the per-device batch size). Logged: `teacher/log_ratio` (token mean
 of log π_T − log π_old over the batch).
