@@ -145,8 +145,8 @@ class TeacherSignalMixin:
             advantages = advantages.unsqueeze(1)
         output["advantages"] = signal if self.args.teacher_only else (advantages * mask + signal)
         mode = "train" if self.model.training else "eval"
-        tokens = self.accelerator.gather(mask.sum()).sum().clamp(min=1)
-        self._metrics[mode]["teacher/log_ratio"].append((self.accelerator.gather(log_ratio.sum()).sum() / tokens).item())
+        sums = self.accelerator.gather(torch.stack([log_ratio.sum(), mask.sum()]).reshape(1, 2)).sum(0)
+        self._metrics[mode]["teacher/log_ratio"].append((sums[0] / sums[1].clamp(min=1)).item())
 
     def _teacher_logps(self, scored: ScoredRound) -> torch.Tensor:
         """log π_T(y_t) of the sampled tokens after the teacher's prompt, no grad."""
