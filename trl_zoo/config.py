@@ -24,6 +24,7 @@ from trl import GRPOConfig as TRLGRPOConfig
 from . import advantages, aggregation, critic, greso, kl, losses, sampling  # noqa: F401  (the tables the help lists)
 from .hooks.length_bucketing import check_length_bucketing
 from .hooks.skip_zero_advantage import check_zero_advantage_skip
+from .hooks.teacher import check_teacher_options
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
 from .specs import PluginField
 
@@ -135,6 +136,21 @@ class GRPOConfig(TRLGRPOConfig):
         "R' = R − β Σ_t KL_t before the advantage estimator).",
         "loss",
         choices=["loss", "reward"],
+    )
+    teacher_model: str | None = _help(
+        "On-policy distillation inside the RL loss: a teacher whose per-token log-ratio λ·(log π_T − log π_old) is "
+        "added to the advantages (hooks/teacher.py). A model name or path (loaded like TRL's reference model, "
+        "frozen), or 'self': the policy's base weights under PEFT's disable_adapter(). None: no teacher."
+    )
+    teacher_coef: float = _help("λ, the weight of the teacher's per-token log-ratio in the advantages (≥ 0).", 1.0)
+    teacher_prompt_template: str | None = _help(
+        "The teacher's prompt (privileged context), a str.format template over the dataset columns, e.g. "
+        "'{prompt}\\n(The answer is {answer}.)'; the teacher scores the same completion tokens after it. With a chat "
+        "prompt {prompt} is the last user message's text, which the filled template replaces. None: the policy's "
+        "prompt."
+    )
+    teacher_only: bool = _help(
+        "Train on the teacher's signal alone: Â_{i,t} = λ·(log π_T − log π_old), the reward advantages dropped.", False
     )
     kl_target: float | None = _help(
         "Adaptive KL coefficient: target KL per token, steered by `kl_controller` after every optimizer step. None "
@@ -402,6 +418,7 @@ class GRPOConfig(TRLGRPOConfig):
 
     def _check_contradictions(self, entry):
         """Settings that are each valid but cannot work together; every message names both sides."""
+        check_teacher_options(self)
         aggregation = self.loss_aggregation or entry.spec.aggregation
         if (
             entry.spec.sequence_level

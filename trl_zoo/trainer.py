@@ -12,6 +12,8 @@ composition of one-concept layers, each overriding TRL's methods (or a seam of o
     DynamicSamplingMixin     generation rounds and regrouping                       hooks/sampling.py
     ZeroAdvantageSkipMixin   `_policy_forward` over the rows with Â ≠ 0             hooks/skip_zero_advantage.py
     CriticMixin              value passes, value loss around the policy loss        hooks/critic.py
+    TeacherSignalMixin       a teacher's λ·(log π_T − log π_old) added per token    hooks/teacher.py
+                             to the advantages (`_after_advantages`)
     AdvantageMixin           advantage estimators replace TRL's advantages          hooks/advantages.py
     KLControlMixin           KL in the reward, adaptive β, reference resets         hooks/kl_control.py
     RewardsMixin             the reward call `_scored_rewards`: shaping, NaN/±inf    hooks/rewards.py
@@ -58,6 +60,7 @@ from .hooks.rewards import RewardsMixin
 from .hooks.router import RouterStatsMixin
 from .hooks.sampling import DynamicSamplingMixin
 from .hooks.skip_zero_advantage import ZeroAdvantageSkipMixin
+from .hooks.teacher import TeacherSignalMixin
 from .loss_step import PolicyLossStep
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
 
@@ -157,6 +160,7 @@ class GRPOTrainer(
     DynamicSamplingMixin,
     ZeroAdvantageSkipMixin,
     CriticMixin,
+    TeacherSignalMixin,
     AdvantageMixin,
     KLControlMixin,
     RewardsMixin,

@@ -47,6 +47,7 @@ class ScoredRound:
     reward_weights: torch.Tensor  # (K,) w_k
     task_columns: list[int]  # the reward functions that are not reward shaping
     advantage_inputs: Any = None  # what the estimator saw (`AdvantageInputs`, over every process), if one ran
+    inputs: list | None = None  # TRL's input rows of this process (one per completion row: prompt and dataset columns)
 
     def total_rewards(self) -> torch.Tensor:
         """R_i = Σ_k w_k R_{i,k} (NaN terms skipped), NaN where every function returned None: what advantages use."""
@@ -113,7 +114,7 @@ class GenerationMixin:
         finally:
             self._round_rewards = None
         task_columns = [k for k, fn in enumerate(self.reward_funcs) if not is_reward_shaping(fn)]
-        scored = ScoredRound(batch, rewards, self.reward_weights, task_columns)
+        scored = ScoredRound(batch, rewards, self.reward_weights, task_columns, inputs=inputs)
         self._before_advantages(scored)
         self._replace_advantages(scored)
         self._after_advantages(scored)
