@@ -229,6 +229,12 @@ class GRPOConfig(TRLGRPOConfig):
         "padded token slots, logged as length_bucketing/padded_token_slots.",
         False,
     )
+    merge_adapter_for_generation: bool = _help(
+        "Merge the LoRA adapter into the base weights while TRL generates with model.generate (W + s·BA, one matmul "
+        "per layer instead of three), then restore the base weights exactly. Same completions up to float rounding; "
+        "needs a PEFT adapter, no vLLM, no quantized base, no ZeRO-3/FSDP.",
+        False,
+    )
     nan_rewards: str = _help(
         "What to do when a reward function returns NaN or ±inf: 'raise' (default) or 'drop' (zero advantage, warn).",
         "raise",
