@@ -4,13 +4,15 @@ and the option is refused where it cannot work."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
 from tests import tiny
 from trl_zoo import GRPOConfig, GRPOTrainer
-from trl_zoo.hooks.merged_generation import merged_adapter
+from trl_zoo.hooks.merged_generation import merge_refusal, merged_adapter
 
 
 def lora():
@@ -97,3 +99,30 @@ def test_training_runs_with_merge():
 def test_refused_without_peft():
     with pytest.raises(ValueError, match="merge_adapter_for_generation: the policy has no PEFT adapter"):
         tiny.make_trainer(GRPOTrainer, GRPOConfig, merge_adapter_for_generation=True, max_steps=1)
+
+
+def test_refused_with_vllm_when_the_config_is_built():
+    with pytest.raises(ValueError, match="merge_adapter_for_generation: not with use_vllm=True"):
+        GRPOConfig(**tiny.config_kwargs(merge_adapter_for_generation=True, use_vllm=True))
+
+
+@pytest.mark.parametrize(
+    "base_attrs, state, fragment",
+    [
+        ({"is_loaded_in_4bit": True}, {}, "quantized"),
+        ({}, {"deepspeed_plugin": SimpleNamespace(zero_stage=3)}, "ZeRO-3"),
+        ({}, {"fsdp_plugin": object()}, "FSDP"),
+        ({}, {"deepspeed_plugin": SimpleNamespace(zero_stage=2)}, None),
+    ],
+)
+def test_refusals_need_the_model_or_launch(base_attrs, state, fragment):
+    model = get_peft_model(tiny.model(0), lora())
+    for name, value in base_attrs.items():
+        setattr(model.get_base_model(), name, value)
+    accelerator = SimpleNamespace(unwrap_model=lambda m: m, state=SimpleNamespace(**state), is_fsdp2=False)
+    args = SimpleNamespace(use_vllm=False)
+    refusal = merge_refusal(model, args, accelerator)
+    if fragment is None:
+        assert refusal is None
+    else:
+        assert refusal.startswith("merge_adapter_for_generation:") and fragment in refusal

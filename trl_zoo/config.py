@@ -420,6 +420,11 @@ class GRPOConfig(TRLGRPOConfig):
             check_zero_advantage_skip(entry, self)
         if self.length_bucketing:
             check_length_bucketing(entry, self)
+        if self.merge_adapter_for_generation and self.use_vllm:
+            raise ValueError(
+                "merge_adapter_for_generation: not with use_vllm=True (TRL already syncs merged weights to vLLM); "
+                "set one of them False."
+            )
 
     def _validate_reward_decoupling(self):
         """GDPO (`normalize_then_sum`) runs the estimator once per reward function: what has no per-function form."""
