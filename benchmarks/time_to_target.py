@@ -21,7 +21,8 @@ Per seed s, one process per run (`time_to_target_run.py`), one run at a time:
    as TRL's run). Its time to target is its clock at the first evaluation with a ≥ a*; TRL's own is read from
    its curve the same way.
 
-Every run's JSON line goes to DIR/records.jsonl (and DIR/seed<s>/<name>/record.jsonl); the summary (`summary_table`)
+`--resume` reuses the runs an earlier invocation with the same DIR finished, so the study can go in pieces shorter
+than one seed. Every run's JSON line goes to DIR/records.jsonl (and DIR/seed<s>/<name>/record.jsonl); the summary (`summary_table`)
 to DIR/summary.md: per contender over seeds the median and range of time to target (a run that did not reach it
 counts as +∞ in the median), the median and range of its ratio to TRL's time on the same seed, how many seeds
 reached the target, accuracy at the stop, completions, token slots and peak memory. Goal of the issue: ratio ≤ 0.5
@@ -145,9 +146,13 @@ def run_command(name: str, seed: int, out: Path, args, target: float | None, bud
 
 
 def run_one(name: str, seed: int, out: Path, args, target, budget) -> dict:
+    command = run_command(name, seed, out, args, target, budget)
+    if args.resume and (out / "record.jsonl").exists():  # a finished run of an earlier, cut-short invocation
+        lines = (out / "record.jsonl").read_text().splitlines()
+        if lines and json.loads(lines[-1])["exit_code"] == 0:
+            return {"name": name, "seed": seed, "flags": command[command.index("--task"):], **json.loads(lines[-1])}
     out.mkdir(parents=True, exist_ok=True)
     (out / "record.jsonl").unlink(missing_ok=True)
-    command = run_command(name, seed, out, args, target, budget)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
     with open(out / "log.txt", "w") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
@@ -171,6 +176,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cpu_smoke", action="store_true", help="Tiny settings on the CPU: tests the pipeline only.")
     parser.add_argument("--fixed_target", type=float, default=None,
                         help="Pipeline tests only: this target instead of the rule (e.g. 1.01: never reached).")
+    parser.add_argument("--resume", action="store_true",
+                        help="Reuse the runs a cut-short invocation finished (DIR/seed<s>/<name>/record.jsonl).")
     parser.add_argument("--list", action="store_true", help="Print TRL's commands (contenders need its target).")
     args, args.extra = parser.parse_known_args(argv)
     contenders = [c for c in args.contenders.split(",") if c]
@@ -199,8 +206,7 @@ def main(argv=None) -> int:
                               time_to_target=first_reaching(record["curve"], target))
                 record["reached"] = record["time_to_target"] is not None
             records.append(record)
-            with open(out / "records.jsonl", "a") as handle:
-                handle.write(json.dumps(record) + "\n")
+            (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
             if target is None:
                 print(f"seed {seed}: TRL gained nothing ({before:.1%} → {after:.1%}); no target, contenders skipped")
                 break

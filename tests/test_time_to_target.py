@@ -145,3 +145,22 @@ def test_cpu_smoke_pipeline(tmp_path):
         assert [point[0] for point in r["curve"]][:2] == [0, 1] and r["evaluations"] == len(r["curve"])
         assert r["training_seconds"] == pytest.approx(sum(r["step_seconds"]))
     assert (tmp_path / "summary.md").read_text().startswith("| run |")
+
+
+def test_resume_reuses_finished_runs(tmp_path, monkeypatch):
+    """A finished run's record is read back, not rerun; the target and budget are derived from it again."""
+    curve = [[0, 0.2, 0.0], [2, 0.6, 8.0]]
+    for name, extra in (("trl", {"training_seconds": 8.0}), ("merged", {"training_seconds": 3.0})):
+        run_dir = tmp_path / "seed0" / name
+        run_dir.mkdir(parents=True)
+        line = {"trainer": name, "exit_code": 0, "steps": 2, "curve": curve, "stop_reason": "max_steps",
+                "time_to_target": None, "accuracy_at_stop": 0.6, "completions": 8, "completion_slots": 32,
+                "peak_memory_gib": None, **extra}
+        (run_dir / "record.jsonl").write_text(json.dumps(line) + "\n")
+    monkeypatch.setattr(ttt.subprocess, "run", lambda *a, **k: pytest.fail("a finished run was rerun"))
+    assert ttt.main(["--out", str(tmp_path), "--seeds", "0", "--steps", "2", "--contenders", "merged", "--resume"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert [r["name"] for r in records] == ["trl", "merged"]
+    assert records[0]["target"] == pytest.approx(0.2 + 0.9 * 0.4)
+    assert records[0]["budget_seconds"] == pytest.approx(16.0)
+    assert records[0]["time_to_target"] == 8.0
