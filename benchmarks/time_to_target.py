@@ -22,11 +22,11 @@ Per seed s, one process per run (`time_to_target_run.py`), one run at a time:
    its curve the same way.
 
 `--resume` reuses the runs an earlier invocation with the same DIR finished, so the study can go in pieces shorter
-than one seed. Every run's JSON line goes to DIR/records.jsonl (and DIR/seed<s>/<name>/record.jsonl); the summary (`summary_table`)
-to DIR/summary.md: per contender over seeds the median and range of time to target (a run that did not reach it
-counts as +∞ in the median), the median and range of its ratio to TRL's time on the same seed, how many seeds
-reached the target, accuracy at the stop, completions, token slots and peak memory. Goal of the issue: ratio ≤ 0.5
-at the median with peak memory ≤ TRL's.
+than one seed. Every run's JSON line goes to DIR/records.jsonl (and DIR/seed<s>/<name>/record.jsonl); the summary
+(`summary_table`) to DIR/summary.md: per contender over seeds the median and range of time to target (a run that did
+not reach it counts as +∞ in the median), the median and range of its ratio to TRL's time on the same seed, how many
+seeds reached the target, accuracy at the stop, completions, token slots and peak memory. Goal of the issue: ratio ≤
+0.5 at the median with peak memory ≤ TRL's.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ REFERENCE = "trl"
 # name -> `trl-zoo train` flags (trl_zoo's trainer)
 CONTENDERS: dict[str, list[str]] = {
     "trl_zoo": [],
-    "greso_skip_bucket": ["--dynamic_sampling", "greso", "--skip_zero_advantage", "true", "--length_bucketing", "true"],
+    "greso_skip_bucket": [
+        "--dynamic_sampling", "greso", "--skip_zero_advantage", "true", "--length_bucketing", "true",
+    ],
     "merged": ["--merge_adapter_for_generation", "true"],
     "merged_greso_skip_bucket": [
         "--merge_adapter_for_generation", "true", "--dynamic_sampling", "greso", "--skip_zero_advantage", "true",
@@ -116,7 +118,8 @@ def summary_table(records: list[dict]) -> str:
         q_med, q_lo, q_hi = median_range(ratios)
         memory = [r["peak_memory_gib"] for r in runs if r.get("peak_memory_gib") is not None]
         lines.append(
-            f"| {name} | {sum(not math.isinf(t) for t in times)}/{len(runs)} | {fmt(t_med)} ({fmt(t_lo)}–{fmt(t_hi)}) "
+            f"| {name} | {sum(not math.isinf(t) for t in times)}/{len(runs)} "
+            f"| {fmt(t_med)} ({fmt(t_lo)}–{fmt(t_hi)}) "
             f"| {fmt(q_med, '{:.2f}')} ({fmt(q_lo, '{:.2f}')}–{fmt(q_hi, '{:.2f}')}) "
             f"| {statistics.median(r['accuracy_at_stop'] for r in runs):.1%} "
             f"| {statistics.median(r['completions'] for r in runs):.0f} "
@@ -200,7 +203,9 @@ def main(argv=None) -> int:
             record = run_one(name, seed, out / f"seed{seed}" / name, args, target, budget)
             if name == REFERENCE:
                 before, after = record["curve"][0][1], record["curve"][-1][1]
-                target = target_accuracy(before, after, args.fraction) if args.fixed_target is None else args.fixed_target
+                target = target_accuracy(before, after, args.fraction)
+                if args.fixed_target is not None:
+                    target = args.fixed_target
                 budget = args.budget_factor * record["training_seconds"]
                 record.update(target=target, budget_seconds=budget, reached=None,
                               time_to_target=first_reaching(record["curve"], target))

@@ -74,7 +74,9 @@ def test_generation_and_loss_same_with_and_without_merge():
     for name, parameter in on.model.named_parameters():  # adapter and base weights restored exactly
         torch.testing.assert_close(parameter, before[name], rtol=0, atol=1e-6)
     if batch_off.get("old_per_token_logps") is not None:
-        torch.testing.assert_close(batch_on["old_per_token_logps"], batch_off["old_per_token_logps"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            batch_on["old_per_token_logps"], batch_off["old_per_token_logps"], atol=1e-5, rtol=0
+        )
     losses, grads = [], []
     for t in (off, on):
         t.model.zero_grad()

@@ -158,7 +158,8 @@ def test_resume_reuses_finished_runs(tmp_path, monkeypatch):
                 "peak_memory_gib": None, **extra}
         (run_dir / "record.jsonl").write_text(json.dumps(line) + "\n")
     monkeypatch.setattr(ttt.subprocess, "run", lambda *a, **k: pytest.fail("a finished run was rerun"))
-    assert ttt.main(["--out", str(tmp_path), "--seeds", "0", "--steps", "2", "--contenders", "merged", "--resume"]) == 0
+    argv = ["--out", str(tmp_path), "--seeds", "0", "--steps", "2", "--contenders", "merged", "--resume"]
+    assert ttt.main(argv) == 0
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
     assert [r["name"] for r in records] == ["trl", "merged"]
     assert records[0]["target"] == pytest.approx(0.2 + 0.9 * 0.4)

@@ -29,19 +29,28 @@ import torch
 def merge_refusal(model, args, accelerator) -> str | None:
     """Why `merge_adapter_for_generation` cannot work for this trainer, or None."""
     if args.use_vllm:
-        return "merge_adapter_for_generation: not with use_vllm=True (TRL already syncs merged weights to vLLM); set it False."
+        return (
+            "merge_adapter_for_generation: not with use_vllm=True (TRL already syncs merged weights to vLLM); "
+            "set it False."
+        )
     try:
         from peft import PeftModel
     except ImportError:  # pragma: no cover - peft is a dependency of the LoRA path
         PeftModel = None
     unwrapped = accelerator.unwrap_model(model) if accelerator is not None else model
     if PeftModel is None or not isinstance(unwrapped, PeftModel):
-        return "merge_adapter_for_generation: the policy has no PEFT adapter to merge; pass a peft_config or set it False."
+        return (
+            "merge_adapter_for_generation: the policy has no PEFT adapter to merge; pass a peft_config or set it "
+            "False."
+        )
     base = unwrapped.get_base_model()
     if getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False) or getattr(
         base, "quantization_method", None
     ) or getattr(getattr(base, "config", None), "quantization_config", None):
-        return "merge_adapter_for_generation: the base model is quantized (merging into its weights is lossy); set it False."
+        return (
+            "merge_adapter_for_generation: the base model is quantized (merging into its weights is lossy); set it "
+            "False."
+        )
     state = getattr(accelerator, "state", None)
     deepspeed = getattr(state, "deepspeed_plugin", None)
     if deepspeed is not None and getattr(deepspeed, "zero_stage", 0) == 3:
