@@ -258,6 +258,12 @@ class GRPOConfig(TRLGRPOConfig):
         "padded token slots, logged as length_bucketing/padded_token_slots.",
         False,
     )
+    merge_adapter_for_generation: bool = _help(
+        "Merge the LoRA adapter into the base weights while TRL generates with model.generate (W + s·BA, one matmul "
+        "per layer instead of three), then restore the base weights exactly. Same completions up to float rounding; "
+        "needs a PEFT adapter, no vLLM, no quantized base, no ZeRO-3/FSDP.",
+        False,
+    )
     nan_rewards: str = _help(
         "What to do when a reward function returns NaN or ±inf: 'raise' (default) or 'drop' (zero advantage, warn).",
         "raise",
@@ -448,6 +454,11 @@ class GRPOConfig(TRLGRPOConfig):
             check_zero_advantage_skip(entry, self)
         if self.length_bucketing:
             check_length_bucketing(entry, self)
+        if self.merge_adapter_for_generation and self.use_vllm:
+            raise ValueError(
+                "merge_adapter_for_generation: not with use_vllm=True (TRL already syncs merged weights to vLLM); "
+                "set one of them False."
+            )
 
     def _validate_reward_decoupling(self):
         """GDPO (`normalize_then_sum`) runs the estimator once per reward function: what has no per-function form."""

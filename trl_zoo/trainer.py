@@ -25,6 +25,8 @@ composition of one-concept layers, each overriding TRL's methods (or a seam of o
     GenerationMixin          the generation seam: the one override of               hooks/generation.py
                              `_generate_and_score_completions` and `_calculate_rewards`; typed rounds
                              (`ScoredRound`) handed to ordered hook points
+    MergedGenerationMixin    LoRA merged into the weights while TRL generates   hooks/merged_generation.py
+                             (`merge_adapter_for_generation`)
     trl.GRPOTrainer
 
 The layers above the generation seam override its hook points, never TRL's generation: per round the reward call
@@ -53,6 +55,7 @@ from .hooks.critic import CriticMixin
 from .hooks.generation import GenerationMixin
 from .hooks.kl_control import KLControlMixin
 from .hooks.length_bucketing import LengthBucketingMixin
+from .hooks.merged_generation import MergedGenerationMixin
 from .hooks.model_object import ModelObjectMixin
 from .hooks.prompt_length import PromptLengthMixin
 from .hooks.resume import ResumableStateMixin
@@ -168,6 +171,7 @@ class GRPOTrainer(
     PromptLengthMixin,
     ModelObjectMixin,
     GenerationMixin,
+    MergedGenerationMixin,
     TRLGRPOTrainer,
 ):
     """Drop-in `trl.GRPOTrainer`: same constructor, `loss_type` from the plugin table (see `trl-zoo list`)."""

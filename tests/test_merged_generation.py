@@ -1,0 +1,130 @@
+"""merge_adapter_for_generation: merged and unmerged LoRA compute the same function (logits within float rounding,
+the same completions for a fixed seed), the base and adapter weights are restored exactly, the loss is unchanged,
+and the option is refused where it cannot work."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from tests import tiny
+from trl_zoo import GRPOConfig, GRPOTrainer
+from trl_zoo.hooks.merged_generation import merge_refusal, merged_adapter
+
+
+def lora():
+    return LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+
+
+def nonzero_adapter(model, seed=3):
+    """LoRA's B starts at zero (merged = unmerged trivially); give it weights so the test can fail."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(0.3 * torch.randn(parameter.shape, generator=generator))
+
+
+def snapshot(model):
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_merged_logits_match_and_weights_restored_exactly():
+    model = get_peft_model(tiny.model(0), lora())
+    nonzero_adapter(model)
+    ids = torch.tensor([[5, 9, 12, 7, 3, 11]])
+    before = snapshot(model)
+    with torch.no_grad():
+        unmerged = model(input_ids=ids).logits
+        with merged_adapter(model):
+            merged = model(input_ids=ids).logits
+            moved = max((p - before[n]).abs().max().item() for n, p in model.named_parameters() if "base_layer" in n)
+        restored = model(input_ids=ids).logits
+    assert moved > 1e-3  # the merge really wrote into the base weights
+    assert (merged - unmerged).abs().max().item() < 1e-5
+    assert (merged - unmerged).abs().max().item() < 1e-2 * (unmerged.abs().max().item())
+    torch.testing.assert_close(restored, unmerged, rtol=0, atol=0)
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(parameter, before[name], rtol=0, atol=0)
+    assert not any(getattr(m, "merged", False) for m in model.modules())
+
+
+def trainer(merge: bool):
+    t = tiny.make_trainer(GRPOTrainer, GRPOConfig, peft_config=lora(), merge_adapter_for_generation=merge, max_steps=1)
+    nonzero_adapter(t.model)
+    return t
+
+
+def generated(t):
+    torch.manual_seed(11)
+    inputs = [{"prompt": p} for p in tiny.prompts_dataset(2)["prompt"] for _ in range(4)]
+    t.model.train()
+    return t._generate_and_score_completions(inputs)
+
+
+def test_generation_and_loss_same_with_and_without_merge():
+    off, on = trainer(False), trainer(True)
+    before = snapshot(on.model)
+    batch_off, batch_on = generated(off), generated(on)
+    assert torch.equal(batch_on["completion_ids"], batch_off["completion_ids"])
+    assert batch_on["completion_mask"].sum() > 0
+    for name, parameter in on.model.named_parameters():  # adapter and base weights restored exactly
+        torch.testing.assert_close(parameter, before[name], rtol=0, atol=1e-6)
+    if batch_off.get("old_per_token_logps") is not None:
+        torch.testing.assert_close(
+            batch_on["old_per_token_logps"], batch_off["old_per_token_logps"], atol=1e-5, rtol=0
+        )
+    losses, grads = [], []
+    for t in (off, on):
+        t.model.zero_grad()
+        t.current_gradient_accumulation_steps = 1  # set by Trainer.train; one micro-batch here
+        loss = t.compute_loss(t.model, batch_off)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append(torch.cat([p.grad.flatten() for n, p in t.model.named_parameters() if p.grad is not None]))
+    assert grads[0].abs().max() > 0
+    torch.testing.assert_close(losses[1], losses[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-5, rtol=0)
+
+
+def test_training_runs_with_merge():
+    t = trainer(True)
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters() if "lora_" in n}
+    t.train()
+    assert t.state.global_step == 1
+    assert any(not torch.equal(p, before[n]) for n, p in t.model.named_parameters() if "lora_" in n)
+
+
+def test_refused_without_peft():
+    with pytest.raises(ValueError, match="merge_adapter_for_generation: the policy has no PEFT adapter"):
+        tiny.make_trainer(GRPOTrainer, GRPOConfig, merge_adapter_for_generation=True, max_steps=1)
+
+
+def test_refused_with_vllm_when_the_config_is_built():
+    with pytest.raises(ValueError, match="merge_adapter_for_generation: not with use_vllm=True"):
+        GRPOConfig(**tiny.config_kwargs(merge_adapter_for_generation=True, use_vllm=True))
+
+
+@pytest.mark.parametrize(
+    "base_attrs, state, fragment",
+    [
+        ({"is_loaded_in_4bit": True}, {}, "quantized"),
+        ({}, {"deepspeed_plugin": SimpleNamespace(zero_stage=3)}, "ZeRO-3"),
+        ({}, {"fsdp_plugin": object()}, "FSDP"),
+        ({}, {"deepspeed_plugin": SimpleNamespace(zero_stage=2)}, None),
+    ],
+)
+def test_refusals_need_the_model_or_launch(base_attrs, state, fragment):
+    model = get_peft_model(tiny.model(0), lora())
+    for name, value in base_attrs.items():
+        setattr(model.get_base_model(), name, value)
+    accelerator = SimpleNamespace(unwrap_model=lambda m: m, state=SimpleNamespace(**state), is_fsdp2=False)
+    args = SimpleNamespace(use_vllm=False)
+    refusal = merge_refusal(model, args, accelerator)
+    if fragment is None:
+        assert refusal is None
+    else:
+        assert refusal.startswith("merge_adapter_for_generation:") and fragment in refusal
