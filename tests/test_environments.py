@@ -40,12 +40,17 @@ def _quiet(monkeypatch):
 
 def _train(trainer_cls, config_cls, **kwargs):
     tokenizer = tiny.tokenizer()
+    # transformers shares a chat template set on one of these tokenizers with every later one (checked with 5.24):
+    # take it off again, or later tests' tiny tokenizers would save it and their prompts turn conversational
     tokenizer.chat_template = TOOL_TEMPLATE
-    torch.manual_seed(0)
-    args = config_cls(**tiny.config_kwargs(max_steps=1))
-    trainer = trainer_cls(model=tiny.model(), args=args, processing_class=tokenizer, **kwargs)
-    trainer.train()
-    return trainer.state.log_history[0]
+    try:
+        torch.manual_seed(0)
+        args = config_cls(**tiny.config_kwargs(max_steps=1))
+        trainer = trainer_cls(model=tiny.model(), args=args, processing_class=tokenizer, **kwargs)
+        trainer.train()
+        return trainer.state.log_history[0]
+    finally:
+        tokenizer.chat_template = None
 
 
 @pytest.mark.parametrize(
