@@ -8,7 +8,14 @@ Plans (each run: `benchmarks/real_model_run.py`, 3 seeds unless --seeds):
     easy      chat_arithmetic: grpo, dr_grpo, dapo, gspo, cispo, sapo; the null-reward control (grpo, rewards
               shuffled); dapo with a symmetric clip (ε_high 0.2, against dapo's 0.28); TRL's GRPOTrainer with grpo,
               dr_grpo, dapo, cispo, sapo
-    hard      chat_arithmetic_hard: grpo, grpo + resample, grpo + greso, gspo + resample, the control
+    hard      chat_arithmetic_hard: grpo; grpo + greso (at most 3 generation rounds a step); grpo with MaxRL's
+              estimator; grpo with the teacher signal ("self": the base weights, the answer in its prompt); the
+              control
+    offpolicy chat_arithmetic, 8 optimizer steps per generation batch (--num_iterations 8, 80 steps = 10
+              batches): dapo, dapo with a symmetric clip, dppo, topr, m2po
+    trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
+Several plans: `--plan hard,offpolicy` (one queue, seeds outermost). `--skip_done` leaves out runs that finished in
+an earlier invocation (their costs.json exists), so a study can go in pieces.
 Runs land in <out>/<task>/<name>/seed<s> (the layout `trl-zoo compare` reads); a run still going at the deadline
 is stopped and left out. `--list` prints the commands without running them.
 """
@@ -22,8 +29,10 @@ import sys
 import time
 from pathlib import Path
 
+TEACHER = "{prompt} (The answer is {answer}.)"  # privileged context: the teacher sees the answer
 LOSSES = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo"]
-TRL_LOSSES = ["grpo", "dr_grpo", "dapo", "cispo", "sapo"]  # TRL's own loss_type names
+TRL_TEACHER = "{prompt} (The answer is {answer}.)"  # privileged context: the teacher sees the answer
+LOSSES = ["grpo", "dr_grpo", "dapo", "cispo", "sapo"]  # TRL's own loss_type names
 
 
 def plan(name: str) -> tuple[str, dict[str, list[str]]]:
@@ -37,12 +46,19 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
     if name == "hard":
         return "chat_arithmetic_hard", {
             "grpo": ["--loss_type", "grpo"],
-            "grpo_resample": ["--loss_type", "grpo", "--dynamic_sampling", "resample"],
-            "grpo_greso": ["--loss_type", "grpo", "--dynamic_sampling", "greso"],
-            "gspo_resample": ["--loss_type", "gspo", "--dynamic_sampling", "resample"],
+            "grpo_greso": ["--loss_type", "grpo", "--dynamic_sampling", "greso", "--dynamic_sampling_max_rounds", "3"],
+            "maxrl": ["--loss_type", "grpo", "--advantage_estimator", "maxrl"],
+            "grpo_teacher": ["--loss_type", "grpo", "--teacher_model", "self", "--teacher_prompt_template", TEACHER],
             "control": ["--loss_type", "grpo", "--null_reward_control", "true"],
         }
-    raise SystemExit(f"--plan: easy or hard, got {name!r}")
+    if name == "offpolicy":
+        updates = ["--num_iterations", "8", "--max_steps", "80"]
+        runs = {loss: ["--loss_type", loss, *updates] for loss in ["dapo", "dppo", "topr", "m2po"]}
+        runs["dapo_symmetric"] = ["--loss_type", "dapo", "--epsilon_high", "0.2", *updates]
+        return "chat_arithmetic", runs
+    if name == "trl":
+        return "chat_arithmetic", {f"trl_{loss}": ["--trainer", "trl", "--loss_type", loss] for loss in ["grpo", "dapo"]}
+    raise SystemExit(f"--plan: easy, hard, offpolicy or trl, got {name!r}")
 
 
 def command(task: str, flags: list[str], seed: int, out: Path, extra: list[str]) -> list[str]:
@@ -62,26 +78,32 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default=None, help="Comma-separated run names of the plan.")
     parser.add_argument("--parallel", type=int, default=14)
     parser.add_argument("--deadline", type=float, default=560, help="Seconds; runs still going are stopped.")
+    parser.add_argument("--start_until", type=float, default=None,
+                        help="Seconds; no run starts after this (one that could not finish by the deadline).")
+    parser.add_argument("--skip_done", action="store_true", help="Leave out runs whose costs.json exists.")
     parser.add_argument("--list", action="store_true")
     args, extra = parser.parse_known_args(argv)
-    task, runs = plan(args.plan)
-    if args.only:
-        runs = {name: runs[name] for name in args.only.split(",")}
+    plans = [plan(name) for name in args.plan.split(",")]
+    only = set(args.only.split(",")) if args.only else None
     seeds = [int(s) for s in args.seeds.split(",")]
-    # seeds outermost, so that a deadline cuts whole configurations' last seeds rather than whole configurations
-    queue = [(name, seed) for seed in seeds for name in runs]
     jobs = []
-    for name, seed in queue:
-        out = Path(args.out) / task / name / f"seed{seed}"
-        jobs.append((name, seed, out, command(task, runs[name], seed, out, extra)))
+    # seeds outermost, so that a deadline cuts whole configurations' last seeds rather than whole configurations
+    for seed in seeds:
+        for task, runs in plans:
+            for name, flags in runs.items():
+                out = Path(args.out) / task / name / f"seed{seed}"
+                if (only and name not in only) or (args.skip_done and (out / "costs.json").exists()):
+                    continue
+                jobs.append((name, seed, out, command(task, flags, seed, out, extra)))
     if args.list:
         for *_, cmd in jobs:
             print(" ".join(cmd))
         return 0
     started, running, finished = time.time(), [], []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    while jobs or running:
-        while jobs and len(running) < args.parallel:
+    while running or (jobs and not (args.start_until is not None and time.time() - started > args.start_until)):
+        late = args.start_until is not None and time.time() - started > args.start_until
+        while jobs and len(running) < args.parallel and not late:
             name, seed, out, cmd = jobs.pop(0)
             out.mkdir(parents=True, exist_ok=True)
             log = open(out / "log.txt", "w")
