@@ -41,7 +41,8 @@ Parts (names for --only):
   and whether checkpoint-2 and the final folder load (`peft.AutoPeftModelForCausalLM.from_pretrained`).
 
 --deadline: seconds from the start after which no new run starts and the running one is killed (its folder keeps
-what it wrote); the summary is written from what exists. --cpu_smoke: the same pipeline on 2 gloo CPU processes
+what it wrote); the summary is written from what exists. Several invocations may share one --out (e.g. part by
+part): summary.md covers every run folder there, and the DDP reference runs of the parity parts are run once. --cpu_smoke: the same pipeline on 2 gloo CPU processes
 on the built-in `addition` task (its bootstrapped policy, or with `--smoke_model tiny` a tiny random model), tiny
 batches and at most 4 steps (FSDP configs run as DDP on CPU:
 accelerate enables FSDP only on accelerators; ZeRO parts are skipped without deepspeed); it checks the plumbing,
@@ -135,10 +136,12 @@ def plan(parts: list[str], out: Path, smoke: bool) -> list[Run]:
         elif part in ("fsdp_parity", "zero2_parity", "zero3_parity"):
             other = {"fsdp_parity": "fsdp2", "zero2_parity": "zero2", "zero3_parity": "zero3"}[part]
             for loss in PARITY_LOSSES:
-                for config in ("ddp", other):
-                    if config == "ddp" and part != "fsdp_parity" and "fsdp_parity" in parts:
-                        continue  # the DDP runs of fsdp_parity serve as the reference
-                    runs.append(launched(part, f"{loss}-{config}", config, out, smoke, 3, 1, ["--loss_type", loss]))
+                # the DDP reference runs live in fsdp_parity/ and serve every parity part (run once per --out)
+                reference = launched("fsdp_parity", f"{loss}-ddp", "ddp", out, smoke, 3, 1, ["--loss_type", loss])
+                done = (reference.run_dir / "costs.rank0.json").exists() and part != "fsdp_parity"
+                if not done and all(run.run_dir != reference.run_dir for run in runs):
+                    runs.append(reference)
+                runs.append(launched(part, f"{loss}-{other}", other, out, smoke, 3, 1, ["--loss_type", loss]))
         elif part == "sampling_ddp":
             for mode in ("resample", "greso"):
                 runs.append(launched(part, mode, "ddp", out, smoke, 3, 1, ["--dynamic_sampling", mode],
@@ -265,11 +268,11 @@ def speed_section(out: Path) -> list[str]:
 def parity_section(out: Path, part: str, other: str) -> list[str]:
     rows = []
     for loss in PARITY_LOSSES:
-        ddp_dir = out / part / f"{loss}-ddp"
-        if not ddp_dir.exists():
-            ddp_dir = out / "fsdp_parity" / f"{loss}-ddp"
-        ddp, sharded = read_ranks(ddp_dir), read_ranks(out / part / f"{loss}-{other}")
+        ddp, sharded = read_ranks(out / "fsdp_parity" / f"{loss}-ddp"), read_ranks(out / part / f"{loss}-{other}")
         if not sharded:
+            continue
+        if not ddp:
+            rows.append([loss, "no DDP reference run", None, None, None, None, None, None, memory(sharded)])
             continue
         for step in sorted(logged(ddp[0], "loss")):
             values = []
@@ -370,7 +373,10 @@ def environment(out: Path) -> list[str]:
     return []
 
 
-def write_summary(out: Path, results: list[dict], smoke: bool) -> Path:
+def write_summary(out: Path, smoke: bool) -> Path:
+    """summary.md from every run folder under `out` and every line of runs.jsonl (earlier invocations included)."""
+    runs_log = out / "runs.jsonl"
+    results = [json.loads(line) for line in runs_log.read_text().splitlines()] if runs_log.exists() else []
     lines = ["# Multi-GPU benchmark" + (" (CPU smoke: plumbing only, numbers mean nothing)" if smoke else ""), ""]
     lines += environment(out)
     lines += speed_section(out)
@@ -449,8 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         with open(runs_log, "a") as handle:
             handle.write(json.dumps(result) + "\n")
-        write_summary(out, results, args.cpu_smoke)
-    path = write_summary(out, results, args.cpu_smoke)
+        write_summary(out, args.cpu_smoke)
+    path = write_summary(out, args.cpu_smoke)
     print(f"[multi_gpu {time.time() - started:5.0f} s] summary: {path}", flush=True)
     print(path.read_text(), flush=True)
     return 0 if all(r["status"] == "ok" for r in results) else 1
