@@ -1,0 +1,46 @@
+"""benchmarks/multi_gpu.py: its CPU smoke mode runs the cheapest part end to end on two gloo processes, and its
+summariser's group checks read synthetic per-process batches right."""
+
+import subprocess
+import sys
+
+from benchmarks.multi_gpu import REPO, plan, sampling_checks
+
+
+def test_cpu_smoke_critic_part_writes_a_summary_row(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "benchmarks/multi_gpu.py", "--cpu_smoke", "--smoke_model", "tiny", "--only", "critic_ddp",
+         "--out", str(tmp_path), "--deadline", "100"],
+        cwd=REPO, capture_output=True, text=True, timeout=150,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| policy | 16384 |" in summary and "| yes |" in summary
+    assert "| critic_ddp | gae | ok | 0 |" in summary
+
+
+def test_sampling_checks_on_synthetic_batches():
+    def batch(crcs, advantages, skipped=0.0):
+        return {"rows": len(crcs), "prompt_crc": crcs, "advantages": advantages, "prompts_skipped": skipped}
+
+    # groups of 4; the second group straddles the processes (rows 4-5 on rank 0, 0-1 on rank 1)
+    rank_0 = {"batches": [batch([1, 1, 1, 1, 2, 2], [1, -1, 0, 0, 1, 1])]}
+    rank_1 = {"batches": [batch([2, 2, 3, 3, 3, 3], [-1, -1, 0, 0, 0, 0])]}
+    checks = sampling_checks([rank_0, rank_1], 4)
+    assert checks["whole_groups"] and checks["skipped_equal"] and checks["equal_rows"]
+    assert checks["spread"] == "2/3"
+    rank_1["batches"][0]["prompt_crc"] = [2, 9, 3, 3, 3, 3]
+    assert not sampling_checks([rank_0, rank_1], 4)["whole_groups"]
+    rank_1["batches"][0] = batch([2, 2], [0, 0], skipped=1.0)
+    checks = sampling_checks([rank_0, rank_1], 4)
+    assert not checks["equal_rows"] and not checks["skipped_equal"]
+
+
+def test_plan_lists_every_part_with_separate_processes(tmp_path):
+    runs = plan(["ddp_speed", "one_gpu_speed", "fsdp_parity", "sampling_ddp", "critic_ddp", "checkpoint"], tmp_path, False)
+    names = [(run.part, run.name) for run in runs]
+    assert names[:4] == [("ddp_speed", "trl-1"), ("ddp_speed", "zoo-1"), ("ddp_speed", "trl-2"), ("ddp_speed", "zoo-2")]
+    assert sum(part == "fsdp_parity" for part, _ in names) == 8
+    speed = runs[0].command
+    assert "--gradient_accumulation_steps" in speed and speed[speed.index("--gradient_accumulation_steps") + 1] == "2"
+    assert runs[4].env == {"CUDA_VISIBLE_DEVICES": "0"} and "accelerate" not in " ".join(runs[4].command)
