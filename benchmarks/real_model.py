@@ -6,13 +6,14 @@ depend on what else runs; step times taken this way are not speed comparisons �
 
 Plans (each run: `benchmarks/real_model_run.py`, 3 seeds unless --seeds):
     easy      chat_arithmetic: grpo, dr_grpo, dapo, gspo, cispo, sapo; the null-reward control (grpo, rewards
-              shuffled); dapo with a symmetric clip (ε_high 0.2, against dapo's 0.28); TRL's GRPOTrainer with grpo,
+              shuffled); dapo with ε_high 0.2 (named
+              dapo_symmetric, but `--loss_type dapo` alone has ε_high 0.2 too: the same run); TRL's GRPOTrainer with grpo,
               dr_grpo, dapo, cispo, sapo
     hard      chat_arithmetic_hard: grpo; grpo + greso (at most 3 generation rounds a step); grpo with MaxRL's
               estimator; grpo with the teacher signal ("self": the base weights, the answer in its prompt); the
               control
     offpolicy chat_arithmetic, 8 optimizer steps per generation batch (--num_iterations 8, 80 steps = 10
-              batches): dapo, dapo with a symmetric clip, dppo, topr, m2po
+              batches): dapo with ε_high 0.28 (clip-higher) and 0.2 (symmetric), dppo, topr, m2po
     trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
 Several plans: `--plan hard,offpolicy` (one queue, seeds outermost). `--skip_done` leaves out runs that finished in
 an earlier invocation (their costs.json exists), so a study can go in pieces.
@@ -53,8 +54,11 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
         }
     if name == "offpolicy":
         updates = ["--num_iterations", "8", "--max_steps", "80"]
-        runs = {loss: ["--loss_type", loss, *updates] for loss in ["dapo", "dppo", "topr", "m2po"]}
-        runs["dapo_symmetric"] = ["--loss_type", "dapo", "--epsilon_high", "0.2", *updates]
+        runs = {loss: ["--loss_type", loss, *updates] for loss in ["dppo", "topr", "m2po"]}
+        # `--loss_type dapo` alone is TRL's dapo: its aggregation, with ε_high = ε = 0.2 (clip-higher's 0.28 comes
+        # with configs/dapo.yaml), so the symmetric run is plain `dapo` and clip-higher sets ε_high
+        runs["dapo_symmetric"] = ["--loss_type", "dapo", *updates]
+        runs["dapo_clip_higher"] = ["--loss_type", "dapo", "--epsilon_high", "0.28", *updates]
         return "chat_arithmetic", runs
     if name == "trl":
         return "chat_arithmetic", {f"trl_{loss}": ["--trainer", "trl", "--loss_type", loss] for loss in ["grpo", "dapo"]}
