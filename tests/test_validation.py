@@ -70,9 +70,9 @@ IMPOSSIBLE = [
     ("gmpo_epsilon", dict(loss_type="gmpo", gmpo_epsilon=0.0), "> 0"),
     ("sapo_temperature_pos / sapo_temperature_neg", dict(loss_type="sapo", sapo_temperature_pos=0.0), "> 0"),
     ("sapo_temperature_pos / sapo_temperature_neg", dict(loss_type="sapo", sapo_temperature_neg=-1.0), "> 0"),
-    ("ppo_kl_beta / ppo_kl_target", dict(loss_type="ppo_kl", ppo_kl_beta=-1.0), "β must be ≥ 0"),
-    ("ppo_kl_beta / ppo_kl_target", dict(loss_type="ppo_kl", ppo_kl_target=0.0), "target KL > 0"),
-    # a loss's own fields are checked by its `validate` when that loss is chosen
+    # a loss's own fields are checked against their declarations (and by its `validate`) when that loss is chosen
+    ("ppo_kl_beta", dict(loss_type="ppo_kl", ppo_kl_beta=-1.0), "must be ≥ 0"),
+    ("ppo_kl_target", dict(loss_type="ppo_kl", ppo_kl_target=0.0), "must be > 0"),
     ("clip_cov_ratio", dict(loss_type="clip_cov", clip_cov_ratio=0.0), "(0, 1]"),
     ("kl_cov_ratio", dict(loss_type="kl_cov", kl_cov_ratio=1.5), "(0, 1]"),
     ("clip_cov_lower", dict(loss_type="clip_cov", clip_cov_lower=5.0, clip_cov_upper=1.0), "< clip_cov_upper"),

@@ -8,6 +8,12 @@ values live in one dataclass field, `plugin_args` (a mapping, so the class stays
 `TrlParser` / transformers' `HfArgumentParser` parse as they are); `GRPOConfig(my_field=3)` is accepted and stored
 there, `args.my_field` reads it (the declared default when unset), and `trl-zoo train` makes a flag and a YAML key of
 each declared field (`arguments.py`). A value is checked against its declaration when the config is built.
+
+The built-in entries declare their fields the same way, in their own files (`PluginField`s in the loss's spec), but
+those are made ordinary dataclass fields of `GRPOConfig` when this module is imported (`TABLE_FIELDS`): for them
+`GRPOConfig(dppo_mask_low=...)`, `args.dppo_mask_low = ...`, `dataclasses.fields`, TRL's parser (flags, YAML keys)
+and the saved config work as for any field. Their type and choices are checked whenever the config is built, their
+range when their entry is chosen.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from .hooks.length_bucketing import check_length_bucketing
 from .hooks.skip_zero_advantage import check_zero_advantage_skip
 from .hooks.teacher import check_teacher_options
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
-from .specs import PluginField
+from .specs import PluginField, validate_settings
 
 
 def _names(table) -> str:
@@ -58,7 +64,46 @@ def zoo_field_names() -> list[str]:
     return [f.name for f in fields(GRPOConfig) if f.name not in trl_names]
 
 
+def _table_fields(table) -> dict[str, tuple[PluginField, str]]:
+    """The fields that trl_zoo's own entries of `table` declare: name -> (field, "loss 'x'"), in name order. A field
+    declared by several entries (gmpo_epsilon: gmpo and rspo) is one field."""
+    declared: dict[str, tuple[PluginField, str]] = {}
+    for entry in table.entries(plugins=False):
+        if entry.fn.__module__.partition(".")[0] != __name__.partition(".")[0]:
+            continue  # registered by a third party before this module was imported
+        for plugin_field in entry.spec.fields:
+            if plugin_field.name in declared and declared[plugin_field.name][0] != plugin_field:
+                raise ValueError(f"{table.kind} {entry.name!r}: declares {plugin_field.name!r} differently.")
+            declared.setdefault(plugin_field.name, (plugin_field, f"{table.kind} {entry.name!r}"))
+    return declared
+
+
+# The built-in entries' own hyperparameters (declared in their files), made dataclass fields of GRPOConfig; each
+# table's join the class's fields before the one named here, so that they show in their group of `--help`.
+_TABLE_GROUPS = (
+    (LOSSES, "advantage_estimator"), (ADVANTAGES, "dynamic_sampling"), (SAMPLERS, "overlong_buffer_length"),
+)
+_FIELDS_BEFORE = {before: _table_fields(table) for table, before in _TABLE_GROUPS}
+TABLE_FIELDS = {name: declared for group in _FIELDS_BEFORE.values() for name, declared in group.items()}
+
+
+def _with_table_fields(cls):
+    """Add `TABLE_FIELDS` to the class body as dataclass fields, with the type, default, help (with the range) and
+    choices of their declarations. Applied before `@dataclass`."""
+    annotations = {}
+    for name, annotation in cls.__dict__["__annotations__"].items():
+        for field_name, (plugin_field, _) in _FIELDS_BEFORE.get(name, {}).items():
+            optional = plugin_field.default is None
+            annotations[field_name] = plugin_field.type | None if optional else plugin_field.type
+            choices = list(plugin_field.choices) if plugin_field.choices is not None else None
+            setattr(cls, field_name, _help(plugin_field.description, plugin_field.default, choices))
+        annotations[name] = annotation
+    cls.__annotations__ = annotations
+    return cls
+
+
 @dataclass
+@_with_table_fields
 class GRPOConfig(TRLGRPOConfig):
     r"""TRL's `GRPOConfig` with trl_zoo's fields. See the field help for each; docs/formulas.md for the formulas."""
 
@@ -82,46 +127,8 @@ class GRPOConfig(TRLGRPOConfig):
     dual_clip: float | None = _help(
         "Dual-clip constant c > 1 for PPO-clip losses: for Â < 0 the term is max(ℓ, c·Â). None disables it."
     )
-    cispo_epsilon_low: float | None = _help(
-        "CISPO lower IS-weight clip: the weight is clipped to [1 − cispo_epsilon_low, epsilon_high]. None keeps "
-        "TRL's one-sided cap (weights capped above at the absolute value epsilon_high)."
-    )
-    gmpo_epsilon: float = _help("GMPO's log-space clip range ε: δ is clipped to [−ε, ε] (paper: 0.4).", 0.4)
-    ppo_kl_beta: float = _help("Initial penalty β of the ppo_kl loss (KL(π_old‖π_θ) penalty form).", 1.0)
-    ppo_kl_target: float | None = _help(
-        "Target KL of the ppo_kl loss; β doubles above 1.5·target and halves below target/1.5. None keeps β fixed.",
-        0.01,
-    )
-    clip_cov_ratio: float = _help("Clip-Cov: fraction of tokens whose gradient is detached.", 2e-4)
-    clip_cov_lower: float = _help("Clip-Cov: lower bound of the covariance window for selected tokens.", 1.0)
-    clip_cov_upper: float = _help("Clip-Cov: upper bound of the covariance window for selected tokens.", 5.0)
-    kl_cov_ratio: float = _help("KL-Cov: fraction of tokens (top covariance) that get the KL penalty.", 2e-3)
-    kl_cov_coef: float = _help("KL-Cov: coefficient of the per-token |log r| penalty on selected tokens.", 1.0)
-    rspo_gamma_min: float = _help("RSPO: floor γ_min of the router-shift weight, in (0, 1].", 0.1)
-    dppo_divergence: str = _help(
-        "DPPO: the divergence between π_θ and π_old at each token that defines the trust region: 'tv' (binary total "
-        "variation, p − q; prime-rl's default) or 'kl' (binary KL).",
-        "tv",
-        choices=["tv", "kl"],
-    )
-    dppo_mask_low: float | None = _help(
-        "DPPO: threshold ε_low for tokens with Â < 0 (masked once their probability fell that far: p − q < −ε_low, "
-        "or binary KL > ε_low with p < q). None: the paper's value for dppo_divergence, 0.15 (tv) or 0.05 (kl)."
-    )
-    dppo_mask_high: float | None = _help(
-        "DPPO: threshold ε_high for tokens with Â > 0 (masked once p − q > ε_high, or binary KL > ε_high with p > q). "
-        "None: dppo_mask_low's value."
-    )
-    dppo_kl_coef: float = _help(
-        "DPPO: coefficient of the per-token (log π_θ − log π_old)² added to every token's loss (prime-rl's kl_tau). "
-        "0 is the paper's loss.",
-        1e-3,
-    )
-    m2po_threshold: float = _help(
-        "M2PO: τ of the second-moment trust region; the tokens of largest (log π_θ − log π_old)² are masked until the "
-        "mean over the rest of the micro-batch is below τ (paper and AReaL: 0.04).",
-        0.04,
-    )
+    # the built-in losses' own fields (dppo_mask_low, m2po_threshold, ...) are declared in their files and made
+    # fields of this class here (`TABLE_FIELDS`)
 
     # --- advantages and KL ---
     advantage_estimator: str | None = _help(
@@ -303,13 +310,19 @@ class GRPOConfig(TRLGRPOConfig):
             if isinstance(value, float) and not math.isfinite(value):  # NaN passes every range check below
                 raise ValueError(f"{name}: must be a finite number, got {value}.")
         self._validate_names()
+        for name, (plugin_field, owner) in TABLE_FIELDS.items():  # types and choices, whichever entry is chosen
+            try:
+                setattr(self, name, plugin_field.checked(getattr(self, name), check_range=False))
+            except ValueError as error:
+                raise ValueError(f"{str(error).rstrip('.')} ({owner}).") from None
         self._validate_shared_ranges()
+        # the chosen entries' own fields (ranges) and how they read the shared ones (their files)
+        for table, name in ((LOSSES, self.loss_type), (ADVANTAGES, self.advantage_estimator),
+                            (SAMPLERS, self.dynamic_sampling)):
+            if name is not None:
+                chosen = table.get(name)
+                validate_settings(chosen.spec, self, f"{table.kind} {chosen.name!r}")
         entry = LOSSES.get(self.loss_type)
-        entry.spec.validate(self)  # the loss's own fields and how it reads the shared ones (its file)
-        if self.advantage_estimator is not None:
-            ADVANTAGES.get(self.advantage_estimator).spec.validate(self)
-        if self.dynamic_sampling is not None:
-            SAMPLERS.get(self.dynamic_sampling).spec.validate(self)
         self._validate_plugin_args()
         self._validate_critic()
         self._check_contradictions(entry)
@@ -516,8 +529,9 @@ class GRPOConfig(TRLGRPOConfig):
 
 
 def plugin_fields() -> dict[str, tuple[PluginField, str]]:
-    """Every field that the registered losses, estimators and samplers declare: name -> (field, "loss 'x'"). A name
-    may be declared by several entries only as the same field; it may not be a GRPOConfig field."""
+    """Every field that the registered losses, estimators and samplers declare and that is not a GRPOConfig field
+    (`TABLE_FIELDS`, the built-in entries' own, are): name -> (field, "loss 'x'"). A name may be declared by several
+    entries only as the same field; it may not be another GRPOConfig field."""
     own = {item.name for item in fields(GRPOConfig)}
     declared: dict[str, tuple[PluginField, str]] = {}
     for table in (LOSSES, ADVANTAGES, SAMPLERS):
@@ -525,6 +539,8 @@ def plugin_fields() -> dict[str, tuple[PluginField, str]]:
             owner = f"{table.kind} {entry.name!r}"
             for plugin_field in entry.spec.fields:
                 name = plugin_field.name
+                if name in TABLE_FIELDS and TABLE_FIELDS[name][0] == plugin_field:
+                    continue  # a built-in entry's field, or the same field declared again (as rspo does gmpo's)
                 if name in own:
                     raise ValueError(f"{owner}: its field {name!r} is already a GRPOConfig field; rename it.")
                 if name in declared and declared[name][0] != plugin_field:

@@ -107,8 +107,9 @@ class Registry:
             self._load_entry_points()
         return sorted(self._entries)
 
-    def entries(self) -> list[Entry]:
-        return [self._entries[name] for name in self.names()]
+    def entries(self, plugins: bool = True) -> list[Entry]:
+        """Every entry; `plugins=False`: only those registered so far, without importing entry points."""
+        return [self._entries[name] for name in self.names(plugins)]
 
     def __contains__(self, name: str) -> bool:
         self._load_entry_points()

@@ -35,7 +35,8 @@ def no_checks(args) -> None:
 class PluginField:
     """One hyperparameter of a plugin: `--name V` on the command line, `name: V` in a YAML config, `name=V` in
     `GRPOConfig(...)`, read as `args.name` (stored in `GRPOConfig.plugin_args`). A value must have `type` (an int is
-    accepted for a float) and lie in `choices` or in the closed range [low, high] (a bound None is open)."""
+    accepted for a float) and lie in `choices` or in the range from `low` to `high` (a bound None is absent; a bound
+    is included unless `low_open` / `high_open`)."""
 
     name: str
     type: type = float
@@ -44,6 +45,8 @@ class PluginField:
     low: float | None = None
     high: float | None = None
     choices: tuple | None = None
+    low_open: bool = False  # the range excludes `low`
+    high_open: bool = False  # the range excludes `high`
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier() or self.name.startswith("_"):
@@ -53,8 +56,9 @@ class PluginField:
         if self.default is not None:
             self.checked(self.default)
 
-    def checked(self, value):
-        """`value` as this field's type; a one-line ValueError naming the field when it has the wrong type or range."""
+    def checked(self, value, check_range: bool = True):
+        """`value` as this field's type; a one-line ValueError naming the field when it has the wrong type or range
+        (`check_range=False`: the type and the choices only)."""
         if value is None:
             return None
         if self.type is float and isinstance(value, int) and not isinstance(value, bool):
@@ -63,10 +67,24 @@ class PluginField:
             raise ValueError(f"{self.name}: expected {self.type.__name__}, got {value!r}.")
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{self.name}: got {value!r}; use one of {', '.join(map(str, self.choices))}.")
-        if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-            bounds = f"[{'-inf' if self.low is None else self.low}, {'inf' if self.high is None else self.high}]"
-            raise ValueError(f"{self.name}: must be in {bounds}, got {value!r}.")
+        if not check_range:
+            return value
+        below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        above = self.high is not None and (value >= self.high if self.high_open else value > self.high)
+        if below or above:
+            raise ValueError(f"{self.name}: must be {self.range}, got {value!r}.")
         return value
+
+    @property
+    def range(self) -> str:
+        """The allowed range as words: 'in (0, 1]', '> 0', '≤ 5'; '' when there is none."""
+        if self.low is not None and self.high is not None:
+            return f"in {'(' if self.low_open else '['}{self.low}, {self.high}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '≥'} {self.low}"
+        if self.high is not None:
+            return f"{'<' if self.high_open else '≤'} {self.high}"
+        return ""
 
     @property
     def description(self) -> str:
@@ -75,10 +93,9 @@ class PluginField:
         text = text if not text or text.endswith(".") else text + "."
         if self.choices is not None:
             return f"{text} One of {', '.join(map(str, self.choices))}.".strip()
-        if self.low is None and self.high is None:
+        if not self.range:
             return text
-        bounds = f"[{'-inf' if self.low is None else self.low}, {'inf' if self.high is None else self.high}]"
-        return f"{text} In {bounds}.".strip()
+        return f"{text} {'In ' + self.range[3:] if self.range.startswith('in ') else 'Must be ' + self.range}.".strip()
 
 
 def _check_fields(fields) -> None:
@@ -88,6 +105,17 @@ def _check_fields(fields) -> None:
     if len(set(names)) != len(names):
         raise ValueError(f"fields: a name is declared twice in {names}.")
 
+
+def validate_settings(spec, args, owner: str) -> None:
+    """A chosen entry's settings, when the config is built: each declared field's type, choices and range (its
+    `PluginField`; the message ends with the `owner`, "loss 'x'"), then the entry's own `validate` (checks between
+    fields, or of the fields it shares)."""
+    for plugin_field in spec.fields:
+        try:
+            plugin_field.checked(getattr(args, plugin_field.name))
+        except ValueError as error:
+            raise ValueError(f"{str(error).rstrip('.')} ({owner}).") from None
+    spec.validate(args)
 
 
 def warn_inert_clip(name: str, value: float, bound: float, what: str) -> None:

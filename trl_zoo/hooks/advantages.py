@@ -41,6 +41,7 @@ from ..advantages import AdvantageInputs, reward_decoupled_advantages, score_sq_
 from ..model_inputs import forward_inputs, is_multimodal, loss_mask
 from ..registry import ADVANTAGES
 from .generation import ScoredRound, row_chunks
+from .trl_access import replace_logged_advantages, restored, swapped
 
 _FUSED_OUTPUTS_WITH_SQUARES = ("log_probs", "entropy", "log_sum_sq_probs")
 
@@ -62,15 +63,14 @@ class AdvantageMixin:
     def _fused_forward_with_squares(self):
         """TRL's fused LM head with `log_sum_sq_probs` on, as a forward kept aside (the model keeps TRL's)."""
         target = self._lm_head_owner()
-        trl_forward = target.forward
-        add_fused_lm_head(
-            target,
-            temperature=self.temperature,
-            cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32,
-            outputs=_FUSED_OUTPUTS_WITH_SQUARES,
-        )
-        squares_forward, target.forward = target.forward, trl_forward
-        return squares_forward
+        with restored(target, "forward"):  # add_fused_lm_head sets it
+            add_fused_lm_head(
+                target,
+                temperature=self.temperature,
+                cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32,
+                outputs=_FUSED_OUTPUTS_WITH_SQUARES,
+            )
+            return target.forward
 
     def _lm_head_owner(self):
         model = self.accelerator.unwrap_model(self.model)
@@ -165,19 +165,15 @@ class AdvantageMixin:
 
         logps, log_squares = [], []
         target = self._lm_head_owner()
-        trl_forward, target.forward = target.forward, self._squares_forward  # for this pass only
-        try:
-            with self._generation_pass("score_sq_norms") as chunk:
-                for rows in row_chunks(input_ids.size(0), chunk):
-                    with self.accelerator.autocast():
-                        fused = self.model(
-                            input_ids=input_ids[rows], attention_mask=attention_mask[rows], labels=labels[rows],
-                            fused_lm_head=True,
-                        )
-                    logps.append(fused.log_probs[:, -length:])
-                    log_squares.append(fused.log_sum_sq_probs[:, -length:])
-        finally:
-            target.forward = trl_forward
+        with swapped(target, "forward", self._squares_forward), self._generation_pass("score_sq_norms") as chunk:
+            for rows in row_chunks(input_ids.size(0), chunk):  # the swap lasts for this pass only
+                with self.accelerator.autocast():
+                    fused = self.model(
+                        input_ids=input_ids[rows], attention_mask=attention_mask[rows], labels=labels[rows],
+                        fused_lm_head=True,
+                    )
+                logps.append(fused.log_probs[:, -length:])
+                log_squares.append(fused.log_sum_sq_probs[:, -length:])
         logps = torch.cat(logps).float()
         return logps, score_sq_norms(logps, torch.cat(log_squares).float(), mask)
 
@@ -194,7 +190,4 @@ class AdvantageMixin:
             self._metrics[mode]["advantages/std"].append(values.std(unbiased=False).item())
             self._metrics[mode]["advantages/abs_max"].append(values.abs().max().item())
         # TRL logged its own advantages for the completions table: show ours instead
-        logged = self._logs["advantages"]
-        for _ in range(min(len(per_completion), len(logged))):
-            logged.pop()
-        logged.extend(per_completion.tolist())
+        replace_logged_advantages(self, per_completion.tolist())

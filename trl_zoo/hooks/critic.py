@@ -79,6 +79,7 @@ from ..critic import (
 )
 from ..loss_step import OptimizerStep, PolicyForward, StepPhase
 from .generation import ScoredRound, row_chunks
+from .trl_access import swapped
 from ..model_inputs import forward_inputs, is_multimodal, loss_mask
 from ..registry import ADVANTAGES
 
@@ -132,15 +133,16 @@ class CriticMixin:
         self._keep_critic_out_of_ddp()
         if self.accelerator.num_processes > 1:
             self._share_critic_weights_across_processes()
-        if getattr(self, "vllm_generation", None) is not None:
-            self._keep_critic_out_of_weight_sync()
 
-    def _keep_critic_out_of_weight_sync(self):
-        """vLLM serves the policy's architecture, which has no value head: TRL's weight sync pushes every name that
-        `VLLMGeneration._iter_named_params` yields (vLLM rejects unknown ones), so the head's are dropped there.
-        The iteration itself is TRL's (gathers stay collective); the value adapter is already left out by TRL's
-        PEFT path, which pushes the merged policy adapter only."""
-        generation = self.vllm_generation
+    def _generate(self, prompts):
+        """TRL's generation, whose weight sync (inside it) pushes the policy's tensors only: vLLM serves the policy's
+        architecture, which has no value head, and TRL's `sync_weights` pushes every name that
+        `VLLMGeneration._iter_named_params` yields (vLLM rejects unknown ones), so, for this call, the head's are
+        dropped there (`hooks/trl_access.py`). The iteration itself is TRL's (gathers stay collective); the value
+        adapter is already left out by TRL's PEFT path, which pushes the merged policy adapter only."""
+        generation = getattr(self, "vllm_generation", None)
+        if generation is None or self.value_head is None:
+            return super()._generate(prompts)
         named_params = generation._iter_named_params
 
         def policy_named_params():
@@ -148,7 +150,8 @@ class CriticMixin:
                 if f".{VALUE_HEAD}." not in f".{name}":
                     yield name, param
 
-        generation._iter_named_params = policy_named_params
+        with swapped(generation, "_iter_named_params", policy_named_params):
+            return super()._generate(prompts)
 
     # ------------------------------------------------------------------ several processes (DDP)
     def _keep_critic_out_of_ddp(self):

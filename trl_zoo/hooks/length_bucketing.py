@@ -58,6 +58,7 @@ from ..batch_layout import batch_layouts, trim_padding
 from ..losses.base import PolicyBatch
 from ..registry import ADVANTAGES, AGGREGATIONS
 from .skip_zero_advantage import _equal_to_rounding
+from .trl_access import set_generation_buffer
 
 # Aggregations whose optimizer-step loss does not depend on how its rows are grouped into micro-batches (see above).
 GROUPING_INVARIANT_AGGREGATIONS = ("sequence_mean", "sequence_sum", "token_mean_global", "token_sum_over_max_length")
@@ -91,7 +92,7 @@ class LengthBucketingMixin:
         if not (self.length_bucketing and new_buffer):
             return inputs
         unbucketed = token_slots(self._buffered_inputs)
-        self._buffered_inputs = self._bucketed(self._buffered_inputs)
+        set_generation_buffer(self, self._bucketed(self._buffered_inputs))
         counts = torch.tensor([token_slots(self._buffered_inputs), unbucketed], device=self.accelerator.device)
         bucketed_total, unbucketed_total = self.accelerator.reduce(counts, reduction="sum").tolist()
         self._metrics["train"][SLOTS].append(float(bucketed_total))

@@ -18,7 +18,6 @@ the base with adapters disabled, none, or the model loaded by name.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import re
@@ -27,6 +26,8 @@ import warnings
 import trl.trainer.grpo_trainer as trl_grpo_trainer
 from accelerate.utils import is_peft_model
 from trl.trainer.utils import get_config_model_id
+
+from .trl_access import swapped
 
 _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
@@ -74,16 +75,12 @@ class ModelObjectMixin:
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
 
 
-@contextlib.contextmanager
 def _reference_from(name: str, reference):
-    """While TRL's constructor runs, `create_model_from_path(name, ...)` returns `reference`; other names load."""
+    """While TRL's constructor runs, `create_model_from_path(name, ...)` returns `reference`; other names load
+    (a swap of TRL's module attribute, `hooks/trl_access.py`)."""
     load = trl_grpo_trainer.create_model_from_path
 
     def create_model_from_path(model_id, *args, **kwargs):
         return reference if model_id == name else load(model_id, *args, **kwargs)
 
-    trl_grpo_trainer.create_model_from_path = create_model_from_path
-    try:
-        yield
-    finally:
-        trl_grpo_trainer.create_model_from_path = load
+    return swapped(trl_grpo_trainer, "create_model_from_path", create_model_from_path)

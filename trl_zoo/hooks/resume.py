@@ -45,6 +45,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..checkpoint_integrity import check_checkpoint
+from .trl_access import set_generation_buffer
 
 STATE_FILE = "trl_zoo_state.pt"
 BUFFER_FILE = "trl_zoo_buffer_{process}.pt"
@@ -134,7 +135,7 @@ class ResumableStateMixin:
             return
         saved = torch.load(state_path, map_location=self.accelerator.device, weights_only=True)
         self.zoo_state.update(saved["zoo_state"])
-        self._step = saved["trl_step"]
+        set_generation_buffer(self, self._buffered_inputs, step=saved["trl_step"])
         buffer_path = os.path.join(checkpoint, BUFFER_FILE.format(process=self.accelerator.process_index))
         if self._step % self._generate_every != 0:
             if not os.path.isfile(buffer_path):
@@ -142,7 +143,8 @@ class ResumableStateMixin:
                     f"resume_from_checkpoint: {checkpoint} was saved inside a generation cycle but has no "
                     f"{os.path.basename(buffer_path)} for this process; resume with the same number of processes."
                 )
-            self._buffered_inputs = torch.load(buffer_path, map_location=self.accelerator.device, weights_only=True)
+            buffer = torch.load(buffer_path, map_location=self.accelerator.device, weights_only=True)
+            set_generation_buffer(self, buffer)
         reference_path = os.path.join(checkpoint, REFERENCE_FILE)
         if self.ref_model is not None and os.path.isfile(reference_path):
             weights = torch.load(reference_path, map_location=self.accelerator.device, weights_only=True)

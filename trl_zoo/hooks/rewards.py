@@ -42,6 +42,7 @@ from torch import nn
 from trl.trainer.utils import is_async_callable
 
 from ..reward_shaping import with_soft_overlong_punishment
+from .trl_access import swapped
 
 _FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 MAX_ABS_REWARD = 1e15  # (G·R)² stays far below float32's 3.4e38 in the group mean and std
@@ -64,14 +65,12 @@ class RewardsMixin:
         findings = torch.zeros(len(prompts), len(reward_funcs), dtype=torch.uint8, device=self.accelerator.device)
         examples: dict[int, str] = {}
         names = self.reward_func_names
-        self.reward_funcs = [
+        recording = [
             fn if isinstance(fn, nn.Module) else _recording(fn, names[column], column, findings, examples)
             for column, fn in enumerate(reward_funcs)
         ]
-        try:
+        with swapped(self, "reward_funcs", recording):  # for TRL's reward call only (hooks/trl_access.py)
             rewards_per_func = super()._scored_rewards(inputs, prompts, completions, completion_ids_list)
-        finally:
-            self.reward_funcs = reward_funcs
         found = self.accelerator.gather(findings).bool()  # rows in the order of TRL's gathered rewards
         for column, fn in enumerate(reward_funcs):
             if isinstance(fn, nn.Module):

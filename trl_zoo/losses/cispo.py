@@ -15,15 +15,21 @@ import torch
 
 from ..numerics import MAX_LOG_RATIO
 from ..registry import LOSSES
-from ..specs import warn_inert_clip
+from ..specs import PluginField, warn_inert_clip
 from .base import PolicyBatch, PolicyTerm, importance_log_weights, importance_ratio, ratio_metrics
 from .ppo_clip import epsilon_bounds
 
 
+EPSILON_LOW = PluginField(
+    "cispo_epsilon_low", float, None,
+    "CISPO lower IS-weight clip: the weight is clipped to [1 − cispo_epsilon_low, epsilon_high]. None keeps TRL's "
+    "one-sided cap (weights capped above at the absolute value epsilon_high).",
+    low=0, high=1, high_open=True,
+)
+
+
 def validate_cispo(args) -> None:
     """ε_high (or ε) is CISPO's absolute cap on the IS weight, not the clip range 1 ± ε."""
-    if args.cispo_epsilon_low is not None and not 0 <= args.cispo_epsilon_low < 1:
-        raise ValueError(f"cispo_epsilon_low: must be in [0, 1), got {args.cispo_epsilon_low}.")
     _, cap = epsilon_bounds(args)
     if cap <= 0:
         raise ValueError(
@@ -52,6 +58,7 @@ def validate_cispo(args) -> None:
     aggregation="token_mean_global",
     zero_advantage_is_inert=True,
     validate=validate_cispo,
+    fields=(EPSILON_LOW,),
 )
 def cispo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     _, cap = epsilon_bounds(args)

@@ -17,7 +17,7 @@ without the selected tokens. `clip_cov/selected_fraction` logs |I_clip| / N.
 import torch
 
 from ..registry import LOSSES
-from ..specs import check_clipped_objective
+from ..specs import PluginField, check_clipped_objective
 from .base import PolicyBatch, PolicyTerm, importance_ratio
 from .ppo_clip import clipped_surrogate, epsilon_bounds
 
@@ -56,11 +56,19 @@ def random_subset(candidates: torch.Tensor, count: torch.Tensor) -> torch.Tensor
     return first_by_rank(keys, count) & candidates
 
 
+FIELDS = (
+    PluginField(
+        "clip_cov_ratio", float, 2e-4, "Clip-Cov: fraction of tokens whose gradient is detached.", low=0, high=1,
+        low_open=True,
+    ),
+    PluginField("clip_cov_lower", float, 1.0, "Clip-Cov: lower bound of the covariance window for selected tokens."),
+    PluginField("clip_cov_upper", float, 5.0, "Clip-Cov: upper bound of the covariance window for selected tokens."),
+)
+
+
 def validate_clip_cov(args) -> None:
-    """The PPO clip (`check_clipped_objective`) and the covariance window."""
+    """The PPO clip (`check_clipped_objective`) and the covariance window's order."""
     check_clipped_objective(args)
-    if not 0 < args.clip_cov_ratio <= 1:
-        raise ValueError(f"clip_cov_ratio: token fractions must be in (0, 1], got {args.clip_cov_ratio}.")
     if args.clip_cov_lower >= args.clip_cov_upper:
         raise ValueError(f"clip_cov_lower: must be < clip_cov_upper ({args.clip_cov_upper}).")
 
@@ -72,6 +80,7 @@ def validate_clip_cov(args) -> None:
     aggregation="token_mean_global",
     zero_advantage_is_inert=False,  # Â = 0 rows shift the covariance means and so the selection
     validate=validate_clip_cov,
+    fields=FIELDS,
 )
 def clip_cov_loss(batch: PolicyBatch, args) -> PolicyTerm:
     ratio = importance_ratio(batch.log_ratio)

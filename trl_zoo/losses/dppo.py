@@ -35,10 +35,38 @@ Defaults and sources:
 import torch
 
 from ..registry import LOSSES
+from ..specs import PluginField
 from .base import PolicyBatch, PolicyTerm, importance_ratio, ratio_metrics
 
 PAPER_THRESHOLDS = {"tv": 0.15, "kl": 0.05}
 _EPS = 1e-8  # inside the logs of 1 − p, as in the authors' code
+
+FIELDS = (
+    PluginField(
+        "dppo_divergence", str, "tv",
+        "DPPO: the divergence between π_θ and π_old at each token that defines the trust region: 'tv' (binary total "
+        "variation, p − q; prime-rl's default) or 'kl' (binary KL).",
+        choices=tuple(PAPER_THRESHOLDS),
+    ),
+    PluginField(
+        "dppo_mask_low", float, None,
+        "DPPO: threshold ε_low for tokens with Â < 0 (masked once their probability fell that far: p − q < −ε_low, "
+        "or binary KL > ε_low with p < q). None: the paper's value for dppo_divergence, 0.15 (tv) or 0.05 (kl).",
+        low=0, low_open=True,
+    ),
+    PluginField(
+        "dppo_mask_high", float, None,
+        "DPPO: threshold ε_high for tokens with Â > 0 (masked once p − q > ε_high, or binary KL > ε_high with p > q). "
+        "None: dppo_mask_low's value.",
+        low=0, low_open=True,
+    ),
+    PluginField(
+        "dppo_kl_coef", float, 1e-3,
+        "DPPO: coefficient of the per-token (log π_θ − log π_old)² added to every token's loss (prime-rl's kl_tau). "
+        "0 is the paper's loss.",
+        low=0,
+    ),
+)
 
 
 def mask_thresholds(args) -> tuple[float, float]:
@@ -62,21 +90,14 @@ def outside_trust_region(batch: PolicyBatch, divergence: str, low: float, high: 
 
 
 def validate_dppo(args) -> None:
-    if args.dppo_divergence not in PAPER_THRESHOLDS:
-        raise ValueError(f"dppo_divergence: got {args.dppo_divergence!r}; use 'tv' or 'kl'.")
+    """Beyond the fields' own ranges: a TV threshold below 1 (a binary KL can exceed 1)."""
     for name in ("dppo_mask_low", "dppo_mask_high"):
         value = getattr(args, name)
-        if value is None:
-            continue
-        if not value > 0:
-            raise ValueError(f"{name}: the divergence threshold must be > 0, got {value}; paper: 0.15 (tv), 0.05 (kl)")
-        if args.dppo_divergence == "tv" and value >= 1:
+        if args.dppo_divergence == "tv" and value is not None and value >= 1:
             raise ValueError(
                 f"{name}: a probability moves by less than 1, so a TV threshold of {value} never masks a token; use a "
                 f"value in (0, 1) (paper: 0.15)."
             )
-    if args.dppo_kl_coef < 0:
-        raise ValueError(f"dppo_kl_coef: must be ≥ 0, got {args.dppo_kl_coef} (prime-rl: 1e-3, the paper: 0).")
 
 
 @LOSSES.register(
@@ -85,6 +106,7 @@ def validate_dppo(args) -> None:
     source="DPPO, arXiv:2602.04879; prime-rl's default loss",
     aggregation="token_mean_global",
     validate=validate_dppo,
+    fields=FIELDS,
 )
 def dppo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     low, high = mask_thresholds(args)

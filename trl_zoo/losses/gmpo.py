@@ -16,7 +16,7 @@ import torch
 
 from ..numerics import MAX_LOG_RATIO, importance_ratio
 from ..registry import LOSSES
-from ..specs import check_clip_range, warn_inert_clip
+from ..specs import PluginField, check_clip_range, warn_inert_clip
 from .base import PolicyBatch, PolicyTerm, ratio_metrics
 from .gspo import sequence_advantages
 
@@ -35,10 +35,16 @@ def geometric_mean_ratio(log_ratio: torch.Tensor, batch: PolicyBatch) -> torch.T
     return importance_ratio((log_ratio * batch.mask).sum(-1, keepdim=True) / batch.lengths)
 
 
+# also read by rspo, which declares the same field
+EPSILON = PluginField(
+    "gmpo_epsilon", float, 0.4, "GMPO's log-space clip range ε: δ is clipped to [−ε, ε] (paper: 0.4).",
+    low=0, low_open=True,
+)
+
+
 def validate_gmpo(args) -> None:
+    """The shared clip fields (`check_clip_range`); a log-space clip beyond the capped log-ratio warns."""
     check_clip_range(args)
-    if args.gmpo_epsilon <= 0:
-        raise ValueError(f"gmpo_epsilon: must be > 0, got {args.gmpo_epsilon}.")
     warn_inert_clip("gmpo_epsilon", args.gmpo_epsilon, MAX_LOG_RATIO, "the log-space clip range ±ε")
 
 
@@ -50,6 +56,7 @@ def validate_gmpo(args) -> None:
     sequence_level=True,
     zero_advantage_is_inert=True,
     validate=validate_gmpo,
+    fields=(EPSILON,),
 )
 def gmpo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     clipped, is_clipped = clipped_log_ratio(batch, args.gmpo_epsilon)

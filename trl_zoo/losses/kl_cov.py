@@ -13,7 +13,7 @@ where the loss is REINFORCE's. `kl_cov/selected_fraction` logs |I_KL| / N.
 import torch
 
 from ..registry import LOSSES
-from ..specs import check_clip_range
+from ..specs import PluginField, check_clip_range
 from .base import PolicyBatch, PolicyTerm, importance_ratio, ratio_metrics
 from .clip_cov import first_by_rank, token_count, token_covariance
 
@@ -26,13 +26,12 @@ def top_covariance_tokens(batch: PolicyBatch, fraction: float) -> torch.Tensor:
     return first_by_rank(scores, count) & valid
 
 
-def validate_kl_cov(args) -> None:
-    """The shared clip fields (`check_clip_range`), the selected fraction and the penalty's coefficient."""
-    check_clip_range(args)
-    if not 0 < args.kl_cov_ratio <= 1:
-        raise ValueError(f"kl_cov_ratio: token fractions must be in (0, 1], got {args.kl_cov_ratio}.")
-    if args.kl_cov_coef < 0:
-        raise ValueError(f"kl_cov_coef: must be ≥ 0, got {args.kl_cov_coef}.")
+FIELDS = (
+    PluginField("kl_cov_ratio", float, 2e-3, "KL-Cov: fraction of tokens (top covariance) that get the KL penalty.",
+                low=0, high=1, low_open=True),
+    PluginField("kl_cov_coef", float, 1.0, "KL-Cov: coefficient of the per-token |log r| penalty on selected tokens.",
+                low=0),
+)
 
 
 @LOSSES.register(
@@ -41,7 +40,8 @@ def validate_kl_cov(args) -> None:
     source="The Entropy Mechanism of RL for Reasoning LMs, arXiv:2505.22617",
     aggregation="token_mean_global",
     zero_advantage_is_inert=False,  # Â = 0 rows shift the covariance means and so the selection
-    validate=validate_kl_cov,
+    validate=check_clip_range,
+    fields=FIELDS,
 )
 def kl_cov_loss(batch: PolicyBatch, args) -> PolicyTerm:
     ratio = importance_ratio(batch.log_ratio)

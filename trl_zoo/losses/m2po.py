@@ -33,6 +33,7 @@ Where this follows or departs from AReaL (`areal/trainer/ppo/actor.py`):
 import torch
 
 from ..registry import LOSSES
+from ..specs import PluginField, no_checks
 from .base import PolicyBatch, PolicyTerm, importance_ratio, ratio_metrics
 
 
@@ -55,9 +56,12 @@ def second_moment_mask(log_ratio: torch.Tensor, mask: torch.Tensor, threshold: f
     return keep
 
 
-def validate_m2po(args) -> None:
-    if not args.m2po_threshold > 0:
-        raise ValueError(f"m2po_threshold: τ must be > 0, got {args.m2po_threshold}; the paper uses 0.04.")
+THRESHOLD = PluginField(
+    "m2po_threshold", float, 0.04,
+    "M2PO: τ of the second-moment trust region; the tokens of largest (log π_θ − log π_old)² are masked until the "
+    "mean over the rest of the micro-batch is below τ (paper and AReaL: 0.04).",
+    low=0, low_open=True,
+)
 
 
 @LOSSES.register(
@@ -66,7 +70,8 @@ def validate_m2po(args) -> None:
     source="M2PO, arXiv:2510.01161",
     aggregation="token_mean_global",
     zero_advantage_is_inert=False,
-    validate=validate_m2po,
+    validate=no_checks,  # no clip range read; τ's range is its field's
+    fields=(THRESHOLD,),
 )
 def m2po_loss(batch: PolicyBatch, args) -> PolicyTerm:
     keep = second_moment_mask(batch.log_ratio, batch.mask, args.m2po_threshold)

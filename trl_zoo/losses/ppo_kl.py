@@ -17,7 +17,7 @@ import torch
 
 from ..kl import adaptive_kl_coefficient
 from ..registry import KL_ESTIMATORS, LOSSES
-from ..specs import check_clip_range
+from ..specs import PluginField, check_clip_range
 from .base import PolicyBatch, PolicyTerm, importance_ratio, ratio_metrics
 
 BETA = "ppo_kl/beta"
@@ -35,10 +35,16 @@ def adapt_beta(state: dict, args, step_means: dict[str, float]) -> dict[str, flo
     return {BETA: beta, "ppo_kl/step_kl": kl}
 
 
-def validate_ppo_kl(args) -> None:
-    check_clip_range(args)
-    if args.ppo_kl_beta < 0 or (args.ppo_kl_target is not None and args.ppo_kl_target <= 0):
-        raise ValueError("ppo_kl_beta / ppo_kl_target: β must be ≥ 0 and the target KL > 0 (None keeps β fixed).")
+FIELDS = (
+    PluginField(
+        "ppo_kl_beta", float, 1.0, "Initial penalty β of the ppo_kl loss (KL(π_old‖π_θ) penalty form).", low=0
+    ),
+    PluginField(
+        "ppo_kl_target", float, 0.01,
+        "Target KL of the ppo_kl loss; β doubles above 1.5·target and halves below target/1.5. None keeps β fixed.",
+        low=0, low_open=True,
+    ),
+)
 
 
 @LOSSES.register(
@@ -48,7 +54,8 @@ def validate_ppo_kl(args) -> None:
     aggregation="sequence_mean",
     on_optimizer_step=adapt_beta,
     zero_advantage_is_inert=False,  # Â = 0 rows still carry the KL penalty and count in the measured KL
-    validate=validate_ppo_kl,
+    validate=check_clip_range,
+    fields=FIELDS,
 )
 def ppo_kl_loss(batch: PolicyBatch, args) -> PolicyTerm:
     beta = batch.state.get(BETA, float(args.ppo_kl_beta))

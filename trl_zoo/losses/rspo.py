@@ -31,7 +31,9 @@ records router statistics whenever TRL keeps old log-probs), and γ ≡ 1.
 import torch
 
 from ..registry import LOSSES
+from ..specs import PluginField
 from .base import PolicyBatch, PolicyTerm, ratio_metrics
+from .gmpo import EPSILON as GMPO_EPSILON
 from .gmpo import clipped_log_ratio, geometric_mean_ratio, validate_gmpo
 from .gspo import sequence_advantages
 
@@ -61,11 +63,8 @@ def router_shift_weight(batch: PolicyBatch, gamma_min: float) -> tuple[torch.Ten
     return gamma, at_floor
 
 
-def validate_rspo(args) -> None:
-    """GMPO's clip (`validate_gmpo`) and the floor of the router-shift weight."""
-    validate_gmpo(args)
-    if not 0 < args.rspo_gamma_min <= 1:
-        raise ValueError(f"rspo_gamma_min: must be in (0, 1], got {args.rspo_gamma_min}.")
+GAMMA_MIN = PluginField("rspo_gamma_min", float, 0.1, "RSPO: floor γ_min of the router-shift weight.", low=0, high=1,
+                        low_open=True)
 
 
 @LOSSES.register(
@@ -75,7 +74,8 @@ def validate_rspo(args) -> None:
     aggregation="sequence_mean",
     sequence_level=True,
     requires_moe=True,
-    validate=validate_rspo,
+    validate=validate_gmpo,  # GMPO's clip
+    fields=(GMPO_EPSILON, GAMMA_MIN),
 )
 def rspo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     clipped, is_clipped = clipped_log_ratio(batch, args.gmpo_epsilon)

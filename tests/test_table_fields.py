@@ -1,0 +1,110 @@
+"""The built-in losses' own hyperparameters are declared where the loss is (`PluginField`s in its spec, with their
+ranges and choices written once there) and are still ordinary `GRPOConfig` fields: the same keyword, attribute, CLI
+flag and YAML key as before, a range checked when the loss is chosen, the message naming the loss."""
+
+import dataclasses
+import inspect
+import re
+
+import pytest
+
+import trl_zoo
+from tests import tiny
+from trl_zoo import config as config_module
+from trl_zoo.config import TABLE_FIELDS, GRPOConfig, plugin_fields
+from trl_zoo.registry import LOSSES, Entry
+
+# field -> the built-in losses that declare it (gmpo's clip is also rspo's)
+DECLARED_BY = {
+    "cispo_epsilon_low": ["cispo"],
+    "clip_cov_ratio": ["clip_cov"], "clip_cov_lower": ["clip_cov"], "clip_cov_upper": ["clip_cov"],
+    "dppo_divergence": ["dppo"], "dppo_mask_low": ["dppo"], "dppo_mask_high": ["dppo"], "dppo_kl_coef": ["dppo"],
+    "gmpo_epsilon": ["gmpo", "rspo"],
+    "kl_cov_ratio": ["kl_cov"], "kl_cov_coef": ["kl_cov"],
+    "m2po_threshold": ["m2po"],
+    "ppo_kl_beta": ["ppo_kl"], "ppo_kl_target": ["ppo_kl"],
+    "rspo_gamma_min": ["rspo"],
+}
+
+
+def build(**overrides):
+    return trl_zoo.GRPOConfig(**tiny.config_kwargs(**overrides))
+
+
+def rejection(**overrides) -> str:
+    with pytest.raises(ValueError) as error:
+        build(**overrides)
+    return str(error.value)
+
+
+def test_each_builtin_loss_declares_its_own_fields():
+    declared = {}
+    for entry in LOSSES.entries():
+        for plugin_field in entry.spec.fields:
+            declared.setdefault(plugin_field.name, []).append(entry.name)
+    assert {name: sorted(losses) for name, losses in declared.items()} == DECLARED_BY
+    assert set(TABLE_FIELDS) == set(DECLARED_BY)
+
+
+def test_the_declarations_are_written_once_and_become_config_fields():
+    source = inspect.getsource(config_module)
+    config_fields = {item.name: item for item in dataclasses.fields(GRPOConfig)}
+    for name, (plugin_field, _) in TABLE_FIELDS.items():
+        assert not re.search(rf"^\s+{name}\s*:", source, re.M), f"{name} is declared again in config.py"
+        item = config_fields[name]
+        assert item.default == plugin_field.default and item.metadata["help"] == plugin_field.description
+        assert item.metadata.get("choices") == (list(plugin_field.choices) if plugin_field.choices else None)
+    assert config_fields["dppo_divergence"].metadata["choices"] == ["tv", "kl"]  # the choice list of the declaration
+    assert "In (0, 1]." in config_fields["rspo_gamma_min"].metadata["help"]  # the range, in the help
+    assert not set(TABLE_FIELDS) & set(plugin_fields())  # not plugin_args: no second route to the same value
+
+
+def test_a_builtin_loss_field_is_a_keyword_an_attribute_and_a_saved_field_as_before():
+    args = build(loss_type="dppo", dppo_divergence="kl", dppo_mask_low=2, dppo_kl_coef=0.0)
+    assert args.dppo_mask_low == 2.0 and isinstance(args.dppo_mask_low, float)  # an int is taken for a float
+    assert args.plugin_args is None and args.to_dict()["dppo_divergence"] == "kl"
+    args.m2po_threshold = 0.5
+    assert dataclasses.asdict(args)["m2po_threshold"] == 0.5
+    assert build(loss_type="gmpo").gmpo_epsilon == 0.4
+
+
+def test_a_builtin_loss_field_is_a_yaml_key_and_a_flag_of_train(tmp_path):
+    from trl_zoo.arguments import ConfigError, parse_train_args
+
+    config = tmp_path / "m2po.yaml"
+    config.write_text("loss_type: m2po\nm2po_threshold: 0.5\n")
+    output = ["--output_dir", str(tmp_path / "run")]
+    assert parse_train_args(["--config", str(config), *output]).training.m2po_threshold == 0.5
+    parsed = parse_train_args(["--config", str(config), "--m2po_threshold", "0.25", *output]).training
+    assert parsed.m2po_threshold == 0.25 and parsed.plugin_args is None  # the flag wins
+    with pytest.raises(ConfigError, match=r"^m2po_threshold: must be > 0, got 0\.0 \(loss 'm2po'\)\.$"):
+        parse_train_args(["--loss_type", "m2po", "--m2po_threshold", "0", *output])
+    with pytest.raises(ConfigError, match=r"dppo_divergence.*'js'"):  # the declaration's choices, as argparse's
+        parse_train_args(["--dppo_divergence", "js", *output])
+
+
+def test_a_range_is_the_declarations_and_checked_when_its_loss_is_chosen():
+    assert rejection(loss_type="m2po", m2po_threshold=0.0) == "m2po_threshold: must be > 0, got 0.0 (loss 'm2po')."
+    assert rejection(loss_type="rspo", rspo_gamma_min=1.5) == (
+        "rspo_gamma_min: must be in (0, 1], got 1.5 (loss 'rspo')."
+    )
+    assert rejection(loss_type="rspo", gmpo_epsilon=0.0) == "gmpo_epsilon: must be > 0, got 0.0 (loss 'rspo')."
+    assert rejection(loss_type="cispo", cispo_epsilon_low=1.0, epsilon_high=5.0) == (
+        "cispo_epsilon_low: must be in [0, 1), got 1.0 (loss 'cispo')."
+    )
+    build(m2po_threshold=0.0, rspo_gamma_min=0.0)  # grpo reads neither
+    # a value of the wrong type or outside the choices is refused whichever loss is chosen
+    assert rejection(m2po_threshold="big") == "m2po_threshold: expected float, got 'big' (loss 'm2po')."
+    assert rejection(dppo_divergence="js") == "dppo_divergence: got 'js'; use one of tv, kl."
+
+
+def test_a_plugin_may_share_a_builtin_field_only_as_the_same_declaration(monkeypatch):
+    from trl_zoo.losses.gmpo import EPSILON
+
+    same = Entry("my_gmpo", lambda batch, args: None, "x", spec=trl_zoo.LossSpec(fields=(EPSILON,)))
+    monkeypatch.setitem(LOSSES._entries, "my_gmpo", same)
+    assert build(loss_type="my_gmpo", gmpo_epsilon=0.3).gmpo_epsilon == 0.3
+    other = trl_zoo.PluginField("gmpo_epsilon", float, 0.2)
+    differing = Entry("my_gmpo", same.fn, "x", spec=trl_zoo.LossSpec(fields=(other,)))
+    monkeypatch.setitem(LOSSES._entries, "my_gmpo", differing)
+    assert rejection() == "loss 'my_gmpo': its field 'gmpo_epsilon' is already a GRPOConfig field; rename it."
