@@ -16,8 +16,8 @@ batch (rows, a CRC32 of each decoded prompt, advantages, prompts skipped by dyna
 
 Replay, so that two runs (e.g. DDP and FSDP2) train on the same completions:
 
-    python benchmarks/real_model_run.py --record_generations <flags>            # writes generations.rank{r}.jsonl
-    python benchmarks/real_model_run.py --replay_generations RUN_DIR <flags>    # reads RUN_DIR/generations.rank{r}.jsonl
+    python benchmarks/real_model_run.py --record_generations <flags>          # writes generations.rank{r}.jsonl
+    python benchmarks/real_model_run.py --replay_generations RUN_DIR <flags>  # reads RUN_DIR/generations.rank{r}.jsonl
 
 With `--record_generations` every process appends, for each training generation (TRL's `_generate_single_turn`,
 the one call that turns prompt token ids into completion token ids), the prompt ids, `num_generations`, the
@@ -152,7 +152,8 @@ def instrumented(trainer_class, timer: StepTimer):
                 raise ReplayMismatch(f"replay of {path}: this run asks for generation batch {index + 1}, the "
                                      f"recording holds {len(self.generation_records)}")
             record = self.generation_records[index]
-            if record["prompt_ids"] != [list(ids) for ids in prompt_ids] or record["num_generations"] != num_generations:
+            same = record["prompt_ids"] == [list(ids) for ids in prompt_ids]
+            if not same or record["num_generations"] != num_generations:
                 raise ReplayMismatch(f"replay of {path}: the prompts of generation batch {index + 1} differ from the "
                                      "recorded ones (the runs' data, seed, batch layout and process count must match)")
             restore_random_state(record["random_state"])
@@ -252,7 +253,8 @@ def main(argv: list[str]) -> int:
         at = argv.index("--replay_generations")
         replay, argv = argv[at + 1], argv[:at] + argv[at + 2:]
     if record and replay:
-        print("real_model_run: error: --record_generations and --replay_generations exclude each other", file=sys.stderr)
+        print("real_model_run: error: --record_generations and --replay_generations exclude each other",
+              file=sys.stderr)
         return 2
     output_dir = Path(argv[argv.index("--output_dir") + 1])
     output_dir.mkdir(parents=True, exist_ok=True)
