@@ -25,10 +25,15 @@ Parts (names for --only):
 - `one_gpu_speed`: the same global batch on 1 GPU (32 × 4), trl and zoo, 12 steps. Scaling = one-GPU median step
   time / DDP median step time (2.0 is perfect).
 - `fsdp_parity`: losses grpo, dapo, gspo, cispo with LoRA, 3 steps (32 × 1 per GPU), under ddp.yaml and fsdp2.yaml
-  on the same seed; |loss_DDP − loss_FSDP| and |grad_norm_DDP − grad_norm_FSDP| per logged step, peak memory per
-  GPU. bf16 autocast on both, so differences of bf16 rounding order are expected; the table shows their size.
+  on the same seed, on the same completions: the DDP run records each generation batch's completions
+  (`--record_generations`), the FSDP2 run replays them (`--replay_generations`; real_model_run.py's docstring) and
+  scores them itself, so both train on identical batches (without it, the sharded bf16 forward rounds differently
+  and sampling at temperature 1 draws other completions from step 1 on). |loss_DDP − loss_FSDP| and
+  |grad_norm_DDP − grad_norm_FSDP| per logged step, peak memory per GPU, and the generation batches replayed. bf16
+  autocast on both, so differences of bf16 rounding order in the update are expected; the table shows their size.
 - `zero2_parity`, `zero3_parity`: as fsdp_parity with zero2.yaml / zero3.yaml against ddp.yaml (the DDP runs of
-  fsdp_parity, run again if absent); skipped with a line when deepspeed is not importable.
+  fsdp_parity and their recorded completions, run again if absent); skipped with a line when deepspeed is not
+  importable.
 - `sampling_ddp`: `--dynamic_sampling resample` and `greso`, 3 steps under DDP. For every trained generation batch:
   rows on each process (must be equal), whole groups (the processes' rows, concatenated in rank order, fall into
   consecutive blocks of 8 with one prompt each; a group may straddle the processes), share of groups with reward
@@ -137,11 +142,15 @@ def plan(parts: list[str], out: Path, smoke: bool) -> list[Run]:
             other = {"fsdp_parity": "fsdp2", "zero2_parity": "zero2", "zero3_parity": "zero3"}[part]
             for loss in PARITY_LOSSES:
                 # the DDP reference runs live in fsdp_parity/ and serve every parity part (run once per --out)
-                reference = launched("fsdp_parity", f"{loss}-ddp", "ddp", out, smoke, 3, 1, ["--loss_type", loss])
-                done = (reference.run_dir / "costs.rank0.json").exists() and part != "fsdp_parity"
+                # it records its completions, the sharded run replays them: both train on the same batches
+                reference = launched("fsdp_parity", f"{loss}-ddp", "ddp", out, smoke, 3, 1,
+                                     ["--loss_type", loss, "--record_generations"])
+                done = part != "fsdp_parity" and all(
+                    (reference.run_dir / name).exists() for name in ("costs.rank0.json", "generations.rank0.jsonl"))
                 if not done and all(run.run_dir != reference.run_dir for run in runs):
                     runs.append(reference)
-                runs.append(launched(part, f"{loss}-{other}", other, out, smoke, 3, 1, ["--loss_type", loss]))
+                replay = ["--replay_generations", str(reference.run_dir)]
+                runs.append(launched(part, f"{loss}-{other}", other, out, smoke, 3, 1, ["--loss_type", loss, *replay]))
         elif part == "sampling_ddp":
             for mode in ("resample", "greso"):
                 runs.append(launched(part, mode, "ddp", out, smoke, 3, 1, ["--dynamic_sampling", mode],
@@ -265,6 +274,12 @@ def speed_section(out: Path) -> list[str]:
     return lines + [""]
 
 
+def replayed_batches(rank: dict) -> int:
+    """How many generation batches a process replayed (0 when it generated its own)."""
+    generations = rank.get("generations") or {}
+    return generations.get("batches", 0) if generations.get("replay") else 0
+
+
 def parity_section(out: Path, part: str, other: str) -> list[str]:
     rows = []
     for loss in PARITY_LOSSES:
@@ -272,20 +287,22 @@ def parity_section(out: Path, part: str, other: str) -> list[str]:
         if not sharded:
             continue
         if not ddp:
-            rows.append([loss, "no DDP reference run", None, None, None, None, None, None, memory(sharded)])
+            rows.append([loss, "no DDP reference run", None, None, None, None, None, None, None, memory(sharded)])
             continue
+        replayed = " / ".join(str(replayed_batches(rank)) for rank in sharded)
         for step in sorted(logged(ddp[0], "loss")):
             values = []
             for key in ("loss", "grad_norm"):
                 a, b = logged(ddp[0], key).get(step), logged(sharded[0], key).get(step)
                 values += [a, b, abs(a - b) if a is not None and b is not None else None]
-            rows.append([loss, step, *values, memory(ddp) + " ; " + memory(sharded)])
+            rows.append([loss, step, *values, replayed, memory(ddp) + " ; " + memory(sharded)])
     if not rows:
         return []
     title = {"fsdp2": "FSDP2", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}[other]
     header = ["loss", "step", "loss DDP", f"loss {title}", "abs diff", "grad_norm DDP", f"grad_norm {title}",
-              "abs diff", f"peak GiB per GPU: DDP ; {title}"]
-    return [f"## {title} against DDP (LoRA, same seed, bf16 mixed precision on both)", "", *table(header, rows), ""]
+              "abs diff", "batches replayed per process", f"peak GiB per GPU: DDP ; {title}"]
+    return [f"## {title} against DDP (LoRA, same seed, the DDP run's completions replayed, bf16 mixed precision on "
+            "both)", "", *table(header, rows), ""]
 
 
 def sampling_checks(ranks: list[dict], group: int) -> dict:

@@ -13,10 +13,26 @@ memory, the trainer's log history, float64 checksums (sum, sum of squares) of it
 of the critic's (`advantage_estimator="gae"`), and, with `REAL_MODEL_RECORD_BATCHES=1`, every trained generation
 batch (rows, a CRC32 of each decoded prompt, advantages, prompts skipped by dynamic sampling) — what
 `benchmarks/multi_gpu.py` compares across processes. costs.json is the first process's.
+
+Replay, so that two runs (e.g. DDP and FSDP2) train on the same completions:
+
+    python benchmarks/real_model_run.py --record_generations <flags>          # writes generations.rank{r}.jsonl
+    python benchmarks/real_model_run.py --replay_generations RUN_DIR <flags>  # reads RUN_DIR/generations.rank{r}.jsonl
+
+With `--record_generations` every process appends, for each training generation (TRL's `_generate_single_turn`,
+the one call that turns prompt token ids into completion token ids), the prompt ids, `num_generations`, the
+completion ids, the sampling log-probs (None on the transformers path) and torch's CPU (and current CUDA device's)
+random state right after generating, to `<output_dir>/generations.rank{r}.jsonl`. With `--replay_generations
+RUN_DIR` that call returns the recorded completions in order instead of generating, and restores the recorded random
+state (so anything random after generation, e.g. TRL's shuffle of the batch, draws the same); everything else (the
+decoded text, rewards, advantages, the loss and the update) is computed by the run itself. The replay must see the
+same prompts in the same order on the same rank (same data, seed, batch layout and process count): otherwise it
+stops with one line, `real_model_run: error: replay ...`, and exit code 2. Held-out evaluation generates as usual.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import statistics
@@ -33,6 +49,31 @@ from trl_zoo.tasks.rewards import final_number_reward
 RECORD_ENV = "REAL_MODEL_COMPLETIONS"
 BATCHES_ENV = "REAL_MODEL_RECORD_BATCHES"
 TRAINERS: list = []  # the instrumented trainer, once built
+GENERATIONS = {"record": None, "replay": None}  # --record_generations (output dir) / --replay_generations (run dir)
+
+
+class ReplayMismatch(RuntimeError):
+    """The replayed run asked for a generation the recording does not hold (other prompts, or more batches)."""
+
+
+def generations_file(folder, rank: int) -> Path:
+    return Path(folder) / f"generations.rank{rank}.jsonl"
+
+
+def random_state() -> dict:
+    state = {"cpu": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode()}
+    if torch.cuda.is_available():
+        state["cuda"] = base64.b64encode(torch.cuda.get_rng_state().numpy().tobytes()).decode()
+    return state
+
+
+def restore_random_state(state: dict) -> None:
+    def tensor(text):
+        return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
+
+    torch.set_rng_state(tensor(state["cpu"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensor(state["cuda"]))
 
 
 def recorded_final_number(completions, answer, completion_ids=None, **kwargs):
@@ -78,7 +119,46 @@ def instrumented(trainer_class, timer: StepTimer):
             # first, so that the held-out evaluation (another on_step_end) falls outside the timed span
             self.callback_handler.callbacks.insert(0, timer)
             self.recorded_batches: list[dict] = []
+            self.generation_records: list[dict] | None = None  # the replayed run's, read at the first generation
+            self.generations_done = 0  # training generations recorded or replayed by this process
             TRAINERS.append(self)
+
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
+            if not self.model.training or not (GENERATIONS["record"] or GENERATIONS["replay"]):
+                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                     *args, **kwargs)
+            rank = self.accelerator.process_index
+            if GENERATIONS["replay"]:
+                return self._replayed(generations_file(GENERATIONS["replay"], rank), prompt_ids, num_generations)
+            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, images, multimodal_fields,
+                                                                     num_generations, *args, **kwargs)
+            record = {"index": self.generations_done, "num_generations": num_generations,
+                      "prompt_ids": [list(ids) for ids in prompt_ids],
+                      "completion_ids": [list(ids) for ids in completion_ids], "logprobs": logprobs,
+                      "random_state": random_state()}
+            # each process its own file, started afresh at its first generation
+            with open(generations_file(GENERATIONS["record"], rank), "a" if self.generations_done else "w") as handle:
+                handle.write(json.dumps(record) + "\n")
+            self.generations_done += 1
+            return completion_ids, logprobs
+
+        def _replayed(self, path: Path, prompt_ids, num_generations):
+            if self.generation_records is None:
+                if not path.exists():
+                    raise ReplayMismatch(f"replay file {path} does not exist (record it with --record_generations)")
+                self.generation_records = [json.loads(line) for line in path.read_text().splitlines()]
+            index = self.generations_done
+            if index >= len(self.generation_records):
+                raise ReplayMismatch(f"replay of {path}: this run asks for generation batch {index + 1}, the "
+                                     f"recording holds {len(self.generation_records)}")
+            record = self.generation_records[index]
+            same = record["prompt_ids"] == [list(ids) for ids in prompt_ids]
+            if not same or record["num_generations"] != num_generations:
+                raise ReplayMismatch(f"replay of {path}: the prompts of generation batch {index + 1} differ from the "
+                                     "recorded ones (the runs' data, seed, batch layout and process count must match)")
+            restore_random_state(record["random_state"])
+            self.generations_done += 1
+            return record["completion_ids"], record["logprobs"]
 
         def _generate_and_score_completions(self, inputs):
             batch = super()._generate_and_score_completions(inputs)
@@ -133,6 +213,8 @@ def process_record(trainer, timer: StepTimer) -> dict:
         "policy_checksum": checksum(policy),
         "critic_checksum": checksum(critic) if critic else None,
         "batches": trainer.recorded_batches,
+        "generations": {"record": GENERATIONS["record"] is not None, "replay": GENERATIONS["replay"],
+                        "batches": trainer.generations_done},
     }
 
 
@@ -162,8 +244,21 @@ def main(argv: list[str]) -> int:
     trainer = "trl_zoo"
     if argv[:2] == ["--trainer", "trl"]:
         trainer, argv = "trl", argv[2:]
+    argv = list(argv)
+    record = "--record_generations" in argv
+    if record:
+        argv.remove("--record_generations")
+    replay = None
+    if "--replay_generations" in argv:
+        at = argv.index("--replay_generations")
+        replay, argv = argv[at + 1], argv[:at] + argv[at + 2:]
+    if record and replay:
+        print("real_model_run: error: --record_generations and --replay_generations exclude each other",
+              file=sys.stderr)
+        return 2
     output_dir = Path(argv[argv.index("--output_dir") + 1])
     output_dir.mkdir(parents=True, exist_ok=True)
+    GENERATIONS.update(record=str(output_dir) if record else None, replay=replay)
     os.environ[RECORD_ENV] = str(output_dir / "completions.jsonl")
     Path(os.environ[RECORD_ENV]).unlink(missing_ok=True)
     timer = StepTimer()
@@ -171,7 +266,11 @@ def main(argv: list[str]) -> int:
     trl_zoo.train.GRPOTrainer = instrumented(base, timer)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    code = cli_main(["train", *argv, "--reward_funcs", "benchmarks.real_model_run.recorded_final_number"])
+    try:
+        code = cli_main(["train", *argv, "--reward_funcs", "benchmarks.real_model_run.recorded_final_number"])
+    except ReplayMismatch as error:
+        print(f"real_model_run: error: {error}", file=sys.stderr)
+        return 2
     costs = {
         "trainer": trainer,
         "steps": len(timer.seconds),

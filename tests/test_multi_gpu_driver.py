@@ -44,3 +44,13 @@ def test_plan_lists_every_part_with_separate_processes(tmp_path):
     speed = runs[0].command
     assert "--gradient_accumulation_steps" in speed and speed[speed.index("--gradient_accumulation_steps") + 1] == "2"
     assert runs[4].env == {"CUDA_VISIBLE_DEVICES": "0"} and "accelerate" not in " ".join(runs[4].command)
+
+
+def test_parity_runs_replay_the_ddp_references_completions(tmp_path):
+    runs = {(run.part, run.name): run.command for run in plan(["fsdp_parity", "zero2_parity"], tmp_path, False)}
+    reference = runs[("fsdp_parity", "grpo-ddp")]
+    assert "--record_generations" in reference and "--replay_generations" not in reference
+    for key in (("fsdp_parity", "grpo-fsdp2"), ("zero2_parity", "grpo-zero2")):
+        command = runs[key]
+        assert command[command.index("--replay_generations") + 1] == str(tmp_path / "fsdp_parity" / "grpo-ddp")
+        assert "--record_generations" not in command

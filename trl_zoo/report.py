@@ -34,6 +34,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,16 +64,27 @@ class RunLog:
 
     A new run starts the file empty. A resumed run (`resume_step`: the checkpoint's global step) keeps the records
     up to that step, `kept`, and appends after them; later records belong to steps the resumed run does again.
+
+    Under several processes only the main one (`main_process`) touches the file: the others read `kept` and write
+    nothing, so a process that starts late cannot empty the file after the main one has written to it. The main one
+    rewrites it through a temporary file and a rename, so another process reading `kept` meanwhile reads the earlier
+    file or the rewritten one, never a half-written one (both give the same `kept`).
     """
 
-    def __init__(self, path: str | Path, resume_step: int | None = None):
+    def __init__(self, path: str | Path, resume_step: int | None = None, main_process: bool = True):
         self.path = Path(path)
+        self.main_process = main_process
         self.path.parent.mkdir(parents=True, exist_ok=True)
         earlier = read_records(self.path) if resume_step is not None and self.path.is_file() else []
         self.kept = [record for record in earlier if record["step"] <= resume_step]
-        self.path.write_text("".join(json.dumps(record) + "\n" for record in self.kept))
+        if main_process:
+            rewritten = self.path.with_name(self.path.name + ".tmp")
+            rewritten.write_text("".join(json.dumps(record) + "\n" for record in self.kept))
+            os.replace(rewritten, self.path)
 
     def write(self, record: dict):
+        if not self.main_process:
+            return
         with self.path.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
 

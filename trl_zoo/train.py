@@ -511,9 +511,11 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
 
     output_dir = Path(training_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    if checkpoint is None:
+    main_process = training_args.process_index == 0  # the run's files are written by the first process only
+    if checkpoint is None and main_process:
         (output_dir / SUMMARY_FILE).unlink(missing_ok=True)  # an earlier run's; this run writes its own at the end
-    run_log = RunLog(output_dir / METRICS_FILE, resume_step=checkpoint_step(checkpoint) if checkpoint else None)
+    run_log = RunLog(output_dir / METRICS_FILE, resume_step=checkpoint_step(checkpoint) if checkpoint else None,
+                     main_process=main_process)
     accuracy_callback = None if heldout is None else _heldout_accuracy(
         heldout, tokenizer, scorer, run_log, task_args, training_args, log
     )
