@@ -6,7 +6,8 @@ training completions' lengths split by correctness.
 `--trainer trl` runs the same setup (data, rewards, LoRA, evaluation) with `trl.GRPOTrainer` in place of trl_zoo's,
 for side-by-side curves and costs. Writes `<output_dir>/costs.json` (median step time, evaluation excluded; peak
 memory) and `<output_dir>/completions.jsonl` (per generation batch: mean reward, mean token length of the right
-and of the wrong completions). The reward is `final_number`, recorded before any null-reward shuffling.
+and of the wrong completions; under a distributed launch, process r > 0 writes its share to `completions.rank{r}.jsonl`).
+The reward is `final_number`, recorded before any null-reward shuffling.
 
 Under a distributed launch every process also writes `<output_dir>/costs.rank{r}.json`: its own step times and peak
 memory, the trainer's log history, float64 checksums (sum, sum of squares) of its trainable policy parameters and
@@ -259,7 +260,8 @@ def main(argv: list[str]) -> int:
     output_dir = Path(argv[argv.index("--output_dir") + 1])
     output_dir.mkdir(parents=True, exist_ok=True)
     GENERATIONS.update(record=str(output_dir) if record else None, replay=replay)
-    os.environ[RECORD_ENV] = str(output_dir / "completions.jsonl")
+    rank = int(os.environ.get("RANK", "0"))  # set by a distributed launcher; each process records its own share
+    os.environ[RECORD_ENV] = str(output_dir / ("completions.jsonl" if rank == 0 else f"completions.rank{rank}.jsonl"))
     Path(os.environ[RECORD_ENV]).unlink(missing_ok=True)
     timer = StepTimer()
     base = trl.GRPOTrainer if trainer == "trl" else trl_zoo.train.GRPOTrainer
@@ -290,4 +292,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # every file is written: skip the interpreter's teardown, where a finished gloo run's threads can abort the
+    # process ("terminate called without an active exception") and turn a good run into a failed one
+    os._exit(code)
