@@ -234,6 +234,11 @@ def run_command(name: str, seed: int, out: Path, args, target: float | None, bud
     return command
 
 
+# what a run's output_dir holds besides its records (≈ 23 MB a run: the LoRA adapter, the tokenizer), deleted after
+# the run unless --keep_weights
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "tokenizer.json")
+
+
 class Interrupted(Exception):
     """A run was killed by a signal (the piece's `timeout`, a lost machine): nothing of it is kept or counted."""
 
@@ -298,6 +303,10 @@ def run_one(name: str, seed: int, out: Path, args, target, budget) -> dict:
         return {**failure, "name": name, "seed": seed, "flags": flags}
     line = json.loads(lines[-1])
     line["wall_seconds"] = wall
+    if not args.keep_weights:  # the study keeps records, logs and metrics: a DIR small enough to carry between pieces
+        for pattern in WEIGHT_FILES:
+            for path in out.glob(pattern):
+                path.unlink()
     (out / "record.jsonl").write_text("".join(lines[:-1] + [json.dumps(line)]) + "\n")
     return {**line, "name": name, "seed": seed, "flags": flags}
 
@@ -409,6 +418,8 @@ def main(argv=None) -> int:
                         help="Pipeline tests only: this target instead of the rule (e.g. 1.01: never reached).")
     parser.add_argument("--resume", action="store_true",
                         help="Reuse the runs a cut-short invocation finished (DIR/seed<s>/<name>/record.jsonl).")
+    parser.add_argument("--keep_weights", action="store_true",
+                        help="Keep each run's adapter and tokenizer files (deleted by default after the run).")
     parser.add_argument("--retry_failed", action="store_true", help="With --resume: rerun runs that failed.")
     parser.add_argument("--deadline_minutes", type=float, default=None,
                         help="Start no run whose estimate would end past this many minutes; exit 3 (resume later).")

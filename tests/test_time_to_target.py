@@ -146,6 +146,7 @@ def test_cpu_smoke_pipeline(tmp_path):
         assert [point[0] for point in r["curve"]][:2] == [0, 1] and r["evaluations"] == len(r["curve"])
         assert r["training_seconds"] == pytest.approx(sum(r["step_seconds"]))
     assert (tmp_path / "summary.md").read_text().startswith("| run |")
+    assert not list(tmp_path.rglob("*.safetensors")) and (tmp_path / "seed0" / "merged" / "metrics.jsonl").exists()
 
 
 def test_resume_reuses_finished_runs(tmp_path, monkeypatch):
