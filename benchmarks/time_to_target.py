@@ -25,17 +25,19 @@ Per seed s, one process per run (`time_to_target_run.py`), one run at a time:
    its curve the same way.
 
 `--resume` reuses the runs an earlier invocation with the same DIR finished, so the study can go in pieces shorter
-than one seed (`finished_record`): a run counts only when its process wrote a whole record line with exit code 0
-and, for a contender, ran against the target and budget derived now. A run killed mid-way (the piece's `timeout`)
-leaves no line or a cut one and runs again from step 0, so a piece loses at most the run it was in; a run killed
-while the study lives ends the piece (exit 3). A run that fails by itself is kept as failed.json, listed under the
-summary and not rerun unless `--retry_failed`. `--deadline_minutes M` starts no run whose estimate (`estimate_seconds`:
-TRL's from the flags, a contender's from TRL's measured run of its seed) would end past M minutes and exits 3, so a
-piece ends between runs; `--plan_minutes` prints the runs, their estimates, the pieces and what fits. Every run's JSON line goes to DIR/records.jsonl (and DIR/seed<s>/<name>/record.jsonl); the summary
-(`summary_table`) to DIR/summary.md: per contender over seeds the median and range of time to target (a run that did
-not reach it counts as +∞ in the median), the median and range of its ratio to TRL's time on the same seed, how many
-seeds reached the target, accuracy at the stop, completions, token slots and peak memory. Goal of the issue: ratio ≤
-0.5 at the median with peak memory ≤ TRL's.
+than one seed (`finished_record`): a run counts only when its process wrote a whole record line with exit code 0 and,
+for a contender, ran against the target and budget derived now. A run killed mid-way (the piece's `timeout`) leaves no
+line or a cut one and runs again from step 0, so a piece loses at most the run it was in; a run killed while the study
+lives ends the piece (exit 3). A run that fails by itself is kept as failed.json, listed under the summary and not
+rerun unless `--retry_failed`. `--deadline_minutes M` starts no run whose estimate (`estimate_seconds`: TRL's from the
+flags, a contender's from TRL's measured run of its seed) would end past M minutes and exits 3, so a piece ends
+between runs; `--plan_minutes` prints the runs, their estimates, the pieces and what fits.
+
+Every run's JSON line goes to DIR/records.jsonl (and DIR/seed<s>/<name>/record.jsonl); the summary (`summary_table`)
+to DIR/summary.md: per contender over seeds the median and range of time to target (a run that did not reach it counts
+as +∞ in the median), the median and range of its ratio to TRL's time on the same seed, how many seeds reached the
+target, accuracy at the stop, completions, token slots and peak memory. Goal of the issue: ratio ≤ 0.5 at the median
+with peak memory ≤ TRL's.
 """
 
 from __future__ import annotations
@@ -363,8 +365,9 @@ def plan(args, seeds: list[int], contenders: list[str], out: Path) -> list[dict]
                     piece, in_piece = piece + 1, 0.0
                 in_piece += seconds
                 elapsed += seconds
-            rows.append({"seed": seed, "name": name, "done": done, "seconds": seconds, "piece": None if done else piece,
-                         "cumulative": elapsed, "fits": done or elapsed <= 60 * args.plan_minutes,
+            rows.append({"seed": seed, "name": name, "done": done, "seconds": seconds,
+                         "piece": None if done else piece, "cumulative": elapsed,
+                         "fits": done or elapsed <= 60 * args.plan_minutes,
                          "alone": seconds > 60 * args.piece_minutes})
     return rows
 
@@ -424,7 +427,7 @@ def main(argv=None) -> int:
     parser.add_argument("--deadline_minutes", type=float, default=None,
                         help="Start no run whose estimate would end past this many minutes; exit 3 (resume later).")
     parser.add_argument("--plan_minutes", type=float, default=None,
-                        help="Print the runs, their estimates, pieces and what fits in this many minutes; run nothing.")
+                        help="Print the runs, their estimates, pieces and what fits in M minutes; run nothing.")
     parser.add_argument("--piece_minutes", type=float, default=9.0, help="Plan: minutes of one piece (one call).")
     parser.add_argument("--step_seconds", type=float, default=4.6,
                         help="Estimate: TRL's seconds a step (H200, 128 completions, timed alone: 4.6).")
