@@ -2,7 +2,10 @@
 SmolLM2-135M-Instruct with LoRA on chat_arithmetic, the task's preset batch shape, TRL 1.16's defaults otherwise).
 
     python benchmarks/time_to_target.py --out DIR [--seeds 0,1,2] [--steps 40] [--eval_every 5]
-        [--contenders trl_zoo,greso_skip_bucket,merged] [--fraction 0.9] [--budget_factor 2] [--list]
+        [--contenders trl_zoo,greso_skip_bucket,merged] [--define NAME='FLAGS'] [--fraction 0.9]
+        [--budget_factor 2] [--resume [--retry_failed]] [--deadline_minutes M] [--list]
+    python benchmarks/time_to_target.py --out DIR ... --plan_minutes M [--piece_minutes 9] [--step_seconds 4.6]
+        [--eval_seconds 15] [--startup_seconds 30] [--estimate_factor 1]   # what fits in M minutes; runs nothing
     python benchmarks/time_to_target.py --out DIR --cpu_smoke        # the whole pipeline, tiny, on the CPU
 
 Per seed s, one process per run (`time_to_target_run.py`), one run at a time:
@@ -22,11 +25,19 @@ Per seed s, one process per run (`time_to_target_run.py`), one run at a time:
    its curve the same way.
 
 `--resume` reuses the runs an earlier invocation with the same DIR finished, so the study can go in pieces shorter
-than one seed. Every run's JSON line goes to DIR/records.jsonl (and DIR/seed<s>/<name>/record.jsonl); the summary
-(`summary_table`) to DIR/summary.md: per contender over seeds the median and range of time to target (a run that did
-not reach it counts as +∞ in the median), the median and range of its ratio to TRL's time on the same seed, how many
-seeds reached the target, accuracy at the stop, completions, token slots and peak memory. Goal of the issue: ratio ≤
-0.5 at the median with peak memory ≤ TRL's.
+than one seed (`finished_record`): a run counts only when its process wrote a whole record line with exit code 0 and,
+for a contender, ran against the target and budget derived now. A run killed mid-way (the piece's `timeout`) leaves no
+line or a cut one and runs again from step 0, so a piece loses at most the run it was in; a run killed while the study
+lives ends the piece (exit 3). A run that fails by itself is kept as failed.json, listed under the summary and not
+rerun unless `--retry_failed`. `--deadline_minutes M` starts no run whose estimate (`estimate_seconds`: TRL's from the
+flags, a contender's from TRL's measured run of its seed) would end past M minutes and exits 3, so a piece ends
+between runs; `--plan_minutes` prints the runs, their estimates, the pieces and what fits.
+
+Every run's JSON line goes to DIR/records.jsonl (and DIR/seed<s>/<name>/record.jsonl); the summary (`summary_table`)
+to DIR/summary.md: per contender over seeds the median and range of time to target (a run that did not reach it counts
+as +∞ in the median), the median and range of its ratio to TRL's time on the same seed, how many seeds reached the
+target, accuracy at the stop, completions, token slots and peak memory. Goal of the issue: ratio ≤ 0.5 at the median
+with peak memory ≤ TRL's.
 """
 
 from __future__ import annotations
@@ -35,25 +46,62 @@ import argparse
 import json
 import math
 import os
+import shlex
+import signal
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 REFERENCE = "trl"
-# name -> `trl-zoo train` flags (trl_zoo's trainer)
+# A bounded paged KV cache for continuous batching: 128 pages of 256 tokens (32,768 token slots; SmolLM2-135M in
+# bf16 keeps 30 layers × 2 × 3 KV heads × 64 × 2 bytes ≈ 23 KiB a token, ≈ 0.75 GiB) instead of TRL's default,
+# half of the free GPU memory (`max_memory_percent` 0.5, set in trl.GRPOTrainer.__init__), which one real-model run
+# measured at 68.7 GiB peak against 1.35 GiB without continuous batching.
+BOUNDED_CB = '{"num_blocks": 128}'
+# + torch.compile of the prefill (varlen) path and CUDA graphs (transformers' ContinuousBatchingConfig,
+# `default_compile_level` ≥ 5.11, `use_cuda_graph`). The compiled decode fast path needs flash attention's
+# `flash_attn_with_kvcache`; without it transformers drops the decode compile config with a warning.
+COMPILED_CB = '{"num_blocks": 128, "default_compile_level": 1, "use_cuda_graph": true}'
+CB = ["--use_transformers_continuous_batching", "true"]
+MERGED = ["--merge_adapter_for_generation", "true"]
+COMPUTE = ["--dynamic_sampling", "greso", "--skip_zero_advantage", "true", "--length_bucketing", "true"]
+# Two optimizer steps per generation batch: the preset accumulates 4 micro-batches of 32 a step, so 8 micro-batches
+# of one generation batch of 256 completions (32 prompts × 8); the second step trains on completions of the policy
+# one update old, and TRL computes the old log-probs (an extra no-grad forward) and clips the ratio to them
+# (`_generate_and_score_completions`: gradient_accumulation_steps % (steps_per_generation × num_iterations) ≠ 0).
+TWO_STEPS = ["--steps_per_generation", "8"]
+
+# name -> `trl-zoo train` flags (trl_zoo's trainer); each is the set of config fields a user sets to get it.
 CONTENDERS: dict[str, list[str]] = {
+    # trl_zoo's trainer, TRL's generation path, nothing else on
     "trl_zoo": [],
-    "greso_skip_bucket": [
-        "--dynamic_sampling", "greso", "--skip_zero_advantage", "true", "--length_bucketing", "true",
-    ],
-    "merged": ["--merge_adapter_for_generation", "true"],
-    "merged_greso_skip_bucket": [
-        "--merge_adapter_for_generation", "true", "--dynamic_sampling", "greso", "--skip_zero_advantage", "true",
-        "--length_bucketing", "true",
-    ],
+    # compute in proportion: greso's dynamic sampling, no forward/backward for zero-advantage rows, length buckets
+    "greso_skip_bucket": COMPUTE,
+    # the LoRA adapter merged into the weights while `model.generate` runs (trl_zoo/hooks/merged_generation.py)
+    "merged": MERGED,
+    "merged_greso_skip_bucket": MERGED + COMPUTE,
+    # TRL's transformers continuous batching (GRPOConfig.use_transformers_continuous_batching; trl.GRPOTrainer.
+    # _generate_single_turn calls `generate_batch` on the unwrapped PeftModel, LoRA unmerged, cast to bf16 in place).
+    # Runs with a LoRA adapter and on the CPU. TRL's default KV-cache size: half the free GPU memory.
+    "continuous_batching": CB,
+    "continuous_batching_bounded": CB + ["--transformers_continuous_batching_config", BOUNDED_CB],
+    # compiled decoding: reachable in TRL 1.16 only through continuous batching. TRL's `model.generate` path builds
+    # GenerationConfig(**generation_kwargs, disable_compile=True) in GRPOTrainer.__init__, so a `disable_compile`
+    # key in generation_kwargs is a duplicate keyword (TypeError) and transformers' auto-compile
+    # (`_valid_auto_compile_criteria`) never fires there. GPU only: the CPU smoke skips it (CPU_SMOKE_SKIP).
+    "continuous_batching_compiled": CB + ["--transformers_continuous_batching_config", COMPILED_CB],
+    # a static KV cache in TRL's `model.generate` path (GRPOConfig.cache_implementation, passed into TRL's
+    # GenerationConfig); not compiled (disable_compile=True above), so it preallocates without the compiled kernels
+    "static_cache": ["--cache_implementation", "static"],
+    "two_steps_per_generation": TWO_STEPS,
+    # combined
+    "merged_static_cache": MERGED + ["--cache_implementation", "static"],
+    "merged_continuous_batching_bounded": MERGED + CB + ["--transformers_continuous_batching_config", BOUNDED_CB],
+    "merged_greso_skip_bucket_two_steps": MERGED + COMPUTE + TWO_STEPS,
 }
 DEFAULT_CONTENDERS = "trl_zoo,greso_skip_bucket,merged"
 # tiny settings for --cpu_smoke: the whole pipeline in a few minutes of CPU, not a measurement
@@ -62,6 +110,40 @@ CPU_SMOKE_FLAGS = [
     "--max_completion_length", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
     "--num_generations", "2",
 ]
+# contenders --cpu_smoke leaves out, and why (one line each)
+CPU_SMOKE_SKIP = {
+    "continuous_batching_compiled": "CUDA graphs and torch.compile of continuous batching are GPU levers; "
+    "on the CPU there is no graph backend and inductor would compile for minutes",
+}
+# --cpu_smoke: a small paged cache (TRL's default takes half the free memory, seconds of page allocation on a CPU)
+CPU_SMOKE_CB_CONFIG = '{"num_blocks": 16}'
+
+
+def contender_flags(name: str, cpu_smoke: bool = False) -> list[str]:
+    """The contender's `trl-zoo train` flags; under --cpu_smoke, steps_per_generation at 2 × the smoke's one
+    micro-batch (the same two optimizer steps a generation batch) and a small continuous-batching cache."""
+    flags = list(CONTENDERS[name])
+    if not cpu_smoke:
+        return flags
+    if "--steps_per_generation" in flags:
+        flags[flags.index("--steps_per_generation") + 1] = "2"
+    if "--use_transformers_continuous_batching" in flags:
+        if "--transformers_continuous_batching_config" in flags:
+            flags[flags.index("--transformers_continuous_batching_config") + 1] = CPU_SMOKE_CB_CONFIG
+        else:
+            flags += ["--transformers_continuous_batching_config", CPU_SMOKE_CB_CONFIG]
+    return flags
+
+
+def define_contender(definition: str) -> str:
+    """--define NAME='FLAGS': a contender added for this invocation (e.g. the combination of the levers that won)."""
+    name, sep, flags = definition.partition("=")
+    name = name.strip()
+    if not sep or not name or name == REFERENCE or not name.replace("_", "").isalnum():
+        raise SystemExit(f"--define: NAME='--flag value ...' with NAME a word other than {REFERENCE!r}, got "
+                         f"{definition!r}")
+    CONTENDERS[name] = shlex.split(flags)
+    return name
 
 
 def target_accuracy(before: float, after: float, fraction: float) -> float | None:
@@ -92,7 +174,10 @@ def median_range(values: list[float]) -> tuple[float, float, float]:
 
 
 def summary_table(records: list[dict]) -> str:
-    """Markdown: one row per run name (TRL first), over the seeds that have a TRL reference with a target."""
+    """Markdown: one row per run name (TRL first), over the seeds that have a TRL reference with a target; runs
+    that failed (exit ≠ 0 by themselves) are listed under the table, not counted in it."""
+    failed = [r for r in records if r.get("failed")]
+    records = [r for r in records if not r.get("failed")]
     reference = {r["seed"]: r for r in records if r["name"] == REFERENCE and r.get("target") is not None}
     names = [REFERENCE] + sorted({r["name"] for r in records} - {REFERENCE})
     lines = [
@@ -126,11 +211,14 @@ def summary_table(records: list[dict]) -> str:
             f"| {statistics.median(r['completion_slots'] for r in runs):.0f} "
             f"| {f'{max(memory):.2f}' if memory else 'n/a'} |"
         )
+    for r in failed:
+        lines.append(f"\nfailed: {r['name']} seed {r['seed']} (exit {r['exit_code']}): {' / '.join(r['log_tail'])}")
     return "\n".join(lines)
 
 
 def run_command(name: str, seed: int, out: Path, args, target: float | None, budget: float | None) -> list[str]:
-    flags = ["--trainer", "trl"] if name == REFERENCE else ["--trainer", "trl_zoo", *CONTENDERS[name]]
+    flags = (["--trainer", "trl"] if name == REFERENCE
+             else ["--trainer", "trl_zoo", *contender_flags(name, getattr(args, "cpu_smoke", False))])
     steps = args.steps if name == REFERENCE else math.ceil(args.steps * args.max_steps_factor)
     command = [
         sys.executable, str(ROOT / "benchmarks" / "time_to_target_run.py"), "--record", str(out / "record.jsonl"),
@@ -148,24 +236,174 @@ def run_command(name: str, seed: int, out: Path, args, target: float | None, bud
     return command
 
 
+# what a run's output_dir holds besides its records (≈ 23 MB a run: the LoRA adapter, the tokenizer), deleted after
+# the run unless --keep_weights
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "tokenizer.json")
+
+
+class Interrupted(Exception):
+    """A run was killed by a signal (the piece's `timeout`, a lost machine): nothing of it is kept or counted."""
+
+
+def finished_record(out: Path, target: float | None, budget: float | None) -> dict | None:
+    """The record of a run an earlier invocation finished in `out`, or None (it must run, again).
+
+    Counted only when the last line of record.jsonl is whole JSON with exit code 0 and, for a contender, the target
+    and budget it ran against are the ones derived now (a changed --fraction or --budget_factor reruns it). A run
+    killed mid-way leaves no line (the run writes it after training) or a cut one, so it is run again from step 0.
+    A run that failed (failed.json, written when the run exited non-zero by itself) is reported, not rerun, unless
+    --retry_failed removed the file."""
+    failed = out / "failed.json"
+    if failed.exists():
+        try:
+            return json.loads(failed.read_text())
+        except json.JSONDecodeError:
+            return None
+    path = out / "record.jsonl"
+    if not path.exists():
+        return None
+    lines = path.read_text().splitlines()
+    try:
+        line = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+    if not line or line.get("exit_code") != 0:
+        return None
+    if line.get("trainer") != "trl":
+        for key, wanted in (("target", target), ("budget_seconds", budget)):
+            if wanted is not None and (line.get(key) is None or not math.isclose(line[key], wanted, rel_tol=1e-9)):
+                return None
+    return line
+
+
 def run_one(name: str, seed: int, out: Path, args, target, budget) -> dict:
     command = run_command(name, seed, out, args, target, budget)
-    if args.resume and (out / "record.jsonl").exists():  # a finished run of an earlier, cut-short invocation
-        lines = (out / "record.jsonl").read_text().splitlines()
-        if lines and json.loads(lines[-1])["exit_code"] == 0:
-            return {"name": name, "seed": seed, "flags": command[command.index("--task"):], **json.loads(lines[-1])}
+    flags = command[command.index("--task"):]
+    if args.resume:
+        if args.retry_failed:
+            (out / "failed.json").unlink(missing_ok=True)
+        line = finished_record(out, target, budget)
+        if line is not None:  # a finished run of an earlier, cut-short invocation
+            return {**line, "name": name, "seed": seed, "flags": flags}
     out.mkdir(parents=True, exist_ok=True)
     (out / "record.jsonl").unlink(missing_ok=True)
+    (out / "failed.json").unlink(missing_ok=True)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
     with open(out / "log.txt", "w") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
+    wall = time.perf_counter() - started
+    if code < 0 or code in (128 + signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGINT):
+        (out / "record.jsonl").unlink(missing_ok=True)
+        raise Interrupted(f"{name} seed {seed}: killed (exit {code}); not counted, rerun with --resume")
     lines = (out / "record.jsonl").read_text().splitlines() if (out / "record.jsonl").exists() else []
     if code != 0 or not lines:
-        raise SystemExit(f"{name} seed {seed}: exit {code}; see {out / 'log.txt'}")
-    return {"name": name, "seed": seed, "flags": command[command.index("--task"):], **json.loads(lines[-1])}
+        tail = (out / "log.txt").read_text().splitlines()[-3:]
+        failure = {"trainer": "trl" if name == REFERENCE else "trl_zoo", "exit_code": code or 1, "failed": True,
+                   "wall_seconds": wall, "log_tail": tail}
+        (out / "failed.json").write_text(json.dumps(failure) + "\n")
+        return {**failure, "name": name, "seed": seed, "flags": flags}
+    line = json.loads(lines[-1])
+    line["wall_seconds"] = wall
+    if not args.keep_weights:  # the study keeps records, logs and metrics: a DIR small enough to carry between pieces
+        for pattern in WEIGHT_FILES:
+            for path in out.glob(pattern):
+                path.unlink()
+    (out / "record.jsonl").write_text("".join(lines[:-1] + [json.dumps(line)]) + "\n")
+    return {**line, "name": name, "seed": seed, "flags": flags}
+
+
+def evaluations_in(steps: int, eval_every: int) -> int:
+    """Held-out evaluations of a run of `steps` steps: at step 0, every eval_every steps and at the last."""
+    return 1 + steps // eval_every + (1 if steps % eval_every else 0)
+
+
+def estimate_seconds(name: str, args, reference: dict | None = None) -> float:
+    """Expected wall seconds of one run (process start, training, evaluations).
+
+    TRL's run, or any run before TRL's of its seed finished: startup + N · step + evaluations · eval, from the flags
+    (--step_seconds, --eval_seconds, --startup_seconds). A contender after TRL's run: the same terms measured on
+    TRL's run, its training clock scaled by --estimate_factor (1: stops at N steps at TRL's speed; the budget
+    factor b: the worst case, a contender that never reaches the target). Evaluations are counted for N steps."""
+    steps = args.steps if name == REFERENCE else math.ceil(args.steps * args.max_steps_factor)
+    factor = 1.0 if name == REFERENCE else args.estimate_factor
+    evaluations = evaluations_in(steps, args.eval_every)
+    if reference is not None and reference.get("training_seconds") and reference.get("evaluations"):
+        training = reference["training_seconds"] * factor * steps / max(reference["steps"], 1)
+        per_eval = reference["eval_seconds"] / reference["evaluations"]
+        wall = reference.get("wall_seconds")
+        startup = (max(wall - reference["training_seconds"] - reference["eval_seconds"], 0.0)
+                   if wall else args.startup_seconds)
+        return startup + training + evaluations * per_eval
+    return args.startup_seconds + steps * args.step_seconds * factor + evaluations * args.eval_seconds
+
+
+def plan(args, seeds: list[int], contenders: list[str], out: Path) -> list[dict]:
+    """Every run of the study in order, with its estimate, whether a finished record exists (with --resume), the
+    piece of --piece_minutes it falls in, and whether it fits in --plan_minutes of device time."""
+    rows, elapsed, piece, in_piece = [], 0.0, 1, 0.0
+    for index, seed in enumerate(seeds):
+        reference = None
+        reference_dir = out / f"seed{seed}" / REFERENCE
+        if args.resume:
+            reference = finished_record(reference_dir, None, None)
+            if reference is not None and reference.get("failed"):
+                reference = None
+        for name in run_order(index, contenders):
+            done = False
+            if args.resume:
+                if name == REFERENCE:
+                    done = reference is not None
+                else:
+                    line = finished_record(out / f"seed{seed}" / name, None, None)
+                    done = line is not None and reference is not None
+            if args.cpu_smoke and name in CPU_SMOKE_SKIP:
+                continue
+            seconds = 0.0 if done else estimate_seconds(name, args, reference)
+            if not done:
+                if in_piece and in_piece + seconds > 60 * args.piece_minutes:
+                    piece, in_piece = piece + 1, 0.0
+                in_piece += seconds
+                elapsed += seconds
+            rows.append({"seed": seed, "name": name, "done": done, "seconds": seconds,
+                         "piece": None if done else piece, "cumulative": elapsed,
+                         "fits": done or elapsed <= 60 * args.plan_minutes,
+                         "alone": seconds > 60 * args.piece_minutes})
+    return rows
+
+
+def print_plan(rows: list[dict], args, argv: list[str]) -> None:
+    todo = [r for r in rows if not r["done"]]
+    print(f"estimates: {args.step_seconds} s a step, {args.eval_seconds} s an evaluation, {args.startup_seconds} s a "
+          f"process start (TRL's run and contenders before it), contenders × {args.estimate_factor} TRL's clock")
+    print("| seed | run | estimate min | piece | cumulative min | fits in plan |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        state = "done" if r["done"] else ("yes" if r["fits"] else "no")
+        note = " (longer than a piece)" if r["alone"] else ""
+        print(f"| {r['seed']} | {r['name']} | {r['seconds'] / 60:.1f}{note} | {r['piece'] or '-'} "
+              f"| {r['cumulative'] / 60:.1f} | {state} |")
+    fits = [r for r in todo if r["fits"]]
+    pieces = max((r["piece"] for r in todo), default=0)
+    fitting_pieces = max((r["piece"] for r in fits), default=0)
+    print(f"{len(todo)} runs to do, ~{sum(r['seconds'] for r in todo) / 60:.0f} min in {pieces} pieces of ≤ "
+          f"{args.piece_minutes} min; {len(fits)} fit in {args.plan_minutes} min ({fitting_pieces} pieces).")
+    keep, skip = [], {"--plan_minutes", "--piece_minutes", "--deadline_minutes"}
+    iterator = iter(argv)
+    for token in iterator:
+        if token in skip:
+            next(iterator, None)
+        elif token.split("=")[0] not in skip:
+            keep.append(token)
+    resume = [] if "--resume" in keep else ["--resume"]
+    limit = math.ceil(60 * args.piece_minutes) + 30
+    print("each piece (the same command; it resumes, and stops before a run it cannot finish):")
+    print(f"    timeout {limit} python benchmarks/time_to_target.py {shlex.join(keep + resume)} "
+          f"--deadline_minutes {args.piece_minutes}")
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--task", default="chat_arithmetic")
@@ -176,50 +414,115 @@ def main(argv=None) -> int:
     parser.add_argument("--budget_factor", type=float, default=2.0)
     parser.add_argument("--max_steps_factor", type=float, default=1.0)
     parser.add_argument("--contenders", default=DEFAULT_CONTENDERS)
+    parser.add_argument("--define", action="append", default=[], metavar="NAME='FLAGS'",
+                        help="Add a contender for this invocation (repeatable), e.g. a combination of levers.")
     parser.add_argument("--cpu_smoke", action="store_true", help="Tiny settings on the CPU: tests the pipeline only.")
     parser.add_argument("--fixed_target", type=float, default=None,
                         help="Pipeline tests only: this target instead of the rule (e.g. 1.01: never reached).")
     parser.add_argument("--resume", action="store_true",
                         help="Reuse the runs a cut-short invocation finished (DIR/seed<s>/<name>/record.jsonl).")
+    parser.add_argument("--keep_weights", action="store_true",
+                        help="Keep each run's adapter and tokenizer files (deleted by default after the run).")
+    parser.add_argument("--retry_failed", action="store_true", help="With --resume: rerun runs that failed.")
+    parser.add_argument("--deadline_minutes", type=float, default=None,
+                        help="Start no run whose estimate would end past this many minutes; exit 3 (resume later).")
+    parser.add_argument("--plan_minutes", type=float, default=None,
+                        help="Print the runs, their estimates, pieces and what fits in M minutes; run nothing.")
+    parser.add_argument("--piece_minutes", type=float, default=9.0, help="Plan: minutes of one piece (one call).")
+    parser.add_argument("--step_seconds", type=float, default=4.6,
+                        help="Estimate: TRL's seconds a step (H200, 128 completions, timed alone: 4.6).")
+    parser.add_argument("--eval_seconds", type=float, default=15.0,
+                        help="Estimate: seconds of one held-out evaluation (500 prompts, 4 greedy batches of 128).")
+    parser.add_argument("--startup_seconds", type=float, default=30.0,
+                        help="Estimate: a run's process start (imports, model load, datasets).")
+    parser.add_argument("--estimate_factor", type=float, default=1.0,
+                        help="Estimate: a contender's training clock over TRL's (1: N steps at TRL's speed; "
+                             "--budget_factor: the worst case).")
     parser.add_argument("--list", action="store_true", help="Print TRL's commands (contenders need its target).")
     args, args.extra = parser.parse_known_args(argv)
+    defined = [define_contender(d) for d in args.define]
     contenders = [c for c in args.contenders.split(",") if c]
+    contenders += [d for d in defined if d not in contenders]
     unknown = [c for c in contenders if c not in CONTENDERS]
     if unknown:
         raise SystemExit(f"--contenders: unknown {unknown}; known: {', '.join(CONTENDERS)}")
-    if args.cpu_smoke:
-        args.extra = [*CPU_SMOKE_FLAGS, *args.extra]
     out = Path(args.out)
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.plan_minutes is not None:
+        print_plan(plan(args, seeds, contenders, out), args, argv)
+        return 0
+    if args.cpu_smoke:
+        args.extra = [*CPU_SMOKE_FLAGS, *args.extra]
+        for name in [c for c in contenders if c in CPU_SMOKE_SKIP]:
+            print(f"--cpu_smoke: {name} skipped: {CPU_SMOKE_SKIP[name]}")
+            contenders.remove(name)
     if args.list:
         for seed in seeds:
             print(" ".join(run_command(REFERENCE, seed, out / f"seed{seed}" / REFERENCE, args, None, None)))
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    records = []
-    for index, seed in enumerate(seeds):  # seed-major: a cut-short study loses whole seeds, not contenders
-        target = budget = None
-        for name in run_order(index, contenders):
-            record = run_one(name, seed, out / f"seed{seed}" / name, args, target, budget)
-            if name == REFERENCE:
-                before, after = record["curve"][0][1], record["curve"][-1][1]
-                target = target_accuracy(before, after, args.fraction)
-                if args.fixed_target is not None:
-                    target = args.fixed_target
-                budget = args.budget_factor * record["training_seconds"]
-                record.update(target=target, budget_seconds=budget, reached=None,
-                              time_to_target=first_reaching(record["curve"], target))
-                record["reached"] = record["time_to_target"] is not None
-            records.append(record)
-            (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-            if target is None:
-                print(f"seed {seed}: TRL gained nothing ({before:.1%} → {after:.1%}); no target, contenders skipped")
-                break
-            print(f"seed {seed} {name}: stop {record['stop_reason']}, time to target {record['time_to_target']}, "
-                  f"accuracy {record['accuracy_at_stop']:.1%}, clock {record['training_seconds']:.1f} s", flush=True)
+    started = time.perf_counter()
+    records: list[dict] = []
+    complete = True
+
+    def save() -> None:  # atomic: a kill while writing leaves the previous file
+        temporary = out / "records.jsonl.tmp"
+        temporary.write_text("".join(json.dumps(r) + "\n" for r in records))
+        os.replace(temporary, out / "records.jsonl")
+
+    try:
+        for index, seed in enumerate(seeds):  # seed-major: a cut-short study loses whole seeds, not contenders
+            target = budget = reference = None
+            for name in run_order(index, contenders):
+                if args.deadline_minutes is not None and not (
+                    args.resume and finished_record(out / f"seed{seed}" / name, target, budget) is not None
+                ):
+                    need, left = estimate_seconds(name, args, reference), 60 * args.deadline_minutes - (
+                        time.perf_counter() - started)
+                    if need > left:
+                        print(f"deadline: {name} seed {seed} needs ~{need:.0f} s, {max(left, 0):.0f} s left; "
+                              f"stopping here (rerun with --resume)", flush=True)
+                        complete = False
+                        raise StopIteration
+                record = run_one(name, seed, out / f"seed{seed}" / name, args, target, budget)
+                if record.get("failed"):
+                    records.append(record)
+                    save()
+                    print(f"seed {seed} {name}: FAILED (exit {record['exit_code']}): {' / '.join(record['log_tail'])}",
+                          flush=True)
+                    if name == REFERENCE:
+                        break
+                    continue
+                if name == REFERENCE:
+                    reference = record
+                    before, after = record["curve"][0][1], record["curve"][-1][1]
+                    target = target_accuracy(before, after, args.fraction)
+                    if args.fixed_target is not None:
+                        target = args.fixed_target
+                    budget = args.budget_factor * record["training_seconds"]
+                    record.update(target=target, budget_seconds=budget, reached=None,
+                                  time_to_target=first_reaching(record["curve"], target))
+                    record["reached"] = record["time_to_target"] is not None
+                records.append(record)
+                save()
+                if target is None:
+                    print(f"seed {seed}: TRL gained nothing ({before:.1%} → {after:.1%}); no target, contenders "
+                          f"skipped")
+                    break
+                print(f"seed {seed} {name}: stop {record['stop_reason']}, time to target {record['time_to_target']}, "
+                      f"accuracy {record['accuracy_at_stop']:.1%}, clock {record['training_seconds']:.1f} s",
+                      flush=True)
+    except StopIteration:
+        pass
+    except Interrupted as interrupted:
+        print(interrupted, flush=True)
+        complete = False
     table = summary_table(records)
     (out / "summary.md").write_text(table + "\n")
     print(table)
+    if not complete:
+        print("study incomplete: run the same command with --resume")
+        return 3
     return 0
 
 
