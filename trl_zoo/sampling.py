@@ -51,6 +51,7 @@ from typing import Any, Protocol
 import torch
 
 from .registry import SAMPLERS
+from .specs import PluginField
 
 Tensor = torch.Tensor
 
@@ -159,10 +160,22 @@ def fill_batch(session: SamplingSession, args, informative: list[tuple[int, int]
     return SampledBatch(batch, metrics)
 
 
+# the round cap of the samplers that generate more rounds (resample, greso: the same declarations)
+MAX_ROUNDS = PluginField(
+    "dynamic_sampling_max_rounds", int, 8, "resample, greso: maximum generation rounds per generation batch", low=1
+)
+ON_EXHAUSTED = PluginField(
+    "dynamic_sampling_on_exhausted", str, "fill",
+    "resample, greso: when the cap is hit, 'fill' (pad with the collected zero-spread groups and warn) or 'raise'",
+    choices=("fill", "raise"),
+)
+
+
 @SAMPLERS.register(
     "resample",
     description="drop groups whose rewards are all equal, generate more prompts until the batch is full",
     source="DAPO, arXiv:2503.14476",
+    fields=(MAX_ROUNDS, ON_EXHAUSTED),
 )
 def resample(session: SamplingSession, args) -> SampledBatch:
     informative: list[tuple[int, int]] = []
