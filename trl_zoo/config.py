@@ -7,7 +7,7 @@ Plugin hyperparameters: a loss, estimator or sampler declares its own fields in 
 values live in one dataclass field, `plugin_args` (a mapping, so the class stays an ordinary dataclass that TRL's
 `TrlParser` / transformers' `HfArgumentParser` parse as they are); `GRPOConfig(my_field=3)` is accepted and stored
 there, `args.my_field` reads it (the declared default when unset), and `trl-zoo train` makes a flag and a YAML key of
-each declared field (`arguments.py`). A value is checked against its declaration when the config is built.
+each declared field (`cli/arguments.py`). A value is checked against its declaration when the config is built.
 
 The built-in entries declare their fields the same way, in their own files (`PluginField`s in the loss's spec), but
 those are made ordinary dataclass fields of `GRPOConfig` when this module is imported (`TABLE_FIELDS`): for them
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from trl import GRPOConfig as TRLGRPOConfig
 
-from . import advantages, aggregation, critic, greso, kl, losses, sampling  # noqa: F401  (the tables the help lists)
+from . import advantages, aggregation, critic, kl, losses, samplers  # noqa: F401  (the tables the help lists)
 from .hooks.length_bucketing import check_length_bucketing
 from .hooks.skip_zero_advantage import check_zero_advantage_skip
 from .hooks.teacher import check_teacher_options
@@ -201,7 +201,7 @@ class GRPOConfig(TRLGRPOConfig):
         "spread before generating). None trains on every group."
     )
     # the samplers' own fields (dynamic_sampling_max_rounds, dynamic_sampling_on_exhausted: resample's and greso's;
-    # greso_*) are declared in sampling.py and greso.py and made fields of this class here (`TABLE_FIELDS`)
+    # greso_*) are declared in samplers/ and made fields of this class here (`TABLE_FIELDS`)
     overlong_buffer_length: int | None = _help(
         "DAPO soft overlong punishment L_cache: completions longer than overlong_max_length − L_cache get a penalty "
         "ramping to −overlong_penalty_factor at overlong_max_length. None disables it."
