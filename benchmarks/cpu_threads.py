@@ -34,7 +34,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trl_zoo.cpu_threads import physical_cores  # noqa: E402
+from trl_zoo.cli.cpu_threads import physical_cores  # noqa: E402
 from trl_zoo.tasks.tiny import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
 
 

@@ -239,7 +239,7 @@ def versions() -> dict:
 def main(argv: list[str]) -> int:
     import trl
 
-    import trl_zoo.train
+    import trl_zoo.cli.train
     from trl_zoo.cli import main as cli_main
 
     trainer = "trl_zoo"
@@ -264,8 +264,8 @@ def main(argv: list[str]) -> int:
     os.environ[RECORD_ENV] = str(output_dir / ("completions.jsonl" if rank == 0 else f"completions.rank{rank}.jsonl"))
     Path(os.environ[RECORD_ENV]).unlink(missing_ok=True)
     timer = StepTimer()
-    base = trl.GRPOTrainer if trainer == "trl" else trl_zoo.train.GRPOTrainer
-    trl_zoo.train.GRPOTrainer = instrumented(base, timer)
+    base = trl.GRPOTrainer if trainer == "trl" else trl_zoo.cli.train.GRPOTrainer
+    trl_zoo.cli.train.GRPOTrainer = instrumented(base, timer)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     try:

@@ -122,7 +122,7 @@ def run_one(config_name: str, seed: int, args) -> dict:
     from peft import LoraConfig
 
     import trl_zoo
-    from trl_zoo.arguments import quickstart_preset
+    from trl_zoo.cli.arguments import quickstart_preset
     from trl_zoo.tasks import get_task
     from trl_zoo.tasks.bootstrap import BootstrapRecipe, bootstrap_policy
     from trl_zoo.tasks.evaluation import greedy_accuracy

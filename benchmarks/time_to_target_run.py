@@ -215,7 +215,7 @@ def run_record(instrumentation: Instrumentation, trainer: str, code: int) -> dic
 def main(argv: list[str]) -> int:
     import trl
 
-    import trl_zoo.train
+    import trl_zoo.cli.train
     from trl_zoo.cli import main as cli_main
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -226,8 +226,8 @@ def main(argv: list[str]) -> int:
     args, train_argv = parser.parse_known_args(argv)
     instrumentation = Instrumentation(args.target, args.budget_seconds)
     count_into(instrumentation.counts)
-    base = trl.GRPOTrainer if args.trainer == "trl" else trl_zoo.train.GRPOTrainer
-    trl_zoo.train.GRPOTrainer = instrumentation.trainer_class(base)
+    base = trl.GRPOTrainer if args.trainer == "trl" else trl_zoo.cli.train.GRPOTrainer
+    trl_zoo.cli.train.GRPOTrainer = instrumentation.trainer_class(base)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     code = cli_main(["train", *train_argv])

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from trl_zoo.cli import main
-from trl_zoo.report import Run, headline, identical_runs, paired_difference, plot_styles, write_report
+from trl_zoo.cli.report import Run, headline, identical_runs, paired_difference, plot_styles, write_report
 
 TINY_BOOTSTRAP = ["--bootstrap_max_steps", "8", "--bootstrap_hidden_size", "32", "--bootstrap_num_layers", "2"]
 

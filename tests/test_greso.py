@@ -14,7 +14,7 @@ import torch
 import trl_zoo
 from tests.scripts.resample_two_processes import describe
 from tests.tiny import TEST_OUTPUT_DIR, config_kwargs, model, prompts_dataset, tokenizer
-from trl_zoo.greso import (
+from trl_zoo.samplers.greso import (
     DECISIONS,
     EXPLORE,
     HISTORY,
@@ -25,7 +25,7 @@ from trl_zoo.greso import (
     zero_spread_kind,
 )
 from trl_zoo.registry import SAMPLERS
-from trl_zoo.sampling import Round
+from trl_zoo.samplers.base import Round
 
 GROUP_SIZE = 4
 UNREPRODUCIBLE = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"}

@@ -30,7 +30,7 @@ from trl_zoo.aggregation import AggregationContext
 from trl_zoo.losses.base import PolicyBatch
 from trl_zoo.losses.gspo import sequence_advantages
 from trl_zoo.registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
-from trl_zoo.sampling import DynamicSamplingExhausted, Round, group_reward_spread
+from trl_zoo.samplers.base import DynamicSamplingExhausted, Round, group_reward_spread
 
 PROPERTY = settings(
     max_examples=30, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from trl_zoo.compare import compare_seeds
-from trl_zoo.report import Run, headline, paired_difference, t_quantile_975, write_report
+from trl_zoo.cli.compare import compare_seeds
+from trl_zoo.cli.report import Run, headline, paired_difference, t_quantile_975, write_report
 
 
 def run(loss: str, seed: int, final: float, heldout_size: int | None = 500) -> Run:

@@ -11,7 +11,7 @@ import trl_zoo
 from tests.scripts.resample_two_processes import describe, grpo_advantages, half_constant_reward
 from tests.tiny import TEST_OUTPUT_DIR, make_trainer
 from trl_zoo.reward_shaping import soft_overlong_punishment
-from trl_zoo.sampling import DynamicSamplingExhausted, group_reward_spread
+from trl_zoo.samplers.base import DynamicSamplingExhausted, group_reward_spread
 
 GROUP_SIZE = 4
 

@@ -1,6 +1,7 @@
-"""The built-in losses' own hyperparameters are declared where the loss is (`PluginField`s in its spec, with their
-ranges and choices written once there) and are still ordinary `GRPOConfig` fields: the same keyword, attribute, CLI
-flag and YAML key as before, a range checked when the loss is chosen, the message naming the loss."""
+"""The built-in losses', estimators' and samplers' own hyperparameters are declared where the entry is
+(`PluginField`s in its spec, with their ranges and choices written once there) and are still ordinary `GRPOConfig`
+fields: the same keyword, attribute, CLI flag and YAML key as before, a range checked when the entry is chosen, the
+message naming the entry."""
 
 import dataclasses
 import inspect
@@ -12,7 +13,7 @@ import trl_zoo
 from tests import tiny
 from trl_zoo import config as config_module
 from trl_zoo.config import TABLE_FIELDS, GRPOConfig, plugin_fields
-from trl_zoo.registry import LOSSES, Entry
+from trl_zoo.registry import ADVANTAGES, LOSSES, SAMPLERS, Entry
 
 # field -> the built-in losses that declare it (gmpo's clip is also rspo's)
 DECLARED_BY = {
@@ -25,6 +26,19 @@ DECLARED_BY = {
     "ppo_kl_beta": ["ppo_kl"], "ppo_kl_target": ["ppo_kl"],
     "rspo_gamma_min": ["rspo"],
 }
+# the estimators' (gae's, VAPO's options among them) and the samplers' (resample's round cap is also greso's)
+ESTIMATOR_FIELDS = {
+    name: ["gae"] for name in ("gae_gamma", "gae_lambda", "gae_lambda_critic", "gae_whiten", "vapo_value_warmup_steps",
+                               "vapo_length_alpha", "vapo_positive_nll_coef", "vapo_positive_reward_threshold")
+}
+SAMPLER_FIELDS = {
+    "dynamic_sampling_max_rounds": ["greso", "resample"], "dynamic_sampling_on_exhausted": ["greso", "resample"],
+    **{name: ["greso"] for name in ("greso_target_zero_spread", "greso_step", "greso_initial_explore",
+                                    "greso_min_explore")},
+}
+# fields of several entries' or of the trainer's, which stay written in config.py
+SHARED = ("advantage_std_unbiased", "advantage_epsilon", "critic_model", "value_coef", "value_clip",
+          "value_learning_rate", "dynamic_sampling", "epsilon", "beta")
 
 
 def build(**overrides):
@@ -37,13 +51,25 @@ def rejection(**overrides) -> str:
     return str(error.value)
 
 
-def test_each_builtin_loss_declares_its_own_fields():
+def declared_by(table) -> dict[str, list[str]]:
     declared = {}
-    for entry in LOSSES.entries():
+    for entry in table.entries():
         for plugin_field in entry.spec.fields:
             declared.setdefault(plugin_field.name, []).append(entry.name)
-    assert {name: sorted(losses) for name, losses in declared.items()} == DECLARED_BY
-    assert set(TABLE_FIELDS) == set(DECLARED_BY)
+    return {name: sorted(entries) for name, entries in declared.items()}
+
+
+def test_each_builtin_loss_estimator_and_sampler_declares_its_own_fields():
+    assert declared_by(LOSSES) == DECLARED_BY
+    assert declared_by(ADVANTAGES) == ESTIMATOR_FIELDS
+    assert declared_by(SAMPLERS) == SAMPLER_FIELDS
+    assert set(TABLE_FIELDS) == set(DECLARED_BY) | set(ESTIMATOR_FIELDS) | set(SAMPLER_FIELDS)
+    assert not set(SHARED) & set(TABLE_FIELDS)
+    # a field shared by two entries is one declaration (the same object), as rspo shares gmpo's
+    for table in (LOSSES, SAMPLERS):
+        for name, owners in declared_by(table).items():
+            objects = {id(f) for owner in owners for f in table.get(owner).spec.fields if f.name == name}
+            assert len(objects) == 1, name
 
 
 def test_the_declarations_are_written_once_and_become_config_fields():
@@ -56,6 +82,9 @@ def test_the_declarations_are_written_once_and_become_config_fields():
         assert item.metadata.get("choices") == (list(plugin_field.choices) if plugin_field.choices else None)
     assert config_fields["dppo_divergence"].metadata["choices"] == ["tv", "kl"]  # the choice list of the declaration
     assert "In (0, 1]." in config_fields["rspo_gamma_min"].metadata["help"]  # the range, in the help
+    assert config_fields["dynamic_sampling_on_exhausted"].metadata["choices"] == ["fill", "raise"]
+    assert config_fields["vapo_length_alpha"].default is None and config_fields["gae_whiten"].default is True
+    assert "In (0, 0.95]." in config_fields["greso_min_explore"].metadata["help"]
     assert not set(TABLE_FIELDS) & set(plugin_fields())  # not plugin_args: no second route to the same value
 
 
@@ -69,7 +98,7 @@ def test_a_builtin_loss_field_is_a_keyword_an_attribute_and_a_saved_field_as_bef
 
 
 def test_a_builtin_loss_field_is_a_yaml_key_and_a_flag_of_train(tmp_path):
-    from trl_zoo.arguments import ConfigError, parse_train_args
+    from trl_zoo.cli.arguments import ConfigError, parse_train_args
 
     config = tmp_path / "m2po.yaml"
     config.write_text("loss_type: m2po\nm2po_threshold: 0.5\n")
@@ -108,3 +137,56 @@ def test_a_plugin_may_share_a_builtin_field_only_as_the_same_declaration(monkeyp
     differing = Entry("my_gmpo", same.fn, "x", spec=trl_zoo.LossSpec(fields=(other,)))
     monkeypatch.setitem(LOSSES._entries, "my_gmpo", differing)
     assert rejection() == "loss 'my_gmpo': its field 'gmpo_epsilon' is already a GRPOConfig field; rename it."
+
+
+def test_estimator_and_sampler_fields_are_keywords_attributes_and_saved_fields_as_before():
+    args = build(advantage_estimator="gae", gae_gamma=1, vapo_length_alpha=0.05, dynamic_sampling="greso",
+                 greso_step=0.02, dynamic_sampling_max_rounds=3)
+    assert args.gae_gamma == 1.0 and isinstance(args.gae_gamma, float) and args.vapo_length_alpha == 0.05
+    assert args.plugin_args is None and args.to_dict()["greso_step"] == 0.02
+    assert args.dynamic_sampling_max_rounds == 3 and args.gae_whiten is True
+    args.greso_min_explore = 0.05
+    assert dataclasses.asdict(args)["greso_min_explore"] == 0.05
+
+
+def test_estimator_and_sampler_fields_are_yaml_keys_flags_and_grouped_in_help(tmp_path, capsys):
+    from trl_zoo.cli.arguments import ConfigError, parse_train_args
+    from trl_zoo.cli.train_help import field_groups
+
+    config = tmp_path / "gae.yaml"
+    config.write_text("advantage_estimator: gae\ngae_lambda: 0.5\ndynamic_sampling: resample\n")
+    output = ["--output_dir", str(tmp_path / "run")]
+    parsed = parse_train_args(["--config", str(config), "--dynamic_sampling_max_rounds", "2", "--no_gae_whiten",
+                               *output]).training
+    assert (parsed.gae_lambda, parsed.dynamic_sampling_max_rounds, parsed.gae_whiten) == (0.5, 2, False)
+    with pytest.raises(ConfigError, match=r"^greso_step: must be in \(0, 1\), got 1\.5 \(sampler 'greso'\)\.$"):
+        parse_train_args(["--dynamic_sampling", "greso", "--greso_step", "1.5", *output])
+    with pytest.raises(ConfigError, match=r"dynamic_sampling_on_exhausted.*'skip'"):
+        parse_train_args(["--dynamic_sampling_on_exhausted", "skip", *output])
+    from trl_zoo.cli.arguments import TaskArguments
+    from trl import ModelConfig
+
+    groups = field_groups(TaskArguments, GRPOConfig, ModelConfig)
+    for name in ESTIMATOR_FIELDS:
+        assert groups[name] == "trl_zoo: advantages and KL", name
+    for name in SAMPLER_FIELDS:
+        assert groups[name] == "trl_zoo: sampling and reward shaping", name
+
+
+def test_estimator_and_sampler_ranges_are_checked_when_chosen_naming_the_entry():
+    assert rejection(advantage_estimator="gae", gae_lambda=1.5) == (
+        "gae_lambda: must be in [0, 1], got 1.5 (advantage estimator 'gae')."
+    )
+    assert rejection(advantage_estimator="gae", vapo_value_warmup_steps=-1) == (
+        "vapo_value_warmup_steps: must be ≥ 0, got -1 (advantage estimator 'gae')."
+    )
+    assert rejection(dynamic_sampling="resample", dynamic_sampling_max_rounds=0) == (
+        "dynamic_sampling_max_rounds: must be ≥ 1, got 0 (sampler 'resample')."
+    )
+    assert rejection(dynamic_sampling="greso", greso_min_explore=0.2, greso_initial_explore=0.1).startswith(
+        "greso_initial_explore: must be in [greso_min_explore, 0.95]"
+    )
+    build(gae_lambda=1.5, greso_step=0.0, dynamic_sampling_max_rounds=0)  # chosen by no entry: not read
+    assert rejection(gae_gamma="big") == "gae_gamma: expected float, got 'big' (advantage estimator 'gae')."
+    # the critic's own fields (config.py's) keep their checks when an estimator with a critic is chosen
+    assert rejection(advantage_estimator="gae", value_coef=-1.0) == "value_coef: must be ≥ 0, got -1.0."

@@ -12,11 +12,11 @@ from trl import DatasetMixtureConfig, get_dataset
 from trl.scripts.grpo import make_parser as trl_grpo_parser
 
 import trl_zoo.hooks.rewards
-import trl_zoo.train
-from trl_zoo.arguments import ConfigError, parse_train_args
+import trl_zoo.cli.train
+from trl_zoo.cli.arguments import ConfigError, parse_train_args
 from trl_zoo.cli import main
-from trl_zoo.reward_names import resolve_reward, trl_reward_names
-from trl_zoo.train import _load_dataset_splits
+from trl_zoo.cli.reward_names import resolve_reward, trl_reward_names
+from trl_zoo.cli.train import _load_dataset_splits
 
 from . import tiny
 
@@ -91,8 +91,8 @@ def test_a_trl_grpo_yaml_runs_with_reward_model_trl_reward_eval_split_and_trust_
     load_tokenizer = AutoTokenizer.from_pretrained
     monkeypatch.setattr(AutoTokenizer, "from_pretrained",
                         lambda *a, **k: tokenizer_calls.append(k) or load_tokenizer(*a, **k))
-    prepare = trl_zoo.train.prepare_training
-    monkeypatch.setattr(trl_zoo.train, "prepare_training",
+    prepare = trl_zoo.cli.train.prepare_training
+    monkeypatch.setattr(trl_zoo.cli.train, "prepare_training",
                         lambda *a, **k: setups.append(prepare(*a, **k)) or setups[-1])
     rewards_per_round = []  # the reward seam's checked rewards of every round
     scored_rewards = trl_zoo.hooks.rewards.RewardsMixin._scored_rewards

@@ -361,7 +361,7 @@ def test_a_malformed_plugin_field_is_refused_where_it_is_declared():
 
 
 def test_a_plugin_field_is_a_yaml_key_and_a_flag_of_train(scaled_loss, tmp_path):
-    from trl_zoo.arguments import ConfigError, parse_train_args
+    from trl_zoo.cli.arguments import ConfigError, parse_train_args
 
     config = tmp_path / "scaled.yaml"
     config.write_text("loss_type: scaled_pg\npg_scale: 4\n")

@@ -1,6 +1,6 @@
 """trl_zoo: GRPO-family algorithms for TRL as a plugin table, behind a drop-in `GRPOTrainer`."""
 
-from . import advantages, aggregation, critic, greso, kl, losses, reward_shaping, sampling  # noqa: F401  (the tables)
+from . import advantages, aggregation, critic, kl, losses, reward_shaping, samplers  # noqa: F401  (the tables)
 from .config import GRPOConfig
 from .losses.base import PolicyBatch, PolicyTerm
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS, TABLES, Registry

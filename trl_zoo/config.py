@@ -7,7 +7,7 @@ Plugin hyperparameters: a loss, estimator or sampler declares its own fields in 
 values live in one dataclass field, `plugin_args` (a mapping, so the class stays an ordinary dataclass that TRL's
 `TrlParser` / transformers' `HfArgumentParser` parse as they are); `GRPOConfig(my_field=3)` is accepted and stored
 there, `args.my_field` reads it (the declared default when unset), and `trl-zoo train` makes a flag and a YAML key of
-each declared field (`arguments.py`). A value is checked against its declaration when the config is built.
+each declared field (`cli/arguments.py`). A value is checked against its declaration when the config is built.
 
 The built-in entries declare their fields the same way, in their own files (`PluginField`s in the loss's spec), but
 those are made ordinary dataclass fields of `GRPOConfig` when this module is imported (`TABLE_FIELDS`): for them
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from trl import GRPOConfig as TRLGRPOConfig
 
-from . import advantages, aggregation, critic, greso, kl, losses, sampling  # noqa: F401  (the tables the help lists)
+from . import advantages, aggregation, critic, kl, losses, samplers  # noqa: F401  (the tables the help lists)
 from .hooks.length_bucketing import check_length_bucketing
 from .hooks.skip_zero_advantage import check_zero_advantage_skip
 from .hooks.teacher import check_teacher_options
@@ -177,17 +177,6 @@ class GRPOConfig(TRLGRPOConfig):
     ref_reset_optimizer: bool = _help(
         "ProRL: also clear the optimizer state (Adam moments) at each reference reset, as the paper does.", False
     )
-    gae_gamma: float = _help("GAE discount γ over completion tokens (advantage_estimator='gae'), in [0, 1].", 1.0)
-    gae_lambda: float = _help(
-        "GAE λ of the policy advantages, in [0, 1]: 0 is the one-step TD residual, 1 the Monte-Carlo return minus the "
-        "value. Replaced per completion by the length-adaptive λ when vapo_length_alpha is set.",
-        0.95,
-    )
-    gae_lambda_critic: float | None = _help(
-        "GAE λ of the value targets, in [0, 1]; None uses the policy's λ (classic PPO). VAPO decouples them with "
-        "1.0 (Monte-Carlo targets)."
-    )
-    gae_whiten: bool = _help("Whiten the GAE token advantages over the batch's completion tokens (mean 0, std 1).", True)
     critic_model: str | None = _help(
         "The critic of advantage_estimator='gae': 'adapter' (its own LoRA adapter on the shared frozen base plus a "
         "scalar head; PEFT policies) or 'head' (an MLP head on the policy's detached last hidden states). None: "
@@ -202,23 +191,8 @@ class GRPOConfig(TRLGRPOConfig):
     value_learning_rate: float | None = _help(
         "Learning rate of the critic's parameters (their own optimizer group, same schedule). None: learning_rate."
     )
-    vapo_value_warmup_steps: int = _help(
-        "VAPO value pre-training: the first N optimizer steps train only the critic, on Monte-Carlo returns "
-        "(λ = 1); the policy loss is skipped. 0: none.",
-        0,
-    )
-    vapo_length_alpha: float | None = _help(
-        "VAPO length-adaptive GAE: λ_policy = 1 − 1/(α·ℓ) for a completion of ℓ tokens, clamped to [0, 1]. None "
-        "keeps gae_lambda. VAPO: 0.05."
-    )
-    vapo_positive_nll_coef: float = _help(
-        "VAPO positive-example LM loss μ: adds μ · token-mean NLL of the completions whose task reward exceeds "
-        "vapo_positive_reward_threshold. 0 disables it. VAPO: 0.1.",
-        0.0,
-    )
-    vapo_positive_reward_threshold: float = _help(
-        "Task reward above which a completion counts as correct for the positive-example LM loss.", 0.5
-    )
+    # gae's own fields (gae_gamma, gae_lambda, ..., VAPO's vapo_*) are declared in critic.py and made fields of this
+    # class here (`TABLE_FIELDS`)
 
     # --- sampling and reward shaping ---
     dynamic_sampling: str | None = _help(
@@ -226,25 +200,8 @@ class GRPOConfig(TRLGRPOConfig):
         "more; reweight: drop them, scale the rest by 1/(1−p); greso: also skip prompts whose recent groups had no "
         "spread before generating). None trains on every group."
     )
-    dynamic_sampling_max_rounds: int = _help("resample: maximum generation rounds per generation batch.", 8)
-    dynamic_sampling_on_exhausted: str = _help(
-        "resample: when the cap is hit, 'fill' (pad with the collected zero-spread groups and warn) or 'raise'.",
-        "fill",
-        choices=["fill", "raise"],
-    )
-    greso_target_zero_spread: float = _help(
-        "greso: target share of zero-spread groups among those generated (1/3 easy, 2/3 hard); above it prompts are "
-        "skipped more.",
-        0.25,
-    )
-    greso_step: float = _help("greso: Δ by which the exploration probabilities p_easy and p_hard move per batch.", 0.01)
-    greso_initial_explore: float = _help("greso: p_easy and p_hard at the start of training.", 0.5)
-    greso_min_explore: float = _help(
-        "greso: the least probability with which any prompt is generated (lower bound of p_easy, p_hard and p^z). "
-        "The GRESO authors' code bounds p at 0.05; 0.01 generated a third less per trained completion in benchmarks/"
-        "rollout_efficiency.py at equal accuracy.",
-        0.01,
-    )
+    # the samplers' own fields (dynamic_sampling_max_rounds, dynamic_sampling_on_exhausted: resample's and greso's;
+    # greso_*) are declared in samplers/ and made fields of this class here (`TABLE_FIELDS`)
     overlong_buffer_length: int | None = _help(
         "DAPO soft overlong punishment L_cache: completions longer than overlong_max_length − L_cache get a penalty "
         "ramping to −overlong_penalty_factor at overlong_max_length. None disables it."
@@ -418,8 +375,6 @@ class GRPOConfig(TRLGRPOConfig):
             )
         if self.ref_reset_steps is not None and self.ref_reset_steps < 1:
             raise ValueError(f"ref_reset_steps: must be ≥ 1, got {self.ref_reset_steps}.")
-        if self.dynamic_sampling_max_rounds < 1:
-            raise ValueError(f"dynamic_sampling_max_rounds: must be ≥ 1, got {self.dynamic_sampling_max_rounds}.")
         if self.overlong_max_length is not None and self.overlong_max_length < 1:
             raise ValueError(f"overlong_max_length: must be ≥ 1 token, got {self.overlong_max_length}.")
         if self.overlong_penalty_factor < 0:
@@ -509,9 +464,16 @@ class GRPOConfig(TRLGRPOConfig):
             )
 
     def _validate_critic(self):
-        """The critic's fields need an estimator that declares `needs=("values",)` (their ranges are checked by
-        that estimator's `validate`, `trl_zoo/critic.py`)."""
+        """The critic's fields (here: any estimator that declares `needs=("values",)` gets the critic) and gae's
+        (declared in `trl_zoo/critic.py`) need such an estimator; the critic's ranges."""
         needs = ADVANTAGES.get(self.advantage_estimator).spec.needs if self.advantage_estimator else ()
+        if "values" in needs:
+            if self.value_coef < 0:
+                raise ValueError(f"value_coef: must be ≥ 0, got {self.value_coef}.")
+            for name in ("value_clip", "value_learning_rate"):
+                value = getattr(self, name)
+                if value is not None and value <= 0:
+                    raise ValueError(f"{name}: must be > 0 (or None), got {value}.")
         if "values" not in needs:
             for name, active in (
                 ("critic_model", self.critic_model is not None),

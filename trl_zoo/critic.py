@@ -41,6 +41,7 @@ from torch import nn
 
 from .advantages import AdvantageInputs, whiten
 from .registry import ADVANTAGES
+from .specs import PluginField
 
 Tensor = torch.Tensor
 
@@ -141,20 +142,49 @@ def value_targets(inputs: AdvantageInputs, args, lam: float | Tensor | None = No
     return torch.where(inputs.mask.bool(), returns, torch.zeros_like(returns))
 
 
-def validate_gae(args) -> None:
-    """The ranges of the critic's and GAE's fields."""
-    for name in ("gae_gamma", "gae_lambda", "gae_lambda_critic"):
-        value = getattr(args, name)
-        if value is not None and not 0 <= value <= 1:
-            raise ValueError(f"{name}: must be in [0, 1], got {value}.")
-    if args.value_coef < 0:
-        raise ValueError(f"value_coef: must be ≥ 0, got {args.value_coef}.")
-    for name in ("value_clip", "value_learning_rate", "vapo_length_alpha"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise ValueError(f"{name}: must be > 0 (or None), got {value}.")
-    if args.vapo_value_warmup_steps < 0 or args.vapo_positive_nll_coef < 0:
-        raise ValueError("vapo_value_warmup_steps / vapo_positive_nll_coef: must be ≥ 0.")
+# gae's own hyperparameters, GRPOConfig fields (config.TABLE_FIELDS); VAPO's options are options of gae. The
+# critic's fields that any estimator declaring needs=("values",) gets (critic_model, value_coef, value_clip,
+# value_learning_rate) are config.py's.
+GAMMA = PluginField("gae_gamma", float, 1.0, "GAE discount γ over completion tokens (advantage_estimator='gae')",
+                    low=0, high=1)
+LAMBDA = PluginField(
+    "gae_lambda", float, 0.95,
+    "GAE λ of the policy advantages: 0 is the one-step TD residual, 1 the Monte-Carlo return minus the value. "
+    "Replaced per completion by the length-adaptive λ when vapo_length_alpha is set",
+    low=0, high=1,
+)
+LAMBDA_CRITIC = PluginField(
+    "gae_lambda_critic", float, None,
+    "GAE λ of the value targets; None uses the policy's λ (classic PPO). VAPO decouples them with 1.0 (Monte-Carlo "
+    "targets)",
+    low=0, high=1,
+)
+WHITEN = PluginField("gae_whiten", bool, True,
+                     "Whiten the GAE token advantages over the batch's completion tokens (mean 0, std 1).")
+VALUE_WARMUP_STEPS = PluginField(
+    "vapo_value_warmup_steps", int, 0,
+    "VAPO value pre-training: the first N optimizer steps train only the critic, on Monte-Carlo returns (λ = 1); "
+    "the policy loss is skipped. 0: none",
+    low=0,
+)
+LENGTH_ALPHA = PluginField(
+    "vapo_length_alpha", float, None,
+    "VAPO length-adaptive GAE: λ_policy = 1 − 1/(α·ℓ) for a completion of ℓ tokens, clamped to [0, 1]. None keeps "
+    "gae_lambda. VAPO: 0.05",
+    low=0, low_open=True,
+)
+POSITIVE_NLL_COEF = PluginField(
+    "vapo_positive_nll_coef", float, 0.0,
+    "VAPO positive-example LM loss μ: adds μ · token-mean NLL of the completions whose task reward exceeds "
+    "vapo_positive_reward_threshold. 0 disables it. VAPO: 0.1",
+    low=0,
+)
+POSITIVE_REWARD_THRESHOLD = PluginField(
+    "vapo_positive_reward_threshold", float, 0.5,
+    "Task reward above which a completion counts as correct for the positive-example LM loss.",
+)
+FIELDS = (GAMMA, LAMBDA, LAMBDA_CRITIC, WHITEN, VALUE_WARMUP_STEPS, LENGTH_ALPHA, POSITIVE_NLL_COEF,
+          POSITIVE_REWARD_THRESHOLD)
 
 
 @ADVANTAGES.register(
@@ -164,7 +194,7 @@ def validate_gae(args) -> None:
     source="GAE, Schulman et al. 2016 (arXiv:1506.02438); PPO; VAPO, arXiv:2504.05118",
     token_level=True,
     needs=("values",),
-    validate=validate_gae,
+    fields=FIELDS,  # their ranges are the declarations'; the critic's shared fields are checked by config.py
 )
 def gae_advantages(inputs: AdvantageInputs, args) -> Tensor:
     advantages = policy_gae(inputs, args)

@@ -1,4 +1,4 @@
-"""Trainer hook: dynamic sampling (`dynamic_sampling`, formulas in `trl_zoo/sampling.py`).
+"""Trainer hook: dynamic sampling (`dynamic_sampling`, formulas in `trl_zoo/samplers/`).
 
 The generation seam's `_generation_batch` (`hooks/generation.py`) hands the inputs TRL drew to the sampler from the
 sampler table through a session that generates lazily: reading its rounds lets TRL generate and score those inputs
@@ -33,7 +33,7 @@ from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 from ..batch_layout import batch_layouts, trim_padding
 from ..model_inputs import loss_mask
 from ..registry import SAMPLERS
-from ..sampling import Round, group_reward_spread, sampling_metrics
+from ..samplers.base import Round, group_reward_spread, sampling_metrics
 
 PROMPT_BATCHES_DRAWN = "dynamic_sampling/prompt_batches_drawn"  # zoo_state key: position in the prompt stream
 

@@ -6,8 +6,11 @@
 
 `trl-zoo COMMAND --help` shows a command's options; `trl-zoo --version` the version.
 
-This module only dispatches: `arguments.py` parses the train arguments and config files, `train.py` runs
-`train`, `compare.py` runs `compare`. Bad configuration exits with status 2 and a one-line message naming the
+This package is the command line; its `__init__` only dispatches: `arguments.py` parses the train arguments and
+config files (`train_help.py` lays out `--help`, `preset_lengths.py` fits a preset's lengths), `train.py` runs
+`train` (`reward_names.py` its `--reward_funcs`, `cpu_threads.py`, `null_reward_control.py`, `model_card.py`),
+`compare.py` runs `compare`, `report.py` writes the run log and the report, `one_gpu.py` keeps one GPU without a
+launcher. `python -m trl_zoo.cli` runs `__main__.py`. Bad configuration exits with status 2 and a one-line message naming the
 field, never a traceback; Ctrl-C exits with status 130 and one line (for `train`: the step reached and the last
 checkpoint to resume from).
 """
@@ -22,11 +25,11 @@ from importlib import metadata
 import datasets
 from transformers.utils import logging as transformers_logging
 
-from . import __version__
+from .. import __version__
 from .arguments import ConfigError, one_line
 from .compare import compare_command
 from .one_gpu import use_one_gpu_unless_launched
-from .registry import TABLES
+from ..registry import TABLES
 from .train import TrainingInterrupted, train_command
 
 USAGE = "usage: trl-zoo COMMAND [options]\n\n" + "\n\n".join(__doc__.split("\n\n")[1:3])
@@ -107,7 +110,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"trl-zoo {command}: interrupted.", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The package's folders show its layers (the command line in `trl_zoo/cli/`, the samplers in `trl_zoo/samplers/`),
+and every import path that existed before the moves still works: a moved module is the same module object under its
+old name (what a test or a user patches through either name is patched for both), `trl_zoo.sampling` re-exports what
+it had, and `python -m trl_zoo.cli` and the `trl-zoo` console script still start the command line."""
+
+import importlib
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import trl_zoo
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI_MODULES = ("arguments", "compare", "cpu_threads", "model_card", "null_reward_control", "one_gpu",
+               "preset_lengths", "report", "reward_names", "train", "train_help")
+
+
+@pytest.mark.parametrize("name", CLI_MODULES)
+def test_a_moved_command_line_module_keeps_its_old_import_path(name):
+    old = importlib.import_module(f"trl_zoo.{name}")
+    assert old is importlib.import_module(f"trl_zoo.cli.{name}")
+    assert (ROOT / "trl_zoo" / "cli" / f"{name}.py").exists()
+    assert len((ROOT / "trl_zoo" / f"{name}.py").read_text().splitlines()) < 10  # the old file is only the alias
+
+
+def test_the_samplers_folder_and_the_old_sampler_paths():
+    import trl_zoo.greso
+    import trl_zoo.samplers.greso
+    from trl_zoo.sampling import DynamicSamplingExhausted, Round, fill_batch, resample, reweight  # noqa: F401
+
+    assert trl_zoo.greso is trl_zoo.samplers.greso
+    assert Round is trl_zoo.samplers.base.Round
+    for name in ("resample", "reweight", "greso"):
+        assert trl_zoo.SAMPLERS.get(name).fn.__module__ == f"trl_zoo.samplers.{name}"
+
+
+def test_the_console_script_and_python_m_still_reach_the_command_line():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, attribute = scripts["trl-zoo"].partition(":")
+    assert getattr(importlib.import_module(module), attribute) is trl_zoo.cli.main
+    result = subprocess.run([sys.executable, "-m", "trl_zoo.cli", "--version"], capture_output=True, text=True,
+                            cwd=ROOT, check=False)
+    assert result.returncode == 0 and result.stdout.startswith("trl-zoo "), result.stderr
