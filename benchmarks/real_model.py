@@ -12,6 +12,8 @@ Plans (each run: `benchmarks/real_model_run.py`, 3 seeds unless --seeds):
     hard      chat_arithmetic_hard: grpo; grpo + greso (at most 3 generation rounds a step); grpo with MaxRL's
               estimator; grpo with the teacher signal ("self": the base weights, the answer in its prompt); the
               control
+    medium    chat_arithmetic_medium (a - b: below 5 % greedy, yet a tenth of the groups with spread): grpo, grpo +
+              resample, grpo + greso (at most 3 generation rounds a step), MaxRL's estimator, the control
     offpolicy chat_arithmetic, 8 optimizer steps per generation batch (--num_iterations 8, 80 steps = 10
               batches): dapo with ε_high 0.28 (clip-higher) and 0.2 (symmetric), dppo, topr, m2po
     trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
@@ -52,6 +54,16 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
             "grpo_teacher": ["--loss_type", "grpo", "--teacher_model", "self", "--teacher_prompt_template", TEACHER],
             "control": ["--loss_type", "grpo", "--null_reward_control", "true"],
         }
+    if name == "medium":
+        return "chat_arithmetic_medium", {
+            "grpo": ["--loss_type", "grpo"],
+            "grpo_resample": [
+                "--loss_type", "grpo", "--dynamic_sampling", "resample", "--dynamic_sampling_max_rounds", "3",
+            ],
+            "grpo_greso": ["--loss_type", "grpo", "--dynamic_sampling", "greso", "--dynamic_sampling_max_rounds", "3"],
+            "maxrl": ["--loss_type", "grpo", "--advantage_estimator", "maxrl"],
+            "control": ["--loss_type", "grpo", "--null_reward_control", "true"],
+        }
     if name == "offpolicy":
         updates = ["--num_iterations", "8", "--max_steps", "80"]
         runs = {loss: ["--loss_type", loss, *updates] for loss in ["dppo", "topr", "m2po"]}
@@ -62,7 +74,7 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
         return "chat_arithmetic", runs
     if name == "trl":
         return "chat_arithmetic", {f"trl_{loss}": ["--trainer", "trl", "--loss_type", loss] for loss in ["grpo", "dapo"]}
-    raise SystemExit(f"--plan: easy, hard, offpolicy or trl, got {name!r}")
+    raise SystemExit(f"--plan: easy, medium, hard, offpolicy or trl, got {name!r}")
 
 
 def command(task: str, flags: list[str], seed: int, out: Path, extra: list[str]) -> list[str]:

@@ -8,16 +8,31 @@ from trl_zoo.tasks.chat_arithmetic import ChatArithmeticTask
 from trl_zoo.tasks.rewards import final_number_reward
 
 
-@pytest.mark.parametrize("name, terms", [("chat_arithmetic", 2), ("chat_arithmetic_hard", 3)])
-def test_levels_have_disjoint_heldout_sets_and_right_answers(name, terms):
+@pytest.mark.parametrize("name, terms, signs", [
+    ("chat_arithmetic", 2, ["+"]), ("chat_arithmetic_medium", 2, ["-"]), ("chat_arithmetic_hard", 3, ["+", "-"]),
+])
+def test_levels_have_disjoint_heldout_sets_and_right_answers(name, terms, signs):
     task = get_task(name)
     train, heldout = task.train_dataset(), task.heldout_dataset()
-    assert len(heldout) >= 500
+    assert len(heldout) >= 500 and len(set(train["prompt"])) == len(train)
     assert not set(train["prompt"]) & set(heldout["prompt"])
-    for prompt, answer in zip(heldout["prompt"][:50], heldout["answer"][:50]):
-        numbers = [int(token.rstrip("?")) for token in prompt.split() if token.rstrip("?").isdigit()]
-        assert len(numbers) == terms and all(10 <= n <= 99 for n in numbers)
-        assert int(answer) == numbers[0] + numbers[1] - sum(numbers[2:])
+    prompts, answers = list(heldout["prompt"]) + train["prompt"][:500], list(heldout["answer"]) + train["answer"][:500]
+    for prompt, answer in zip(prompts, answers):
+        tokens = prompt.rstrip("?").split()[2:]  # "What is a + b - c?" -> a, +, b, -, c
+        numbers, operators = [int(t) for t in tokens[::2]], tokens[1::2]
+        assert len(numbers) == terms and all(10 <= n <= 99 for n in numbers) and operators == signs
+        expected = numbers[0] + sum(n if sign == "+" else -n for sign, n in zip(operators, numbers[1:]))
+        assert int(answer) == expected and (int(answer) >= 0 or signs != ["-"])  # a - b is asked with a ≥ b
+
+
+def test_the_medium_level_draws_every_ordered_pair_once_at_most():
+    task = ChatArithmeticTask("m", terms=2, num_train=4095 - 500, num_heldout=500, level="medium", signs=("-",))
+    prompts = list(task.train_dataset()["prompt"]) + list(task.heldout_dataset()["prompt"])
+    assert len(set(prompts)) == 4095  # 90 · 91 / 2 pairs a ≥ b
+    with pytest.raises(ValueError, match="more than the 4095 distinct questions"):
+        ChatArithmeticTask("m", terms=2, num_train=4000, num_heldout=500, level="medium", signs=("-",))._split
+    with pytest.raises(ValueError, match="signs: one"):
+        ChatArithmeticTask("m", terms=3, num_train=1, num_heldout=1, level="x", signs=("-",))
 
 
 def test_the_reward_reads_the_last_number_of_a_rambling_answer():
@@ -31,6 +46,8 @@ def test_prompts_spell_the_expression():
     assert ChatArithmeticTask.prompt((47, 38)) == "What is 47 + 38?"
     assert ChatArithmeticTask.prompt((47, 38, 21)) == "What is 47 + 38 - 21?"
     assert ChatArithmeticTask.answer((47, 38, 21)) == 64
+    assert ChatArithmeticTask.prompt((47, 38), ("-",)) == "What is 47 - 38?"
+    assert ChatArithmeticTask.answer((47, 38), ("-",)) == 9
 
 
 def test_null_reward_control_keeps_the_rewards_and_breaks_their_link_to_completions():

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_zoo.tasks import (
-    ADDITION, ADDITION3, CHAT_ARITHMETIC, CHAT_ARITHMETIC_HARD, SCRATCHPAD, SCRATCHPAD_SMALL, TASKS, get_task,
+    ADDITION, ADDITION3, CHAT_ARITHMETIC, CHAT_ARITHMETIC_HARD, CHAT_ARITHMETIC_MEDIUM, SCRATCHPAD, SCRATCHPAD_SMALL, TASKS, get_task,
 )
 from trl_zoo.tasks.arithmetic import AdditionTask
 from trl_zoo.tasks.bootstrap import BootstrapRecipe, bootstrap_policy, demonstrations, slipped_sum
@@ -52,6 +52,7 @@ def test_task_table_and_unknown_task():
     assert TASKS == {
         "addition": ADDITION, "addition3": ADDITION3, "scratchpad": SCRATCHPAD, "scratchpad_small": SCRATCHPAD_SMALL,
         "chat_arithmetic": CHAT_ARITHMETIC, "chat_arithmetic_hard": CHAT_ARITHMETIC_HARD,
+        "chat_arithmetic_medium": CHAT_ARITHMETIC_MEDIUM,
     }
     with pytest.raises(ValueError, match="task: unknown built-in task 'mult'"):
         get_task("mult")

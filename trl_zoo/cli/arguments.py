@@ -101,7 +101,7 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
         default="addition",
         metadata={
             "help": "Built-in task (addition, addition3, scratchpad, scratchpad_small, chat_arithmetic, "
-            "chat_arithmetic_hard), used when no dataset_name is given. The addition and scratchpad tasks bootstrap "
+            "chat_arithmetic_medium, chat_arithmetic_hard), used when no dataset_name is given. The addition and scratchpad tasks bootstrap "
             "a tiny base policy (the bootstrap_* flags apply to the addition tasks); the chat_arithmetic tasks train "
             "a pretrained chat model, by default the packaged smollm2-135m-instruct."
         },

@@ -4,12 +4,14 @@
 """
 
 from .arithmetic import ADDITION, ADDITION3, AdditionTask
-from .chat_arithmetic import CHAT_ARITHMETIC, CHAT_ARITHMETIC_HARD, ChatArithmeticTask
+from .chat_arithmetic import CHAT_ARITHMETIC, CHAT_ARITHMETIC_HARD, CHAT_ARITHMETIC_MEDIUM, ChatArithmeticTask
 from .scratchpad import SCRATCHPAD, SCRATCHPAD_SMALL, ScratchpadAdditionTask
 
 TASKS: dict[str, AdditionTask | ScratchpadAdditionTask | ChatArithmeticTask] = {
     task.name: task
-    for task in (ADDITION, ADDITION3, SCRATCHPAD, SCRATCHPAD_SMALL, CHAT_ARITHMETIC, CHAT_ARITHMETIC_HARD)
+    for task in (
+        ADDITION, ADDITION3, SCRATCHPAD, SCRATCHPAD_SMALL, CHAT_ARITHMETIC, CHAT_ARITHMETIC_MEDIUM, CHAT_ARITHMETIC_HARD,
+    )
 }
 
 
@@ -20,6 +22,7 @@ def get_task(name: str) -> AdditionTask | ScratchpadAdditionTask | ChatArithmeti
 
 
 __all__ = [
-    "ADDITION", "ADDITION3", "AdditionTask", "CHAT_ARITHMETIC", "CHAT_ARITHMETIC_HARD", "ChatArithmeticTask",
+    "ADDITION", "ADDITION3", "AdditionTask", "CHAT_ARITHMETIC", "CHAT_ARITHMETIC_HARD", "CHAT_ARITHMETIC_MEDIUM",
+    "ChatArithmeticTask",
     "SCRATCHPAD", "SCRATCHPAD_SMALL", "ScratchpadAdditionTask", "TASKS", "get_task",
 ]

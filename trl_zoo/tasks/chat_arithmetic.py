@@ -1,7 +1,8 @@
-"""Built-in task for pretrained chat models: arithmetic questions asked in words, at two levels of difficulty.
+"""Built-in task for pretrained chat models: arithmetic questions asked in words, at three levels of difficulty.
 
-    easy  (chat_arithmetic)       "What is 47 + 38?"          answer 85
-    hard  (chat_arithmetic_hard)  "What is 47 + 38 - 21?"     answer 64
+    easy    (chat_arithmetic)          "What is 47 + 38?"          answer 85
+    medium  (chat_arithmetic_medium)   "What is 47 - 38?"          answer 9     (a ≥ b)
+    hard    (chat_arithmetic_hard)     "What is 47 + 38 - 21?"     answer 64
 
     reward R = [ last number in the completion == answer ]     (final_number, see rewards.py)
 
@@ -14,8 +15,13 @@ How the levels were chosen (SmolLM2-135M-Instruct, greedy, 64 new tokens, chat t
 training 81 % of the groups of 8 samples carry no reward spread — enough signal for plain GRPO (every loss reached
 69-77 % in 40 steps, see benchmarks/results/2026-11-26-h200-real-model). A third term drops the model to 2 % (first
 100 held-out, CPU): the regime where most groups carry no spread and what is learned depends on spending generation
-on the few informative prompts (dynamic sampling, GRESO). Word problems (0 % greedy on a first try) were left out:
-no recipe gets a signal there at this model size.
+on the few informative prompts (dynamic sampling, GRESO). On the H200 it started at 1.4 % of the 500 held-out,
+0.5 % of training samples right and 95 % of groups without spread, and no recipe moved it in 40 steps
+(benchmarks/results/2026-11-26-h200-real-model-2). The medium level sits between: two-digit differences start at 4 %
+greedy against 20 % for sums (the same 100 random operand pairs, CPU, float32), yet sampled at temperature 1 they are
+right almost as often (1.5 % of 8 samples a question against 2.0 %) and 11 % of the groups of 8 have spread (sums:
+13 %) — a start below 5 % with signal in a tenth of the groups. Word problems (0 % greedy on a first try) were left out: no recipe
+gets a signal there at this model size.
 
 The default policy is the packaged SmolLM2-135M-Instruct (`smollm2-135m-instruct`, see gguf_checkpoint.py), and
 `preset()` holds the hyperparameters measured on one GPU (LoRA r 16 on every linear layer, 16 prompts × 8
@@ -37,7 +43,8 @@ Question = tuple[int, ...]
 
 @dataclass(frozen=True)
 class ChatArithmeticTask:
-    """Questions 'What is a + b?' (terms=2) or 'What is a + b - c?' (terms=3) over two-digit operands."""
+    """Questions over two-digit operands joined by `signs`: 'What is a + b?' (terms=2, signs ("+",)), 'What is
+    a - b?' (terms=2, signs ("-",): a ≥ b, so answers are ≥ 0) or 'What is a + b - c?' (terms=3, signs ("+", "-"))."""
 
     name: str
     terms: int
@@ -46,6 +53,7 @@ class ChatArithmeticTask:
     level: str
     seed: int = 1234
     description: str = ""
+    signs: tuple[str, ...] = ("+", "-")
 
     reward = staticmethod(final_number_reward)
     reward_name = "final_number"
@@ -55,37 +63,52 @@ class ChatArithmeticTask:
     def __post_init__(self):
         if self.terms not in (2, 3):
             raise ValueError(f"terms: 2 (a + b) or 3 (a + b - c), got {self.terms}.")
+        if len(self.signs) < self.terms - 1 or not set(self.signs) <= {"+", "-"}:
+            raise ValueError(f"signs: one '+' or '-' between each two of the {self.terms} operands, got {self.signs}.")
 
     @staticmethod
-    def expression(question: Question) -> str:
-        signs = ["+", "-"]
+    def expression(question: Question, signs: tuple[str, ...] = ("+", "-")) -> str:
         text = str(question[0])
-        for index, operand in enumerate(question[1:]):
-            text += f" {signs[index]} {operand}"
+        for sign, operand in zip(signs, question[1:]):
+            text += f" {sign} {operand}"
         return text
 
     @classmethod
-    def prompt(cls, question: Question) -> str:
-        return f"What is {cls.expression(question)}?"
+    def prompt(cls, question: Question, signs: tuple[str, ...] = ("+", "-")) -> str:
+        return f"What is {cls.expression(question, signs)}?"
 
     @staticmethod
-    def answer(question: Question) -> int:
-        a, b, *rest = question
-        return a + b - sum(rest)
+    def answer(question: Question, signs: tuple[str, ...] = ("+", "-")) -> int:
+        value = question[0]
+        for sign, operand in zip(signs, question[1:]):
+            value += operand if sign == "+" else -operand
+        return value
+
+    @property
+    def ordered_difference(self) -> bool:
+        """a - b with a ≥ b: the questions are the ordered pairs, so no answer is negative."""
+        return self.terms == 2 and self.signs[0] == "-"
 
     @cached_property
     def _split(self) -> tuple[list[Question], list[Question]]:
-        pool_size = 90**self.terms
+        ordered = [(a, b) for a in range(10, 100) for b in range(10, a + 1)] if self.ordered_difference else None
+        pool_size = len(ordered) if ordered else 90**self.terms
         if self.num_train + self.num_heldout > pool_size:
             raise ValueError(f"num_train + num_heldout: more than the {pool_size} distinct questions; lower them.")
         rng = random.Random(self.seed)
         chosen = rng.sample(range(pool_size), self.num_train + self.num_heldout)
-        questions = [tuple(10 + index // 90**k % 90 for k in range(self.terms)) for index in chosen]
+        if ordered:
+            questions = [ordered[index] for index in chosen]
+        else:
+            questions = [tuple(10 + index // 90**k % 90 for k in range(self.terms)) for index in chosen]
         return questions[self.num_heldout :], questions[: self.num_heldout]
 
     def _dataset(self, questions: list[Question]) -> Dataset:
         return Dataset.from_dict(
-            {"prompt": [self.prompt(q) for q in questions], "answer": [str(self.answer(q)) for q in questions]}
+            {
+                "prompt": [self.prompt(q, self.signs) for q in questions],
+                "answer": [str(self.answer(q, self.signs)) for q in questions],
+            }
         )
 
     def train_dataset(self) -> Dataset:
@@ -110,8 +133,12 @@ class ChatArithmeticTask:
 
 
 CHAT_ARITHMETIC = ChatArithmeticTask(
-    "chat_arithmetic", terms=2, num_train=6000, num_heldout=500, level="easy",
+    "chat_arithmetic", terms=2, num_train=6000, num_heldout=500, level="easy", signs=("+",),
     description="chat model, 'What is a + b?' with two-digit operands, last-number reward (easy)",
+)
+CHAT_ARITHMETIC_MEDIUM = ChatArithmeticTask(
+    "chat_arithmetic_medium", terms=2, num_train=3500, num_heldout=500, level="medium", signs=("-",),
+    description="chat model, 'What is a - b?' with two-digit operands, a ≥ b, last-number reward (medium)",
 )
 CHAT_ARITHMETIC_HARD = ChatArithmeticTask(
     "chat_arithmetic_hard", terms=3, num_train=20000, num_heldout=500, level="hard",
