@@ -37,6 +37,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 import trl_zoo  # noqa: E402
+from benchmarks.loss_hyperparameters import HYPERPARAMETERS  # noqa: E402
 from trl_zoo.aggregation import AggregationContext  # noqa: E402
 from trl_zoo.cli import main as cli_main  # noqa: E402
 from trl_zoo.losses.base import PolicyBatch  # noqa: E402
@@ -316,17 +317,8 @@ DOTTED_PATHS = {  # kind: (path, what a clear message names: the path, or what t
     "an empty module name": (".reward", ".reward"),
 }
 
-# The loss hyperparameters, each with the loss that reads it; clip ranges also at 1e12 (beyond any capped ratio).
-HYPERPARAMETERS = {
-    "epsilon": "grpo", "epsilon_high": "dapo", "delta": "grpo", "dual_clip": "grpo", "beta": "grpo",
-    "cispo_epsilon_low": "cispo", "gmpo_epsilon": "gmpo", "ppo_kl_beta": "ppo_kl", "ppo_kl_target": "ppo_kl",
-    "clip_cov_ratio": "clip_cov", "clip_cov_lower": "clip_cov", "clip_cov_upper": "clip_cov",
-    "kl_cov_ratio": "kl_cov", "kl_cov_coef": "kl_cov", "rspo_gamma_min": "rspo",
-    "sapo_temperature_pos": "sapo", "sapo_temperature_neg": "sapo",
-    "vespo_k_pos": "vespo", "vespo_lambda_pos": "vespo", "vespo_k_neg": "vespo", "vespo_lambda_neg": "vespo",
-}
 SIGNED = {"clip_cov_lower", "clip_cov_upper"}  # a covariance window may lie below 0
-CLIP_RANGES = {"epsilon_high", "delta", "dual_clip", "gmpo_epsilon"}
+CLIP_RANGES = {"epsilon_high", "delta", "dual_clip", "gmpo_epsilon"}  # also tried at 1e12, beyond any capped ratio
 
 
 def hyperparameter_cases() -> list:
