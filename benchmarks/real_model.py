@@ -34,8 +34,7 @@ from pathlib import Path
 
 TEACHER = "{prompt} (The answer is {answer}.)"  # privileged context: the teacher sees the answer
 LOSSES = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo"]
-TRL_TEACHER = "{prompt} (The answer is {answer}.)"  # privileged context: the teacher sees the answer
-LOSSES = ["grpo", "dr_grpo", "dapo", "cispo", "sapo"]  # TRL's own loss_type names
+TRL_LOSSES = ["grpo", "dr_grpo", "dapo", "cispo", "sapo"]  # TRL's own loss_type names
 
 
 def plan(name: str) -> tuple[str, dict[str, list[str]]]:

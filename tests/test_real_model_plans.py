@@ -1,0 +1,38 @@
+"""Every plan of the real-model study (benchmarks/real_model.py) lists its runs, and every run's flags are ones
+`trl-zoo train` accepts — a study that fails on its first device call costs device time, so this is checked here."""
+
+import pytest
+
+from benchmarks import real_model
+from trl_zoo.cli.arguments import parse_train_args
+
+PLANS = ["easy", "medium", "hard", "offpolicy", "trl"]
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_every_run_of_a_plan_parses_as_train_flags(name, tmp_path):
+    task, runs = real_model.plan(name)
+    assert runs
+    for run, flags in runs.items():
+        command = real_model.command(task, flags, 0, tmp_path / run, [])
+        train_flags = command[command.index("--task"):]
+        parsed = parse_train_args(train_flags, log=lambda *_: None)
+        assert parsed is not None, run
+
+
+def test_the_easy_plan_has_every_zoo_loss_and_trl_beside_it():
+    _, runs = real_model.plan("easy")
+    assert {"grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "control"} <= set(runs)
+    assert {f"trl_{loss}" for loss in real_model.TRL_LOSSES} <= set(runs)
+    assert all(runs[f"trl_{loss}"][:2] == ["--trainer", "trl"] for loss in real_model.TRL_LOSSES)
+
+
+def test_clip_higher_is_the_only_difference_between_the_dapo_pair():
+    _, runs = real_model.plan("offpolicy")
+    symmetric, higher = runs["dapo_symmetric"], runs["dapo_clip_higher"]
+    assert [flag for flag in higher if flag not in symmetric] == ["--epsilon_high", "0.28"]
+
+
+def test_an_unknown_plan_names_the_plans():
+    with pytest.raises(SystemExit, match="easy, medium, hard, offpolicy or trl"):
+        real_model.plan("hardest")
