@@ -18,9 +18,10 @@ Plans (each run: `benchmarks/real_model_run.py`, 3 seeds unless --seeds):
               batches): dapo with ε_high 0.28 (clip-higher) and 0.2 (symmetric), dppo, topr, m2po
     trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
 Several plans: `--plan hard,offpolicy` (one queue, seeds outermost). `--skip_done` leaves out runs that finished in
-an earlier invocation (their costs.json exists), so a study can go in pieces.
+an earlier invocation (their costs.json exists) and resumes, from its last complete checkpoint, a run an earlier
+invocation stopped (runs save one every `--save_steps`, 10 by default), so a study can go in pieces.
 Runs land in <out>/<task>/<name>/seed<s> (the layout `trl-zoo compare` reads); a run still going at the deadline
-is stopped and left out. `--list` prints the commands without running them.
+is stopped (and resumed by the next `--skip_done` invocation). `--list` prints the commands without running them.
 """
 
 from __future__ import annotations
@@ -76,13 +77,22 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
     raise SystemExit(f"--plan: easy, medium, hard, offpolicy or trl, got {name!r}")
 
 
-def command(task: str, flags: list[str], seed: int, out: Path, extra: list[str]) -> list[str]:
+def command(task: str, flags: list[str], seed: int, out: Path, extra: list[str], resume: bool = False) -> list[str]:
+    """One run's command; `resume` continues it from its last complete checkpoint instead of starting afresh."""
     trainer = flags[:2] if flags[:1] == ["--trainer"] else []
     rest = flags[2:] if trainer else flags
+    start = ["--resume_from_checkpoint", "true"] if resume else ["--overwrite_output_dir", "true"]
     return [
         sys.executable, "benchmarks/real_model_run.py", *trainer, "--task", task, "--seed", str(seed),
-        "--output_dir", str(out), "--overwrite_output_dir", "true", "--write_report", "false", *rest, *extra,
+        "--output_dir", str(out), *start, "--write_report", "false", *rest, *extra,
     ]
+
+
+def resumable(out: Path) -> bool:
+    """Whether an earlier invocation left this run a complete checkpoint to go on from."""
+    from trl_zoo.hooks.resume import last_complete_checkpoint
+
+    return out.is_dir() and last_complete_checkpoint(str(out), lambda *_: None) is not None
 
 
 def main(argv=None) -> int:
@@ -96,8 +106,12 @@ def main(argv=None) -> int:
     parser.add_argument("--start_until", type=float, default=None,
                         help="Seconds; no run starts after this (one that could not finish by the deadline).")
     parser.add_argument("--skip_done", action="store_true", help="Leave out runs whose costs.json exists.")
+    parser.add_argument("--save_steps", type=int, default=10, help="Checkpoint every N steps (what a stopped run "
+                        "resumes from); 0: no checkpoints.")
     parser.add_argument("--list", action="store_true")
     args, extra = parser.parse_known_args(argv)
+    if args.save_steps:
+        extra = ["--save_strategy", "steps", "--save_steps", str(args.save_steps), "--save_total_limit", "1", *extra]
     plans = [plan(name) for name in args.plan.split(",")]
     only = set(args.only.split(",")) if args.only else None
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -109,7 +123,8 @@ def main(argv=None) -> int:
                 out = Path(args.out) / task / name / f"seed{seed}"
                 if (only and name not in only) or (args.skip_done and (out / "costs.json").exists()):
                     continue
-                jobs.append((name, seed, out, command(task, flags, seed, out, extra)))
+                resume = args.skip_done and resumable(out)
+                jobs.append((name, seed, out, command(task, flags, seed, out, extra, resume)))
     if args.list:
         for *_, cmd in jobs:
             print(" ".join(cmd))
@@ -121,7 +136,7 @@ def main(argv=None) -> int:
         while jobs and len(running) < args.parallel and not late:
             name, seed, out, cmd = jobs.pop(0)
             out.mkdir(parents=True, exist_ok=True)
-            log = open(out / "log.txt", "w")
+            log = open(out / "log.txt", "a" if "--resume_from_checkpoint" in cmd else "w")
             running.append((name, seed, out, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)))
         time.sleep(2)
         for entry in list(running):

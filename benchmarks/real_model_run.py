@@ -61,6 +61,25 @@ def generations_file(folder, rank: int) -> Path:
     return Path(folder) / f"generations.rank{rank}.jsonl"
 
 
+def resumed_step(argv: list[str], output_dir: Path) -> int:
+    """The step a `--resume_from_checkpoint true` run goes on from (0 for a fresh run)."""
+    from trl_zoo.hooks.resume import last_complete_checkpoint
+
+    if "--resume_from_checkpoint" not in argv or argv[argv.index("--resume_from_checkpoint") + 1].lower() != "true":
+        return 0
+    last = last_complete_checkpoint(str(output_dir), lambda *_: None)
+    return int(Path(last).name.split("-")[-1]) if last else 0
+
+
+def keep_records_up_to(path: Path, step: int) -> None:
+    """A resumed run keeps the batch records of the steps its checkpoint holds and drops the rest (those are
+    generated again); a fresh run starts an empty file."""
+    kept = []
+    if step and path.exists():
+        kept = [line for line in path.read_text().splitlines() if (json.loads(line).get("step") or 0) <= step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
 def random_state() -> dict:
     state = {"cpu": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode()}
     if torch.cuda.is_available():
@@ -77,14 +96,16 @@ def restore_random_state(state: dict) -> None:
         torch.cuda.set_rng_state(tensor(state["cuda"]))
 
 
-def recorded_final_number(completions, answer, completion_ids=None, **kwargs):
-    """final_number, and for training batches (completion_ids given) a record of lengths by correctness."""
+def recorded_final_number(completions, answer, completion_ids=None, trainer_state=None, **kwargs):
+    """final_number, and for training batches (completion_ids given) a record of lengths by correctness, with the
+    optimizer step the batch is generated for."""
     rewards = final_number_reward(completions, answer)
     if completion_ids is not None and os.environ.get(RECORD_ENV):
         lengths = [len(ids) for ids in completion_ids]
         right = [n for n, r in zip(lengths, rewards) if r == 1.0]
         wrong = [n for n, r in zip(lengths, rewards) if r != 1.0]
         record = {
+            "step": trainer_state.global_step + 1 if trainer_state is not None else None,
             "reward": sum(rewards) / len(rewards),
             "length": sum(lengths) / len(lengths),
             "length_right": sum(right) / len(right) if right else None,
@@ -262,7 +283,7 @@ def main(argv: list[str]) -> int:
     GENERATIONS.update(record=str(output_dir) if record else None, replay=replay)
     rank = int(os.environ.get("RANK", "0"))  # set by a distributed launcher; each process records its own share
     os.environ[RECORD_ENV] = str(output_dir / ("completions.jsonl" if rank == 0 else f"completions.rank{rank}.jsonl"))
-    Path(os.environ[RECORD_ENV]).unlink(missing_ok=True)
+    keep_records_up_to(Path(os.environ[RECORD_ENV]), resumed_step(argv, output_dir))
     timer = StepTimer()
     base = trl.GRPOTrainer if trainer == "trl" else trl_zoo.cli.train.GRPOTrainer
     trl_zoo.cli.train.GRPOTrainer = instrumented(base, timer)

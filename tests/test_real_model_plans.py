@@ -36,3 +36,32 @@ def test_clip_higher_is_the_only_difference_between_the_dapo_pair():
 def test_an_unknown_plan_names_the_plans():
     with pytest.raises(SystemExit, match="easy, medium, hard, offpolicy or trl"):
         real_model.plan("hardest")
+
+
+def test_a_stopped_run_resumes_from_its_checkpoint_and_keeps_only_its_records(tmp_path):
+    import json
+
+    from benchmarks.real_model_run import keep_records_up_to, resumed_step
+
+    out = tmp_path / "run"
+    (out / "checkpoint-4").mkdir(parents=True)
+    (out / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    (out / "checkpoint-6").mkdir()  # a save the stop cut short: no trainer_state.json
+    assert real_model.resumable(out)
+    command = real_model.command("chat_arithmetic", ["--loss_type", "grpo"], 0, out, [], resume=True)
+    assert "--overwrite_output_dir" not in command
+    argv = command[command.index("--task"):]
+    assert resumed_step(argv, out) == 4
+    assert resumed_step(["--output_dir", str(out)], out) == 0
+    records = out / "completions.jsonl"
+    records.write_text("".join(json.dumps({"step": s, "reward": s / 10}) + "\n" for s in [1, 2, 3, 4, 4, 5, 6]))
+    keep_records_up_to(records, 4)
+    assert [json.loads(line)["step"] for line in records.read_text().splitlines()] == [1, 2, 3, 4, 4]
+    keep_records_up_to(records, 0)
+    assert records.read_text() == ""
+
+
+def test_a_run_without_a_complete_checkpoint_starts_afresh(tmp_path):
+    assert not real_model.resumable(tmp_path / "never-started")
+    (tmp_path / "cut" / "checkpoint-2").mkdir(parents=True)
+    assert not real_model.resumable(tmp_path / "cut")
