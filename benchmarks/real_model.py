@@ -18,7 +18,7 @@ Plans (each run: `benchmarks/real_model_run.py`, 3 seeds unless --seeds):
               batches): dapo with ε_high 0.28 (clip-higher) and 0.2 (symmetric), dppo, topr, m2po
     trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
 Several plans: `--plan hard,offpolicy` (one queue, seeds outermost). `--skip_done` leaves out runs that finished in
-an earlier invocation (their costs.json exists) and resumes, from its last complete checkpoint, a run an earlier
+an earlier invocation (their summary.json exists: a failed run writes costs.json but no summary) and resumes, from its last complete checkpoint, a run an earlier
 invocation stopped (runs save one every `--save_steps`, 10 by default), so a study can go in pieces.
 Runs land in <out>/<task>/<name>/seed<s> (the layout `trl-zoo compare` reads); a run still going at the deadline
 is stopped (and resumed by the next `--skip_done` invocation). `--list` prints the commands without running them.
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     parser.add_argument("--deadline", type=float, default=560, help="Seconds; runs still going are stopped.")
     parser.add_argument("--start_until", type=float, default=None,
                         help="Seconds; no run starts after this (one that could not finish by the deadline).")
-    parser.add_argument("--skip_done", action="store_true", help="Leave out runs whose costs.json exists.")
+    parser.add_argument("--skip_done", action="store_true", help="Leave out runs that finished (summary.json exists).")
     parser.add_argument("--save_steps", type=int, default=10, help="Checkpoint every N steps (what a stopped run "
                         "resumes from); 0: no checkpoints.")
     parser.add_argument("--list", action="store_true")
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
         for task, runs in plans:
             for name, flags in runs.items():
                 out = Path(args.out) / task / name / f"seed{seed}"
-                if (only and name not in only) or (args.skip_done and (out / "costs.json").exists()):
+                if (only and name not in only) or (args.skip_done and (out / "summary.json").exists()):
                     continue
                 resume = args.skip_done and resumable(out)
                 jobs.append((name, seed, out, command(task, flags, seed, out, extra, resume)))

@@ -4,9 +4,10 @@
 
 Each RUNS folder holds <task>/<configuration>/seed<s>/ with summary.json, metrics.jsonl, completions.jsonl and
 costs.json. A configuration run twice for one seed (e.g. in two batches) keeps its later copy, and the earlier one is
-listed as a replicate. Writes DIR/tables.md (held-out accuracy before and after per seed, gain over the null-reward
-control paired by seed, time and memory) and DIR/*.png (training reward, entropy of dapo against a symmetric clip,
-length of wrong answers of dr_grpo against grpo, trl_zoo against TRL's trainer).
+listed as a replicate. Writes DIR/tables.md — per task: held-out accuracy before and after per seed, gain over that
+task's null-reward control paired by seed, time and memory — and DIR/*.png (training reward, entropy of dapo with
+clip-higher against a symmetric clip, length of wrong answers of dr_grpo against grpo, trl_zoo against TRL's
+trainer). Configurations are compared only within a task: "control" of one task is not the control of another.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 @dataclass
 class Run:
+    task: str
     name: str
     seed: int
     folder: Path
@@ -36,7 +38,7 @@ class Run:
         return [record.get(key) for record in self.train]
 
 
-def load_runs(roots: list[Path]) -> tuple[dict[tuple[str, int], Run], list[Run]]:
+def load_runs(roots: list[Path]) -> tuple[dict[tuple[str, str, int], Run], list[Run]]:
     runs, replicates = {}, []
     for root in roots:
         for summary_file in sorted(root.glob("*/*/seed*/summary.json")):
@@ -44,6 +46,7 @@ def load_runs(roots: list[Path]) -> tuple[dict[tuple[str, int], Run], list[Run]]
             records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
             completions = folder / "completions.jsonl"
             run = Run(
+                task=folder.parent.parent.name,
                 name=folder.parent.name,
                 seed=int(folder.name.removeprefix("seed")),
                 folder=folder,
@@ -53,7 +56,7 @@ def load_runs(roots: list[Path]) -> tuple[dict[tuple[str, int], Run], list[Run]]
                 completions=[json.loads(line) for line in completions.read_text().splitlines()] if completions.exists()
                 else [],
             )
-            key = (run.name, run.seed)
+            key = (run.task, run.name, run.seed)
             if key in runs:
                 replicates.append(runs[key])
             runs[key] = run
@@ -67,6 +70,22 @@ def mean(values) -> float | None:
 
 def window_mean(values: list, start: int, stop: int) -> float | None:
     return mean(values[start:stop])
+
+
+def of_task(runs: dict[tuple[str, str, int], Run], task: str) -> dict[tuple[str, int], Run]:
+    """One task's runs, keyed by (configuration, seed)."""
+    return {(name, seed): run for (t, name, seed), run in runs.items() if t == task}
+
+
+def configurations(runs: dict[tuple[str, int], Run]) -> list[str]:
+    """The configurations present, those of ORDER first, the control last."""
+    present = {name for name, _ in runs}
+    return ([n for n in ORDER if n in present] + sorted(present - set(ORDER) - {"control"})
+            + (["control"] if "control" in present else []))
+
+
+ORDER = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "grpo_resample", "grpo_greso", "maxrl", "grpo_teacher",
+         "dapo_symmetric", "dapo_clip_higher", "dppo", "topr", "m2po", "trl_grpo", "trl_dapo"]
 
 
 def table(runs: dict[tuple[str, int], Run], names: list[str], seeds: list[int]) -> str:
@@ -98,6 +117,7 @@ def mechanism_lines(runs, seeds) -> list[str]:
     lines = []
     for first, second, key, label, source in (
         ("dapo", "dapo_symmetric", "entropy", "entropy (nats) over the second half", "train"),
+        ("dapo_clip_higher", "dapo_symmetric", "entropy", "entropy (nats) over the second half", "train"),
         ("grpo", "dr_grpo", "length_wrong", "mean length of wrong answers (tokens) over the second half", "completions"),
     ):
         pairs = []
@@ -117,7 +137,7 @@ def mechanism_lines(runs, seeds) -> list[str]:
     return lines
 
 
-def figures(runs, seeds, out: Path) -> list[str]:
+def figures(runs, seeds, out: Path, prefix: str = "") -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,14 +160,17 @@ def figures(runs, seeds, out: Path) -> list[str]:
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=6, ncol=3)
         fig.tight_layout()
-        fig.savefig(out / filename, dpi=110)
+        if not ax.lines:
+            plt.close(fig)
+            return
+        fig.savefig(out / (prefix + filename), dpi=110)
         plt.close(fig)
-        drawn.append(filename)
+        drawn.append(prefix + filename)
 
     draw("reward.png", "batch reward (final_number) per step", "mean reward",
-         ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "control"], "reward")
-    draw("entropy_clip_higher.png", "entropy: dapo (ε_high 0.28) vs symmetric clip (0.2)", "entropy (nats)",
-         ["dapo", "dapo_symmetric"], "entropy")
+         [n for n in configurations(runs) if not n.startswith("trl_")], "reward")
+    draw("entropy_clip_higher.png", "entropy: dapo with ε_high 0.28 vs a symmetric clip (0.2)", "entropy (nats)",
+         ["dapo_clip_higher", "dapo_symmetric"], "entropy")
     draw("wrong_length_dr_grpo.png", "mean length of wrong completions: grpo vs dr_grpo", "tokens",
          ["grpo", "dr_grpo"], "length_wrong", source="completions")
     draw("trl_side_by_side.png", "batch reward: trl_zoo vs trl.GRPOTrainer", "mean reward",
@@ -164,16 +187,20 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     runs, replicates = load_runs(args.runs)
     args.out.mkdir(parents=True, exist_ok=True)
-    names = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "control", "dapo_symmetric", "trl_grpo", "trl_dapo"]
-    drawn = figures(runs, seeds, args.out)
-    text = [
-        "# Real model on one GPU: tables", "",
-        table(runs, names, seeds), "",
-        "Mechanisms:", *mechanism_lines(runs, seeds), "",
-        "Replicates (a configuration and seed run twice; the table uses the later copy): "
-        + (", ".join(f"{r.name} seed {r.seed}: {r.after:.1%} ({r.folder.parent.parent.parent.name})"
+    tasks = sorted({task for task, _, _ in runs})
+    text = ["# Real model on one GPU: tables"]
+    for task in tasks:
+        ofit = of_task(runs, task)
+        drawn = figures(ofit, seeds, args.out, prefix="" if len(tasks) == 1 else f"{task}_")
+        text += [
+            "", f"## {task}", "", table(ofit, configurations(ofit), seeds), "",
+            "Mechanisms:", *(mechanism_lines(ofit, seeds) or ["- none of the pairs ran on this task"]), "",
+            *[f"![{name}]({name})" for name in drawn],
+        ]
+    text += [
+        "", "Replicates (a configuration and seed run twice; the table uses the later copy): "
+        + (", ".join(f"{r.task}/{r.name} seed {r.seed}: {r.after:.1%} ({r.folder.parent.parent.parent.name})"
                      for r in replicates) or "none"),
-        "", *[f"![{name}]({name})" for name in drawn],
     ]
     (args.out / "tables.md").write_text("\n".join(text) + "\n")
     print("\n".join(text))
