@@ -65,3 +65,29 @@ def test_a_run_without_a_complete_checkpoint_starts_afresh(tmp_path):
     assert not real_model.resumable(tmp_path / "never-started")
     (tmp_path / "cut" / "checkpoint-2").mkdir(parents=True)
     assert not real_model.resumable(tmp_path / "cut")
+
+
+def _fake_run(root, task, name, seed, after, before=0.1):
+    import json
+
+    folder = root / task / name / f"seed{seed}"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"accuracy_before": before, "accuracy_after": after}))
+    (folder / "costs.json").write_text(json.dumps({"median_step_seconds": 1.0, "peak_memory_gib": 2.0}))
+    records = [{"kind": "train", "step": s, "reward": after, "entropy": 1.0 - after} for s in (1, 2)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_the_report_pairs_each_task_with_its_own_control(tmp_path):
+    from benchmarks import real_model_report
+
+    for seed in (0, 1):
+        _fake_run(tmp_path / "runs", "easy_task", "grpo", seed, 0.70 + seed / 100)
+        _fake_run(tmp_path / "runs", "easy_task", "control", seed, 0.20)
+        _fake_run(tmp_path / "runs", "hard_task", "grpo", seed, 0.30)
+        _fake_run(tmp_path / "runs", "hard_task", "control", seed, 0.05)
+    assert real_model_report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--seeds", "0,1"]) == 0
+    text = (tmp_path / "out" / "tables.md").read_text()
+    easy, hard = text.split("## hard_task")
+    assert "| grpo | 10.0% | 70.0% / 71.0% |" in easy and "+50.0 / +51.0" in easy
+    assert "| grpo | 10.0% | 30.0% / 30.0% |" in hard and "+25.0 / +25.0" in hard
