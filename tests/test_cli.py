@@ -61,9 +61,20 @@ def test_list_shows_every_plugin_with_description_and_source(capsys):
         sections[header] = rows
     assert list(sections) == [f"{name} ({len(table.names())})" for name, table in TABLES.items()]
     for (header, rows), table in zip(sections.items(), TABLES.values()):
-        assert [row.split()[0] for row in rows] == table.names()
-        for row, entry in zip(rows, table.entries()):
+        entry_rows = [row for row in rows if not row.split()[0].startswith("--")]
+        assert [row.split()[0] for row in entry_rows] == table.names()
+        for row, entry in zip(entry_rows, table.entries()):
             assert entry.description in row and entry.source in row
+            fields = getattr(entry.spec, "fields", ())
+            below = rows[rows.index(row) + 1:][:len(fields)]
+            assert [line.split()[:2] for line in below] == [[f"--{f.name}", str(f.default)] for f in fields]
+
+
+def test_list_shows_a_plugins_fields_with_default_and_range(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "--m2po_threshold 0.04  (float, > 0)" in out
+    assert sum(len(getattr(entry.spec, "fields", ())) for table in TABLES.values() for entry in table.entries()) == out.count("\n      ")
 
 
 # ------------------------------------------------------------------------------------------------------ help

@@ -36,7 +36,8 @@ USAGE = "usage: trl-zoo COMMAND [options]\n\n" + "\n\n".join(__doc__.split("\n\n
 LIST_USAGE = """usage: trl-zoo list
 
 Every plugin table (losses, aggregations, advantage estimators, KL estimators, samplers, plugins included): each
-entry's name, one-line description and source paper."""
+entry's name, one-line description and source paper, and under it the entry's own hyperparameters (flag, default,
+allowed range; `trl-zoo train --help` has their full help)."""
 
 
 def package_version() -> str:
@@ -65,8 +66,17 @@ def list_command(argv: list[str]) -> int:
         for entry in entries:
             source = f"  [{entry.source}]" if entry.source else ""
             print(f"  {entry.name:<{width}}  {entry.description}{source}")
+            for plugin_field in getattr(entry.spec, "fields", ()):
+                print(f"      {field_line(plugin_field)}")
         print()
     return 0
+
+
+def field_line(plugin_field) -> str:
+    """'--m2po_threshold 0.04  (float, > 0)': a plugin hyperparameter as `trl-zoo list` shows it."""
+    allowed = f"one of {', '.join(map(str, plugin_field.choices))}" if plugin_field.choices else plugin_field.range
+    kind = ", ".join(part for part in (plugin_field.type.__name__, allowed) if part)
+    return f"--{plugin_field.name} {plugin_field.default}  ({kind})"
 
 
 def silence_library_progress_bars():
