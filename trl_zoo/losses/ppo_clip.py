@@ -65,7 +65,10 @@ _SOURCES = {
     "grpo": ("sequence_mean", "DeepSeekMath, arXiv:2402.03300", "PPO clip, mean of per-sequence token means"),
     "bnpo": ("token_mean_local", "TRL's loss_type, no paper", "PPO clip, token mean over the local micro-batch"),
     "dr_grpo": ("token_sum_over_max_length", "Dr. GRPO, arXiv:2503.20783", "PPO clip, token sum / (G · max_completion_length)"),
-    "dapo": ("token_mean_global", "DAPO, arXiv:2503.14476", "PPO clip (clip-higher), token mean over the batch"),
+    "dapo": (
+        "token_mean_global", "DAPO, arXiv:2503.14476",
+        "PPO clip, token mean over the batch; clip-higher needs epsilon_high 0.28 (configs/dapo.yaml)",
+    ),
     "luspo": ("sequence_sum", "LUSPO, arXiv:2602.05261", "PPO clip, per-sequence sum (length-unbiased GSPO)"),
 }
 
