@@ -13,7 +13,8 @@ Plans (each run: `benchmarks/real_model_run.py`, 3 seeds unless --seeds):
               estimator; grpo with the teacher signal ("self": the base weights, the answer in its prompt); the
               control
     medium    chat_arithmetic_medium (a - b: below 5 % greedy, yet a tenth of the groups with spread): grpo, grpo +
-              resample, grpo + greso (at most 3 generation rounds a step), MaxRL's estimator, the control
+              resample, grpo + greso (at most 3 generation rounds a step), MaxRL's estimator, the teacher signal
+              (sparse rewards that are present), the control
     offpolicy chat_arithmetic, 8 optimizer steps per generation batch (--num_iterations 8, 80 steps = 10
               batches): dapo with ε_high 0.28 (clip-higher) and 0.2 (symmetric), dppo, topr, m2po
     trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
@@ -62,6 +63,7 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
             ],
             "grpo_greso": ["--loss_type", "grpo", "--dynamic_sampling", "greso", "--dynamic_sampling_max_rounds", "3"],
             "maxrl": ["--loss_type", "grpo", "--advantage_estimator", "maxrl"],
+            "grpo_teacher": ["--loss_type", "grpo", "--teacher_model", "self", "--teacher_prompt_template", TEACHER],
             "control": ["--loss_type", "grpo", "--null_reward_control", "true"],
         }
     if name == "offpolicy":
