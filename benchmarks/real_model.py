@@ -19,8 +19,9 @@ Plans (each run: `benchmarks/real_model_run.py`, 3 seeds unless --seeds):
               batches): dapo with ε_high 0.28 (clip-higher) and 0.2 (symmetric), dppo, topr, m2po
     trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
 Several plans: `--plan hard,offpolicy` (one queue, seeds outermost). `--skip_done` leaves out runs that finished in
-an earlier invocation (their summary.json exists: a failed run writes costs.json but no summary) and resumes, from its last complete checkpoint, a run an earlier
-invocation stopped (runs save one every `--save_steps`, 10 by default), so a study can go in pieces.
+an earlier invocation (their summary.json exists: a run that failed writes costs.json but no summary) and resumes,
+from its last complete checkpoint, a run an earlier invocation stopped (runs save one every `--save_steps`, 10 by
+default), so a study can go in pieces.
 Runs land in <out>/<task>/<name>/seed<s> (the layout `trl-zoo compare` reads); a run still going at the deadline
 is stopped (and resumed by the next `--skip_done` invocation). `--list` prints the commands without running them.
 """

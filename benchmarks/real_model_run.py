@@ -63,12 +63,13 @@ def generations_file(folder, rank: int) -> Path:
 
 def resumed_step(argv: list[str], output_dir: Path) -> int:
     """The step a `--resume_from_checkpoint true` run goes on from (0 for a fresh run)."""
+    from trl_zoo.cli.train import checkpoint_step
     from trl_zoo.hooks.resume import last_complete_checkpoint
 
     if "--resume_from_checkpoint" not in argv or argv[argv.index("--resume_from_checkpoint") + 1].lower() != "true":
         return 0
     last = last_complete_checkpoint(str(output_dir), lambda *_: None)
-    return int(Path(last).name.split("-")[-1]) if last else 0
+    return checkpoint_step(last) if last else 0
 
 
 def keep_records_up_to(path: Path, step: int) -> None:

@@ -45,7 +45,7 @@ def test_a_stopped_run_resumes_from_its_checkpoint_and_keeps_only_its_records(tm
 
     out = tmp_path / "run"
     (out / "checkpoint-4").mkdir(parents=True)
-    (out / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    (out / "checkpoint-4" / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
     (out / "checkpoint-6").mkdir()  # a save the stop cut short: no trainer_state.json
     assert real_model.resumable(out)
     command = real_model.command("chat_arithmetic", ["--loss_type", "grpo"], 0, out, [], resume=True)

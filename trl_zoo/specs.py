@@ -87,12 +87,17 @@ class PluginField:
         return ""
 
     @property
+    def allowed(self) -> str:
+        """The allowed values as words: 'one of tv, kl', or the range; '' when any value of the type is."""
+        return f"one of {', '.join(map(str, self.choices))}" if self.choices is not None else self.range
+
+    @property
     def description(self) -> str:
         """The help text with the range or the choices, as `trl-zoo train --help` shows it."""
         text = self.help.strip()
         text = text if not text or text.endswith(".") else text + "."
         if self.choices is not None:
-            return f"{text} One of {', '.join(map(str, self.choices))}.".strip()
+            return f"{text} {self.allowed.capitalize()}.".strip()
         if not self.range:
             return text
         return f"{text} {'In ' + self.range[3:] if self.range.startswith('in ') else 'Must be ' + self.range}.".strip()

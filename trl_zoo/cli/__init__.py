@@ -74,8 +74,7 @@ def list_command(argv: list[str]) -> int:
 
 def field_line(plugin_field) -> str:
     """'--m2po_threshold 0.04  (float, > 0)': a plugin hyperparameter as `trl-zoo list` shows it."""
-    allowed = f"one of {', '.join(map(str, plugin_field.choices))}" if plugin_field.choices else plugin_field.range
-    kind = ", ".join(part for part in (plugin_field.type.__name__, allowed) if part)
+    kind = ", ".join(part for part in (plugin_field.type.__name__, plugin_field.allowed) if part)
     return f"--{plugin_field.name} {plugin_field.default}  ({kind})"
 
 
