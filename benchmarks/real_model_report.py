@@ -5,7 +5,7 @@
 Each RUNS folder holds <task>/<configuration>/seed<s>/ with summary.json, metrics.jsonl, completions.jsonl and
 costs.json. A configuration run twice for one seed (e.g. in two batches) keeps its later copy, and the earlier one is
 listed as a replicate. Writes DIR/tables.md — per task: held-out accuracy before and after per seed, gain over that
-task's null-reward control paired by seed, time and memory — and DIR/*.png (training reward, entropy of dapo with
+task's null-reward control paired by seed, time and memory, `trl-zoo compare`'s paired verdict — and DIR/*.png (training reward, entropy of dapo with
 clip-higher against a symmetric clip, length of wrong answers of dr_grpo against grpo, trl_zoo against TRL's
 trainer). Configurations are compared only within a task: "control" of one task is not the control of another.
 """
@@ -113,6 +113,19 @@ def table(runs: dict[tuple[str, int], Run], names: list[str], seeds: list[int]) 
     return "\n".join(lines)
 
 
+def verdict_lines(runs: dict[tuple[str, int], Run]) -> list[str]:
+    """`trl-zoo compare`'s verdict on one task's configurations: the first by mean held-out accuracy against each
+    other, paired by seed, with a 95 % t-interval (`trl_zoo/cli/report.py`)."""
+    from trl_zoo.cli import report
+
+    groups: dict[str, list] = {}
+    for (name, _), run in sorted(runs.items()):
+        groups.setdefault(name, []).append(report.load_run(run.folder, name))
+    if len(groups) < 2:
+        return []
+    return [report.seed_winner_sentence(groups), "", report.paired_table(report.paired_differences(groups))]
+
+
 def mechanism_lines(runs, seeds) -> list[str]:
     lines = []
     for first, second, key, label, source in (
@@ -194,6 +207,7 @@ def main(argv=None) -> int:
         drawn = figures(ofit, seeds, args.out, prefix="" if len(tasks) == 1 else f"{task}_")
         text += [
             "", f"## {task}", "", table(ofit, configurations(ofit), seeds), "",
+            *verdict_lines(ofit), "",
             "Mechanisms:", *(mechanism_lines(ofit, seeds) or ["- none of the pairs ran on this task"]), "",
             *[f"![{name}]({name})" for name in drawn],
         ]

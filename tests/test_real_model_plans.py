@@ -72,7 +72,7 @@ def _fake_run(root, task, name, seed, after, before=0.1):
 
     folder = root / task / name / f"seed{seed}"
     folder.mkdir(parents=True)
-    (folder / "summary.json").write_text(json.dumps({"accuracy_before": before, "accuracy_after": after}))
+    (folder / "summary.json").write_text(json.dumps({"accuracy_before": before, "accuracy_after": after, "seed": seed}))
     (folder / "costs.json").write_text(json.dumps({"median_step_seconds": 1.0, "peak_memory_gib": 2.0}))
     records = [{"kind": "train", "step": s, "reward": after, "entropy": 1.0 - after} for s in (1, 2)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -91,3 +91,6 @@ def test_the_report_pairs_each_task_with_its_own_control(tmp_path):
     easy, hard = text.split("## hard_task")
     assert "| grpo | 10.0% | 70.0% / 71.0% |" in easy and "+50.0 / +51.0" in easy
     assert "| grpo | 10.0% | 30.0% / 30.0% |" in hard and "+25.0 / +25.0" in hard
+    # compare's paired verdict, within each task: +50 and +51 points over two seeds is beyond seed noise
+    assert "| grpo − control | +50.5 | [+44.1, +56.9] | 2 of 2 seeds | significant |" in easy
+    assert "| grpo − control | +25.0 |" in hard
