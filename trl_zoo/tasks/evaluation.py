@@ -38,12 +38,25 @@ def render_prompt(tokenizer, prompt) -> str:
     return prompt
 
 
-@torch.no_grad()
+GREEDY = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+
+
 def greedy_completions(
     model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 256, synced: bool = False
 ) -> list[str]:
     """Decode each prompt greedily (left-padded batches); special tokens are dropped, as TRL does for rewards.
     `synced`: every process of the run calls this with the same number of batches and decodes in lockstep."""
+    return decoded_completions(model, tokenizer, prompts, max_new_tokens, GREEDY, batch_size, synced)
+
+
+@torch.no_grad()
+def decoded_completions(
+    model, tokenizer, prompts: list, max_new_tokens: int, decoding: dict, batch_size: int = 256,
+    synced: bool = False,
+) -> list[str]:
+    """Each prompt's completions under `decoding` (`generate`'s keywords: GREEDY, or sampling with
+    `num_return_sequences`), in `generate`'s order (prompt-major), `batch_size` prompts a call, left-padded, special
+    tokens dropped; the model's train/eval mode and the tokenizer's padding side are restored."""
     was_training = model.training
     model.eval()
     padding_side = tokenizer.padding_side
@@ -58,10 +71,7 @@ def greedy_completions(
             output = model.generate(
                 **batch,
                 max_new_tokens=max_new_tokens,
-                do_sample=False,
-                temperature=None,
-                top_p=None,
-                top_k=None,
+                **decoding,
                 pad_token_id=tokenizer.pad_token_id,
                 eos_token_id=tokenizer.eos_token_id,
                 **({"synced_gpus": True} if synced else {}),  # else transformers' own choice (its FSDP, ZeRO-3)

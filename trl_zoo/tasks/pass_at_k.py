@@ -17,7 +17,7 @@ from math import comb
 
 import torch
 
-from .evaluation import render_prompt
+from .evaluation import decoded_completions
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -45,42 +45,21 @@ def sampled_right_counts(
         raise ValueError(f"samples: must be ≥ 1, got {samples}.")
     if temperature <= 0:
         raise ValueError(f"temperature: must be > 0 for sampling, got {temperature}; greedy accuracy is pass@1 at 0.")
-    reward_kwargs = reward_kwargs or {}
-    was_training, padding_side = model.training, tokenizer.padding_side
-    model.eval()
-    tokenizer.padding_side = "left"
+    decoding = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0,
+                "num_return_sequences": samples}
     device = next(model.parameters()).device
-    counts = []
-    devices = [device] if device.type == "cuda" else []
-    try:
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            for start in range(0, len(prompts), batch_size):
-                block = prompts[start : start + batch_size]
-                texts = [render_prompt(tokenizer, prompt) for prompt in block]
-                batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-                output = model.generate(
-                    **batch, max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, top_p=1.0,
-                    top_k=0, num_return_sequences=samples, pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                )
-                decoded = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-                repeated = [prompt for prompt in block for _ in range(samples)]  # generate's order: prompt-major
-                completions = (
-                    [[{"role": "assistant", "content": text}] for text in decoded]
-                    if isinstance(block[0], list) else decoded
-                )
-                kwargs = {
-                    key: [value for value in column[start : start + batch_size] for _ in range(samples)]
-                    for key, column in reward_kwargs.items()
-                }
-                rewards = reward(completions, prompts=repeated, completion_ids=None, **kwargs)
-                right = [r is not None and float(r) == 1.0 for r in rewards]
-                counts.extend(sum(right[i * samples : (i + 1) * samples]) for i in range(len(block)))
-    finally:
-        tokenizer.padding_side = padding_side
-        model.train(was_training)
-    return counts
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        decoded = decoded_completions(model, tokenizer, prompts, max_new_tokens, decoding, batch_size)
+    chat = bool(prompts) and isinstance(prompts[0], list)
+    completions = [[{"role": "assistant", "content": text}] for text in decoded] if chat else decoded
+    repeated = [prompt for prompt in prompts for _ in range(samples)]  # generate's order: prompt-major
+    kwargs = {
+        key: [value for value in column for _ in range(samples)] for key, column in (reward_kwargs or {}).items()
+    }
+    rewards = reward(completions, prompts=repeated, completion_ids=None, **kwargs)
+    right = [r is not None and float(r) == 1.0 for r in rewards]
+    return [sum(right[i * samples : (i + 1) * samples]) for i in range(len(prompts))]
 
 
 def pass_at_ks(counts: list[int], samples: int, ks: list[int]) -> dict[int, float]:
