@@ -4,6 +4,7 @@ SmolLM2-135M-Instruct with LoRA on chat_arithmetic, the task's preset batch shap
     python benchmarks/time_to_target.py --out DIR [--seeds 0,1,2] [--steps 40] [--eval_every 5]
         [--contenders trl_zoo,greso_skip_bucket,merged] [--define NAME='FLAGS'] [--fraction 0.9]
         [--budget_factor 2] [--resume [--retry_failed]] [--deadline_minutes M] [--list]
+    python benchmarks/time_to_target.py --out DIR --seeds 0,1,2,3 ... --summarize   # tables of what finished; runs nothing
     python benchmarks/time_to_target.py --out DIR ... --plan_minutes M [--piece_minutes 9] [--step_seconds 4.6]
         [--eval_seconds 15] [--startup_seconds 30] [--estimate_factor 1]   # what fits in M minutes; runs nothing
     python benchmarks/time_to_target.py --out DIR --cpu_smoke        # the whole pipeline, tiny, on the CPU
@@ -424,6 +425,9 @@ def main(argv=None) -> int:
     parser.add_argument("--keep_weights", action="store_true",
                         help="Keep each run's adapter and tokenizer files (deleted by default after the run).")
     parser.add_argument("--retry_failed", action="store_true", help="With --resume: rerun runs that failed.")
+    parser.add_argument("--summarize", action="store_true",
+                        help="Run nothing: records.jsonl and summary.md from the runs finished under DIR (studies of "
+                             "several cards or pieces, their seed folders copied into one DIR).")
     parser.add_argument("--deadline_minutes", type=float, default=None,
                         help="Start no run whose estimate would end past this many minutes; exit 3 (resume later).")
     parser.add_argument("--plan_minutes", type=float, default=None,
@@ -448,6 +452,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"--contenders: unknown {unknown}; known: {', '.join(CONTENDERS)}")
     out = Path(args.out)
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.summarize:
+        args.resume, args.retry_failed = True, False
     if args.plan_minutes is not None:
         print_plan(plan(args, seeds, contenders, out), args, argv)
         return 0
@@ -474,6 +480,10 @@ def main(argv=None) -> int:
         for index, seed in enumerate(seeds):  # seed-major: a cut-short study loses whole seeds, not contenders
             target = budget = reference = None
             for name in run_order(index, contenders):
+                if args.summarize and finished_record(out / f"seed{seed}" / name, target, budget) is None:
+                    if name == REFERENCE:
+                        break
+                    continue
                 if args.deadline_minutes is not None and not (
                     args.resume and finished_record(out / f"seed{seed}" / name, target, budget) is not None
                 ):

@@ -170,6 +170,29 @@ def test_resume_reuses_finished_runs(tmp_path, monkeypatch):
     assert records[0]["time_to_target"] == 8.0
 
 
+
+def test_summarize_reads_finished_runs_and_runs_nothing(tmp_path, monkeypatch):
+    """Seed folders of two cards copied into one DIR: every finished run is counted, a missing one skipped, a seed
+    without its TRL reference left out; no process starts."""
+    target = 0.2 + 0.9 * 0.4
+    for seed, names in ((0, ("trl", "merged", "static_cache")), (1, ("trl", "merged")), (2, ("merged",))):
+        for name in names:
+            run_dir = tmp_path / f"seed{seed}" / name
+            run_dir.mkdir(parents=True)
+            extra = {} if name == "trl" else {"target": target, "budget_seconds": 16.0, "time_to_target": 4.0}
+            (run_dir / "record.jsonl").write_text(json.dumps(reference_line(
+                trainer="trl" if name == "trl" else "trl_zoo", **extra)) + "\n")
+    monkeypatch.setattr(ttt.subprocess, "run", lambda *a, **k: pytest.fail("--summarize started a run"))
+    argv = ["--out", str(tmp_path), "--seeds", "0,1,2", "--steps", "2", "--contenders", "merged,static_cache",
+            "--summarize"]
+    assert ttt.main(argv) == 0
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert [(r["seed"], r["name"]) for r in records] == [(0, "trl"), (0, "merged"), (0, "static_cache"),
+                                                         (1, "trl"), (1, "merged")]
+    rows = {line.split(" | ")[0].strip("| "): line for line in (tmp_path / "summary.md").read_text().splitlines()}
+    assert "| 2/2 |" in rows["merged"] and "0.50 (0.50–0.50)" in rows["merged"]
+    assert "| 1/1 |" in rows["static_cache"]
+
 # --- records under interruption: a killed run is rerun, not counted; a failed run is reported, not rerun ---------
 
 
