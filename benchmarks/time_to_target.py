@@ -289,7 +289,8 @@ def run_one(name: str, seed: int, out: Path, args, target, budget) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     (out / "record.jsonl").unlink(missing_ok=True)
     (out / "failed.json").unlink(missing_ok=True)
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     started = time.perf_counter()
     with open(out / "log.txt", "w") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
