@@ -103,6 +103,8 @@ CONTENDERS: dict[str, list[str]] = {
     "merged_static_cache": MERGED + ["--cache_implementation", "static"],
     "merged_continuous_batching_bounded": MERGED + CB + ["--transformers_continuous_batching_config", BOUNDED_CB],
     "merged_greso_skip_bucket_two_steps": MERGED + COMPUTE + TWO_STEPS,
+    # the first study's winner (merged) with half the generation batches and no extra sampling rounds
+    "merged_two_steps": MERGED + TWO_STEPS,
 }
 DEFAULT_CONTENDERS = "trl_zoo,greso_skip_bucket,merged"
 # tiny settings for --cpu_smoke: the whole pipeline in a few minutes of CPU, not a measurement
@@ -174,6 +176,17 @@ def median_range(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
+def step_time_ratio(run: dict, reference: dict) -> float | None:
+    """The run's training clock over its optimizer steps 2..k divided by TRL's over the same steps of the same seed
+    (k: the run's steps; step 1 holds one-time warm-up, left out). With the same completions (the same trainer
+    path, same seed) it is the cost of a step; for a contender that generates differently, the cost of its step."""
+    own, trl = run.get("step_seconds") or [], reference.get("step_seconds") or []
+    k = min(len(own), len(trl))
+    if k < 2 or sum(trl[1:k]) <= 0:
+        return None
+    return sum(own[1:k]) / sum(trl[1:k])
+
+
 def summary_table(records: list[dict]) -> str:
     """Markdown: one row per run name (TRL first), over the seeds that have a TRL reference with a target; runs
     that failed (exit ≠ 0 by themselves) are listed under the table, not counted in it."""
@@ -183,8 +196,8 @@ def summary_table(records: list[dict]) -> str:
     names = [REFERENCE] + sorted({r["name"] for r in records} - {REFERENCE})
     lines = [
         "| run | seeds reached | time to target, median (range) s | × TRL, median (range) | accuracy at stop, median "
-        "| completions, median | completion slots, median | peak memory GiB, max |",
-        "|---|---|---|---|---|---|---|---|",
+        "| step time × TRL, median (range) | completions, median | completion slots, median | peak memory GiB, max |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
 
     def fmt(value: float, spec: str = "{:.1f}") -> str:
@@ -203,11 +216,13 @@ def summary_table(records: list[dict]) -> str:
         t_med, t_lo, t_hi = median_range(times)
         q_med, q_lo, q_hi = median_range(ratios)
         memory = [r["peak_memory_gib"] for r in runs if r.get("peak_memory_gib") is not None]
+        steps = [q for q in (step_time_ratio(r, reference[r["seed"]]) for r in runs) if q is not None]
+        step_text = "{:.2f} ({:.2f}–{:.2f})".format(*median_range(steps)) if steps else "n/a"
         lines.append(
             f"| {name} | {sum(not math.isinf(t) for t in times)}/{len(runs)} "
             f"| {fmt(t_med)} ({fmt(t_lo)}–{fmt(t_hi)}) "
             f"| {fmt(q_med, '{:.2f}')} ({fmt(q_lo, '{:.2f}')}–{fmt(q_hi, '{:.2f}')}) "
-            f"| {statistics.median(r['accuracy_at_stop'] for r in runs):.1%} "
+            f"| {statistics.median(r['accuracy_at_stop'] for r in runs):.1%} | {step_text} "
             f"| {statistics.median(r['completions'] for r in runs):.0f} "
             f"| {statistics.median(r['completion_slots'] for r in runs):.0f} "
             f"| {f'{max(memory):.2f}' if memory else 'n/a'} |"

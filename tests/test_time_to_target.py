@@ -95,10 +95,10 @@ def test_run_order_reference_first_contenders_rotated():
     assert ttt.run_order(4, names) == ["trl", "b", "c", "a"]
 
 
-def record(name, seed, time, accuracy, completions=100, memory=2.0):
+def record(name, seed, time, accuracy, completions=100, memory=2.0, steps=None):
     return {"name": name, "seed": seed, "time_to_target": time, "accuracy_at_stop": accuracy,
             "completions": completions, "completion_slots": 10 * completions, "peak_memory_gib": memory,
-            "target": 0.6 if name == "trl" else None}
+            "target": 0.6 if name == "trl" else None, "step_seconds": steps}
 
 
 def test_summary_median_range_and_ratio():
@@ -114,8 +114,21 @@ def test_summary_median_range_and_ratio():
     assert rows["trl"][-1] == "2.50"
     # times 4, 7, ∞ → median 7; ratios 0.4, 0.583, ∞ → median 0.58
     assert rows["fast"][:3] == ["2/3", "7.0 (4.0–not reached)", "0.58 (0.40–not reached)"]
-    assert rows["fast"][3:] == ["61.0%", "70", "700", "2.00"]
+    assert rows["fast"][3:] == ["61.0%", "n/a", "70", "700", "2.00"]
     assert ttt.median_range([1.0, math.inf, math.inf]) == (math.inf, 1.0, math.inf)
+
+
+def test_step_time_ratio_over_the_same_steps_without_the_first():
+    """(2 + 2) / (4 + 4) over steps 2..3, TRL's later steps and both first steps left out; ratios 0.5 and 1.5 →
+    median 1.0 (0.5–1.5); a run of one step has no ratio."""
+    trl_steps = [9.0, 4.0, 4.0, 100.0]
+    records = [record("trl", 0, 10.0, 0.7, steps=trl_steps), record("trl", 1, 10.0, 0.7, steps=trl_steps),
+               record("half", 0, 5.0, 0.7, steps=[30.0, 2.0, 2.0]), record("half", 1, 5.0, 0.7, steps=[1.0, 6.0, 6.0])]
+    assert ttt.step_time_ratio(records[2], records[0]) == pytest.approx(0.5)
+    assert ttt.step_time_ratio({"step_seconds": [3.0]}, records[0]) is None
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in ttt.summary_table(records).splitlines()[2:]}
+    assert rows["half"][4] == "1.00 (0.50–1.50)" and rows["trl"][4] == "1.00 (1.00–1.00)"
 
 
 def test_first_reaching():
@@ -392,3 +405,18 @@ def test_cpu_smoke_of_the_generation_levers(contenders, tmp_path, capsys):
         assert r["wall_seconds"] > 0
     if "continuous_batching_compiled" in contenders:
         assert "--cpu_smoke: continuous_batching_compiled skipped" in printed
+
+
+def test_figure_draws_one_panel_per_seed_with_a_reference(tmp_path):
+    """Seeds with a finished TRL run are drawn; a seed without one and a failed run are left out."""
+    import benchmarks.time_to_target_figure as figure
+    curve = [[0, 0.2, 0.0], [5, 0.5, 10.0]]
+    records = [{"name": "trl", "seed": 0, "curve": curve, "target": 0.47},
+               {"name": "merged", "seed": 0, "curve": curve},
+               {"name": "merged", "seed": 1, "curve": curve},
+               {"name": "trl", "seed": 2, "failed": True}]
+    seeds = figure.curves_by_seed(records)
+    assert list(seeds) == [0] and [name for name, _, _ in seeds[0]] == ["trl", "merged"]
+    assert seeds[0][0][2] == 0.47
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert figure.main([str(tmp_path)]) == 0 and (tmp_path / "time_to_target.png").stat().st_size > 1000
