@@ -11,7 +11,7 @@ import trl_zoo
 from tests.scripts.resample_two_processes import describe, grpo_advantages, half_constant_reward
 from tests.tiny import TEST_OUTPUT_DIR, make_trainer
 from trl_zoo.reward_shaping import soft_overlong_punishment
-from trl_zoo.samplers.base import DynamicSamplingExhausted, group_reward_spread
+from trl_zoo.samplers.base import FILL_WARNING, DynamicSamplingExhausted, group_reward_spread
 
 GROUP_SIZE = 4
 
@@ -103,8 +103,11 @@ def test_exhausted_sampling_fills_with_a_warning_or_raises(on_exhausted):
         with pytest.raises(DynamicSamplingExhausted, match="dynamic_sampling_max_rounds: after 2 generation rounds only 0"):
             trainer._generate_and_score_completions(inputs)
         return
-    with pytest.warns(UserWarning, match="filling the batch with 2 zero-spread groups"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's own filter: the same text from the same place is shown once
         batch = trainer._generate_and_score_completions(inputs)
+        trainer._generate_and_score_completions(first_generation_batch(trainer))
+    assert [str(w.message) for w in caught if "dynamic_sampling" in str(w.message)] == [FILL_WARNING]
     assert batch["completion_ids"].size(0) == 8
     # the punishment still shapes the advantages (it is part of the reward), here alone
     lengths = batch["completion_mask"].sum(1).tolist()

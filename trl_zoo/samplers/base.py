@@ -86,9 +86,20 @@ def informative_groups(session: SamplingSession, index: int) -> list[tuple[int, 
     return [(index, group) for group in session.rounds[index].group_spread.nonzero().flatten().tolist()]
 
 
+# One text, so Python's default filter shows it once a process rather than at every step of a task where the cap is
+# often hit; the count of every step is the metric.
+FILL_WARNING = (
+    "dynamic_sampling: a batch reached dynamic_sampling_max_rounds with fewer prompt groups with reward spread than it "
+    "trains on, so it is filled with zero-spread groups (dynamic_sampling_on_exhausted='fill'). Shown once; the metric "
+    "dynamic_sampling/filled_groups counts them at every step. Raise dynamic_sampling_max_rounds or set "
+    "dynamic_sampling_on_exhausted='raise' to stop instead."
+)
+
+
 def fill_batch(session: SamplingSession, args, informative: list[tuple[int, int]]) -> SampledBatch:
     """The batch of the first `num_groups` groups with spread; when there are fewer (the round cap was hit), fill
-    with the earliest zero-spread groups and warn, or raise, per `dynamic_sampling_on_exhausted`."""
+    with the earliest zero-spread groups and warn (`FILL_WARNING`, once a process under Python's default filter),
+    or raise, per `dynamic_sampling_on_exhausted`."""
     target = session.num_groups
     picks = informative[:target]
     missing = target - len(picks)
@@ -108,11 +119,7 @@ def fill_batch(session: SamplingSession, args, informative: list[tuple[int, int]
             for group in (~scored.group_spread).nonzero().flatten().tolist()
         ]
         picks += zero_spread[:missing]
-        warnings.warn(
-            f"dynamic_sampling: {message}; filling the batch with {missing} zero-spread groups "
-            f"(dynamic_sampling_on_exhausted='fill').",
-            stacklevel=3,
-        )
+        warnings.warn(FILL_WARNING, stacklevel=3)
 
     batch = session.assemble(picks)
     generated_groups = len(session.rounds) * target
