@@ -9,6 +9,9 @@ config (any object with the hyperparameter attributes the loss reads), so a loss
 The returned ``PolicyTerm.loss`` is the per-token (B, T) or per-sequence (B, 1) quantity to *minimise*
 (the negative objective). The trainer then applies TRL's masks (off-policy, entropy, vLLM importance-sampling
 correction), adds the KL term and aggregates with the loss's aggregation (see ``aggregation.py``).
+
+Tests: tests/test_losses_math.py and tests/test_numerics.py (every loss on hand-built batches),
+tests/test_losses_extreme.py, tests/test_plugin_package.py (a third party's loss).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ Every token keeps the gradient Â·w·∇log π with w > 0, whatever its ratio. 
 above at the absolute value `epsilon_high`, as in the paper's §3 (no lower bound) and TRL; TRL recommends a cap of
 5.0 (ScaleRL, arXiv:2510.13786, found 4, 5 and 8 alike). `cispo_epsilon_low` adds a floor, the two-sided clip
 [1 − ε_low^IS, ε_high] of docs/formulas.md.
+
+Tests: tests/test_losses_math.py (the capped IS weight, with and without a floor), tests/test_parity.py (against TRL's
+cispo), tests/test_validation.py (the cap).
 """
 
 import math

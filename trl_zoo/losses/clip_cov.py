@@ -12,6 +12,9 @@ token whenever one qualifies, since ⌊2e-4 · N⌋ is 0 for most micro-batches.
 selected terms by 0; detaching them gives the same gradient and keeps the logged loss the PPO objective.
 The selection is a stochastic gradient mask, so it applies on-policy too: there the gradient is REINFORCE's
 without the selected tokens. `clip_cov/selected_fraction` logs |I_clip| / N.
+
+Tests: tests/test_losses_math.py (covariance, selected counts, the window), tests/test_skip_zero_advantage.py (refused:
+it couples rows), tests/test_validation.py.
 """
 
 import torch

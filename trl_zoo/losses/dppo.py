@@ -30,6 +30,9 @@ Defaults and sources:
   under vLLM generation TRL's importance-sampling correction is applied on top by the trainer. The paper prefers
   measuring against the inference engine's own log-probs ("bypass mode"), which TRL does not hand to the loss.
 - Stable-RL (the authors' code) weights by sg(min(r, 10))·log π; r·Â has the same gradient, uncapped (prime-rl).
+
+Tests: tests/test_losses_math.py (TV and KL masks, thresholds, KL term), tests/test_losses_train.py (the mask in the
+trainer), tests/test_validation.py, tests/test_table_fields.py.
 """
 
 import torch

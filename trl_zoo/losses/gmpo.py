@@ -10,6 +10,9 @@ picks the pessimistic side of every token's clip.
 
 The geometric mean is less sensitive to outlier tokens than GRPO's arithmetic mean: unclipped,
 |J_GMPO| ≤ |J_GRPO| by AM–GM. Paper default ε = 0.4 (`gmpo_epsilon`).
+
+Tests: tests/test_losses_math.py (against GRPO), tests/test_rspo.py (RSPO = GMPO when γ ≡ 1),
+tests/test_hyperparameter_ranges.py, tests/test_table_fields.py.
 """
 
 import torch

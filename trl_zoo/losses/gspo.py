@@ -9,6 +9,9 @@ TRL's `grpo` with `importance_sampling_level="sequence"` (so `importance_samplin
 Token advantages (B, T) are reduced to their masked per-sequence mean. `delta` and `dual_clip` apply as in `grpo`.
 The paper's clip ranges are tiny (ε_low = 3e-4, ε_high = 4e-4) because s_i is a per-token geometric mean; that
 is the GSPO preset, not a default here.
+
+Tests: tests/test_losses_math.py (weight s·Â/T, = sequence-level GRPO), tests/test_losses_train.py (against TRL's
+sequence-level GRPO).
 """
 
 import torch

@@ -6,6 +6,8 @@
 
 s_i = exp(Σ_t m δ_t / T_i) as in GSPO. With Â_{i,t} = Â_i for every token this equals GSPO in value and gradient;
 token advantages (B, T) let each token carry its own credit while the clip still acts on the whole sequence.
+
+Tests: tests/test_losses_math.py (= GSPO with equal token advantages; per-token advantages), tests/test_numerics.py.
 """
 
 import torch

@@ -8,6 +8,9 @@
 The penalty is |log r|, as in the paper's reference code (verl's `kl_cov`, "abs_kl"), not the k2 form (log r)²/2;
 it pulls a selected token back towards π_old with a constant-size force. Its gradient is 0 at r = 1 (on-policy),
 where the loss is REINFORCE's. `kl_cov/selected_fraction` logs |I_KL| / N.
+
+Tests: tests/test_losses_math.py (selected tokens and their |log r| penalty), tests/test_skip_zero_advantage.py
+(refused), tests/test_validation.py.
 """
 
 import torch

@@ -28,6 +28,9 @@ Where this follows or departs from AReaL (`areal/trainer/ppo/actor.py`):
   AReaL implements it.
 - Because the selection spans the whole micro-batch, rows with Â = 0 still move the mean: the entry declares
   `zero_advantage_is_inert=False`, and the masked set depends on how a generation batch is cut into micro-batches.
+
+Tests: tests/test_losses_math.py (the second-moment mask), tests/test_losses_train.py (the mask on the trainer's
+off-policy batch), tests/test_validation.py.
 """
 
 import torch

@@ -8,6 +8,9 @@
 GRPO (DeepSeekMath, arXiv:2402.03300) aggregates (1/G)Σ_i (1/T_i)Σ_t; BNPO a local token mean; DAPO
 (arXiv:2503.14476) a token mean over the generation batch; Dr. GRPO (arXiv:2503.20783) Σ/(G·T_max); LUSPO
 (arXiv:2602.05261) the per-sequence sum.
+
+Tests: tests/test_parity.py (grpo, bnpo, dr_grpo, dapo, luspo against TRL), tests/test_losses_math.py,
+tests/test_validation.py and tests/test_hyperparameter_ranges.py (clip ranges, dual_clip).
 """
 
 import warnings

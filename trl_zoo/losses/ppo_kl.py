@@ -11,6 +11,9 @@ step (the logged `ppo_kl/kl` of every training micro-batch on every process): KL
 KL < target/1.5 → β ← β/2 (target = `ppo_kl_target`; None keeps β fixed; `kl.adaptive_kl_coefficient`). β lives
 in the trainer's persistent state, which the loss only reads; the update is the entry's `on_optimizer_step` hook,
 which the trainer calls once after every optimizer step with that step's measured means.
+
+Tests: tests/test_losses_math.py (the β rule on the step's KL), tests/test_losses_train.py (β once per optimizer step),
+tests/test_resume.py (β across a resume).
 """
 
 import torch

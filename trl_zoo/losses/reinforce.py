@@ -7,6 +7,9 @@ on-policy (r = 1), so `reinforce` is the no-ratio, no-clip baseline to compare G
 same normalisation. The textbook Σ_t form (the sequence log-probability times Â) is
 `loss_aggregation="sequence_sum"`. It ignores π_old, so it is an on-policy method: with `num_iterations > 1` the
 later iterations follow a biased (off-policy) gradient.
+
+Tests: tests/test_losses_math.py and tests/test_numerics.py (the on-policy law, whose reference it is),
+tests/test_losses_train.py (a LoRA run), tests/test_teacher.py (per-token advantages).
 """
 
 from ..registry import LOSSES

@@ -4,6 +4,9 @@
     ∂f/∂r = 4σ(1 − σ) = sech²(τ(r − 1)/2) ∈ (0, 1], equal to 1 at r = 1.
 
 Aggregated like GRPO.
+
+Tests: tests/test_losses_math.py (the sigmoid gate's gradient), tests/test_parity.py (against TRL's sapo),
+tests/test_validation.py (temperatures).
 """
 
 import warnings

@@ -23,6 +23,9 @@ Where this departs from its sources:
 
 The paper's gradient is the sequence log-likelihood Σ_t ∇log π per example, so the default aggregation is
 `sequence_sum` (mean over sequences of the token sum); `loss_aggregation` picks another.
+
+Tests: tests/test_losses_math.py (tapered negative sequences), tests/test_skip_zero_advantage.py (row-local),
+tests/test_losses_train.py (a LoRA run).
 """
 
 import torch

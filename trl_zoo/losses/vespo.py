@@ -5,6 +5,9 @@
 
 φ is computed by TRL's own `GRPOTrainer.get_gamma_weights`, which also folds in the vLLM correction, so the
 trainer does not multiply this loss by the sampling ratio again. Aggregated like DAPO.
+
+Tests: tests/test_parity.py (against TRL's vespo), tests/test_hyperparameter_ranges.py (negative shapes refused),
+tests/test_skip_zero_advantage.py.
 """
 
 from trl import GRPOTrainer as TRLGRPOTrainer
