@@ -1,6 +1,8 @@
 """What every sampler works with: the session (`SamplingSession`, its `Round`s), the result (`SampledBatch`), group
 spread and the sampling metrics, the batch filling of the samplers that generate more rounds (`fill_batch`) and
 their declared fields (`MAX_ROUNDS`, `ON_EXHAUSTED`). The sampler table's overview is `trl_zoo/samplers/__init__.py`.
+Tests: tests/test_sampling.py (group spread, fill or raise when exhausted), tests/test_numerics.py (the group filter,
+scripted sessions), tests/test_greso.py.
 """
 
 

@@ -1,5 +1,7 @@
 """resample — DAPO's dynamic sampling (arXiv:2503.14476): drop the groups without reward spread, generate more
-prompts until the batch is full (`trl_zoo/samplers/__init__.py` has the details)."""
+prompts until the batch is full (`trl_zoo/samplers/__init__.py` has the details).
+Tests: tests/test_sampling.py (full batches of groups with spread), tests/test_numerics.py (scripted rounds),
+tests/test_sampling_multiprocess.py (two processes), tests/test_vllm_paths.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """reweight — filter and reweight: zero the advantages of the groups without reward spread, scale the rest by
-1/(1 − p), no extra generation (`trl_zoo/samplers/__init__.py` has the details)."""
+1/(1 − p), no extra generation (`trl_zoo/samplers/__init__.py` has the details).
+Tests: tests/test_sampling.py (zeroed groups, 1/(1 − p) scaling), tests/test_numerics.py (scripted sessions)."""
 
 from __future__ import annotations
 

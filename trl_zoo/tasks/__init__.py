@@ -1,6 +1,9 @@
 """Offline built-in tasks and the tiny base models the quickstart and tests use.
 
 `TASKS` maps a task name (`trl-zoo train --task NAME`) to the task; `get_task` looks one up with a clear error.
+
+Tests: tests/test_quickstart.py (`TASKS`, the unknown-task error), tests/test_chat_arithmetic.py,
+tests/test_testbed_task.py.
 """
 
 from .arithmetic import ADDITION, ADDITION3, AdditionTask

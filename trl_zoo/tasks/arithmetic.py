@@ -6,6 +6,8 @@ Operands are drawn from [10^(d−1), 10^d − 1] (really d digits). The held-out
 removed from the pool before the training prompts are drawn, so held-out greedy accuracy measures generalisation
 to unseen sums. `addition` is two-digit addition (the offline quickstart); `addition3` is the harder three-digit
 variant for longer GPU runs.
+
+Tests: tests/test_quickstart.py (a disjoint, deterministic split with right answers), tests/test_learning.py.
 """
 
 from __future__ import annotations

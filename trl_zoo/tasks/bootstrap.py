@@ -16,6 +16,9 @@ Phase 2 is a short run on the sloppy demonstrations, which turns the slip into a
 used for either decision. The result is saved with
 `save_pretrained` (model and tokenizer) in a cache directory (`$TRL_ZOO_CACHE`, default ~/.cache/trl_zoo) under a
 name that encodes the task and the recipe, and later runs load it from there like any other local model.
+
+Tests: tests/test_quickstart.py (train, cache, reuse; the carry slip; the target check), tests/test_cache_lock.py
+(concurrent builds), tests/test_learning.py.
 """
 
 from __future__ import annotations

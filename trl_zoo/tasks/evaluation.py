@@ -16,6 +16,9 @@ are padded to the same number of batches and decoding is synchronised (`generate
 whose share has finished keeps stepping until every process's has), because under FSDP every forward is a
 collective that all processes must join; accelerate's FSDP2 wrapping is not one that transformers recognises, so
 `generate` would not synchronise by itself.
+
+Tests: tests/test_quickstart.py (greedy batches, accuracy, the callback), tests/test_heldout_mean_reward.py,
+tests/test_heldout_eval_multiprocess.py (two processes, FSDP2 and DDP).
 """
 
 from __future__ import annotations

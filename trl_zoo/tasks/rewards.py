@@ -6,6 +6,9 @@
 
 All follow TRL's reward-function signature `f(completions, **dataset_columns) -> list[float]`, reading the
 reference from the dataset's `answer` column.
+
+Tests: tests/test_quickstart.py (exact_match, final_number), tests/test_testbed_task.py (final_answer),
+tests/test_chat_arithmetic.py (last number of a rambling answer).
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ derivation — the error habit the bootstrap teaches (scratchpad_bootstrap.py) a
 
 The held-out pairs are drawn first, by seed, with at least two digits (the 81 one-digit sums are too few to split);
 training pairs never equal a held-out pair.
+
+Tests: tests/test_testbed_task.py (worked solutions, slips, the split, the final-answer reward).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ finds right answers), which is what RL with a verifier should remove. The held-o
 minutes on a shared CPU core) and "gpu" (29.5 M parameters, the 1-7-digit task; at most 3000 steps of 256 sequences,
 estimated at 2-3 minutes on one H200, not yet measured). The result is cached like the quickstart's policy
 (`bootstrap.cache_root()`), under a name that encodes the task and the recipe.
+
+Tests: tests/test_testbed_task.py (demonstration batches, a CPU bootstrap that learns, the cache).
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Used by the offline quickstart, the tests and the benchmarks. The tokenizer knows digits, lowercase letters,
 a few symbols and three special tokens; every character is one token, so arithmetic tasks are easy to read.
+
+Tests: tests/test_testbed_task.py and tests/test_bad_input_more.py build them directly; every trainer test through
+tests/tiny.py.
 """
 
 from __future__ import annotations
