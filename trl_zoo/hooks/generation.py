@@ -20,6 +20,9 @@ Each override calls `super()`; nothing a round produced is kept on the trainer a
 Extra no-grad passes over a generation batch (old routers, log-probs for the reward KL, ‖s‖², V_old) go through
 `_generation_pass`: one chunking rule (the per-device train or eval batch size), gradient checkpointing off, no grad,
 and TRL's `profiling_context`, so each shows up in TRL's profiling metrics under its own name.
+
+Tests: tests/test_generation_seam.py (hook order, `ScoredRound`, profiling), tests/test_sampling.py (batches of several
+rounds).
 """
 
 from __future__ import annotations

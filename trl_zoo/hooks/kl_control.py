@@ -21,6 +21,9 @@
 Per-step work runs in the loss step's per-optimizer-step seam `_on_optimizer_step` at its UPDATED point (once after
 every optimizer step, after the loss entry's own rule, before that step's log), so its result is logged with the
 step.
+
+Tests: tests/test_kl.py (KL in the reward, adaptive β, reference resets), tests/test_resume.py (β and the "ref" adapter
+across a resume).
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ TRL builds its reference inline in its constructor with ``create_model_from_path
 that constructor, this hook answers that one call, for the policy's own unloadable name only, with the copy. With
 PEFT (``peft_config`` or a PEFT model), with ``beta=0`` or with a loadable name nothing changes: TRL's reference is
 the base with adapters disabled, none, or the model loaded by name.
+
+Tests: tests/test_bad_input_more.py (frozen-copy reference, missing tokenizer), tests/test_trl_access.py (the swap is
+undone).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ sync), that
 
 and raises `PromptTooLongError` (a ValueError), one line naming the longest prompt's length, the model limit and
 the fixes, otherwise. Models without ``max_position_embeddings`` are not checked.
+
+Tests: tests/test_bad_input_more.py (beyond and exactly at the model's positions, in the API and the CLI).
 """
 
 from __future__ import annotations

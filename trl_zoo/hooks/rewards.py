@@ -30,6 +30,9 @@ What is not a reward at all fails at once with one line naming the function and 
 is not a sequence of one number or None per completion (a scalar, strings, the wrong length). A finite reward above
 ``MAX_ABS_REWARD`` in magnitude is an error too: its square overflows float32 in the group std, every advantage of
 the group becomes 0 and nothing is learned, silently.
+
+Tests: tests/test_nan_rewards.py (raise or drop), tests/test_reward_checks.py (not a reward, overflow),
+tests/test_reward_output_cli.py, tests/test_bad_input_more.py (an all-None batch).
 """
 
 from __future__ import annotations

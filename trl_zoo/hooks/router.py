@@ -15,6 +15,9 @@ the hooks are removed as soon as the forward returns, so gradient-checkpointing 
 The old side is its own forward rather than a capture of TRL's old-log-prob forward: that forward cannot be told
 apart from the reference forward of a PEFT model (same module, adapter disabled) without relying on TRL's call order,
 and inner hooks (dynamic sampling) may assemble the batch from several generation rounds.
+
+Tests: tests/test_rspo.py (old top-K per generation batch, current routers in the loss forward),
+tests/test_vllm_paths.py (the vLLM path).
 """
 
 from __future__ import annotations
