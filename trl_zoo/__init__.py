@@ -1,4 +1,7 @@
-"""trl_zoo: GRPO-family algorithms for TRL as a plugin table, behind a drop-in `GRPOTrainer`."""
+"""trl_zoo: GRPO-family algorithms for TRL as a plugin table, behind a drop-in `GRPOTrainer`.
+
+Tests: tests/test_plugin_package.py (`register_loss` in an installed package), tests/test_cli_messages.py (its
+aggregation check)."""
 
 from . import advantages, aggregation, critic, kl, losses, reward_shaping, samplers  # noqa: F401  (the tables)
 from .config import GRPOConfig

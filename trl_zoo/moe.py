@@ -17,6 +17,9 @@ used as a measure of the router's preference.
 
 The hooks are removed when the block exits, so a recomputation during backward (gradient checkpointing) or any
 other forward records nothing.
+
+Tests: tests/test_rspo.py (a tiny Qwen3-MoE's routers found, top-K against its router logits),
+tests/test_vllm_paths.py.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ Looking up an unknown name raises a ``ValueError`` that lists the known names an
 a name twice raises unless ``override=True`` is passed. An entry point that fails to load (its module or attribute
 is missing, its import raises) is reported once in a warning and skipped; only looking its name up fails, with
 the same reason.
+
+Tests: tests/test_validation.py (closest known name, declarations at registration), tests/test_broken_plugin.py (broken
+entry points), tests/test_plugin_package.py (the entry-point group).
 """
 
 from __future__ import annotations

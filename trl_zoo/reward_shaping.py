@@ -14,6 +14,9 @@ than L_max, and a truncated completion gets the full −1.
 The trainer adds it as one more reward function named `soft_overlong_punishment` (`with_soft_overlong_punishment`,
 before TRL's constructor runs), so TRL logs it on its own (`rewards/soft_overlong_punishment/mean`) and sums it with
 the task rewards (weight 1). It is not a task reward: dynamic sampling and VAPO's positive examples leave it out.
+
+Tests: tests/test_overlong.py (the ramp at its boundaries, its wiring as a reward), tests/test_sampling.py (not a task
+reward).
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ Every spec of a loss, an estimator or a sampler carries
 - `fields`: the plugin's own hyperparameters (`PluginField`), accepted by `GRPOConfig(...)` as keywords, by YAML
   configs and by `trl-zoo train` as flags, read by the plugin as `args.<name>`;
 - `validate(args)`: the checks of the settings it reads, run when the `GRPOConfig` is built.
+
+Tests: tests/test_validation.py (declarations at registration, malformed `PluginField`s), tests/test_table_fields.py,
+tests/test_hyperparameter_ranges.py (inert clips warn), tests/test_plugin_package.py (`LossSpec` defaults).
 """
 
 from __future__ import annotations

@@ -35,6 +35,10 @@ generation batch the rounds (dynamic sampling) and the whole-batch entries (old 
 wraps `_prepare_inputs`, which no other layer overrides: it re-cuts the buffer TRL built from the batch every
 generation layer has finished, and the resume layer saves the re-cut buffer. See
 docs/architecture.md for the pipeline of one step.
+
+Tests: tests/test_trainer_layers.py (the layer table is the real MRO), tests/test_parity.py (a drop-in for TRL's),
+tests/test_model_card.py (`training_method`), tests/test_dataset_values.py (`check_train_dataset`),
+tests/test_bad_input_more.py (non-finite weights).
 """
 
 from __future__ import annotations
