@@ -26,7 +26,7 @@ from trl_zoo.critic import (
     token_rewards,
     value_targets,
 )
-from trl_zoo.hooks.critic import CRITIC_FILE, VALUE_ADAPTER, check_critic_distribution
+from trl_zoo.critic_component import CRITIC_FILE, VALUE_ADAPTER, check_critic_distribution
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 ARGS = SimpleNamespace(
@@ -253,7 +253,7 @@ def test_adapter_critic_gradients_stay_on_their_side():
     assert batch["value_targets"].shape == batch["completion_mask"].shape
     # the value pass really uses the value adapter: values differ from a pass with the policy adapter
     with torch.no_grad():
-        policy_hidden = trainer._hidden_states(batch)
+        policy_hidden = trainer.critic.hidden_states(batch)
     assert not torch.allclose(trainer.value_head(policy_hidden.float()), batch["old_values"])
     trainer.current_gradient_accumulation_steps = 1
 
@@ -492,7 +492,7 @@ def test_head_critic_reuses_the_policy_forward_also_when_rows_are_skipped():
     batch = generate(trainer)
     trainer.current_gradient_accumulation_steps = 1
     rows_through_backbone = []
-    trainer._backbone().register_forward_pre_hook(
+    trainer.critic.backbone().register_forward_pre_hook(
         lambda module, args, kwargs: rows_through_backbone.append(kwargs["input_ids"].size(0)), with_kwargs=True
     )
     value_losses = trainer._metrics["train"]["critic/value_loss"]

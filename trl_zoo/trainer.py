@@ -11,7 +11,8 @@ composition of one-concept layers, each overriding TRL's methods (or a seam of o
                              current: around `_policy_forward`)
     DynamicSamplingMixin     generation rounds and regrouping                       hooks/sampling.py
     ZeroAdvantageSkipMixin   `_policy_forward` over the rows with Â ≠ 0             hooks/skip_zero_advantage.py
-    CriticMixin              value passes, value loss around the policy loss        hooks/critic.py
+    CriticMixin              the critic (`critic_component.py`) at the hook         hooks/critic.py
+                             points: value passes, value loss, its optimizer group
     TeacherSignalMixin       a teacher's λ·(log π_T − log π_old) added per token    hooks/teacher.py
                              to the advantages (`_after_advantages`)
     AdvantageMixin           advantage estimators replace TRL's advantages          hooks/advantages.py

@@ -22,6 +22,20 @@ def flat(tensors) -> list[float]:
     return torch.cat([t.detach().float().reshape(-1) for t in tensors]).tolist()
 
 
+def record_first_averaging(critic, record: dict):
+    """The critic's gradients before and after its first cross-process averaging go into `record`."""
+    average = critic.average_gradients
+
+    def recording_average():
+        if "local_gradients" in record:
+            return average()
+        record["local_gradients"] = flat(p.grad for p in critic.parameters)
+        average()
+        record["averaged_gradients"] = flat(p.grad for p in critic.parameters)
+
+    critic.average_gradients = recording_average
+
+
 def main(output_path: str, critic_model: str):
     from accelerate.utils import gather_object
     from peft import LoraConfig
@@ -31,20 +45,11 @@ def main(output_path: str, critic_model: str):
 
     model_dir(0)  # save the tiny model before the process group exists (transformers then saves on rank 0 only)
 
-    class Recording(trl_zoo.GRPOTrainer):
-        def _average_critic_gradients(self):
-            if "local_gradients" not in self.record:
-                self.record["local_gradients"] = flat(p.grad for p in self.critic_parameters)
-                super()._average_critic_gradients()
-                self.record["averaged_gradients"] = flat(p.grad for p in self.critic_parameters)
-            else:
-                super()._average_critic_gradients()
-
     peft_config = None
     if critic_model == "adapter":
         peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     trainer = make_trainer(
-        Recording,
+        trl_zoo.GRPOTrainer,
         trl_zoo.GRPOConfig,
         peft_config=peft_config,
         advantage_estimator="gae",
@@ -57,6 +62,7 @@ def main(output_path: str, critic_model: str):
     )
     policy = [p for p in trainer.model.parameters() if p.requires_grad and all(p is not c for c in trainer.critic_parameters)]
     trainer.record = {"critic_before": flat(trainer.critic_parameters), "policy_before": flat(policy)}
+    record_first_averaging(trainer.critic, trainer.record)
     trainer.train()
     trainer.record["critic_after"] = flat(trainer.critic_parameters)
     trainer.record["policy_after"] = flat(policy)
