@@ -36,8 +36,6 @@ NOT_YET_MAPPED = (
     "trl_zoo/cli/reward_names.py",
     "trl_zoo/cli/train.py",
     "trl_zoo/cli/train_help.py",
-    "trl_zoo/critic.py",
-    "trl_zoo/hooks/critic.py",
 )
 
 

@@ -49,6 +49,9 @@ round ``critic/explained_variance`` (1 − Var(R̂ − V_old)/Var(R̂), the crit
 targets), ``critic/return_mean``, ``critic/gae_mean`` and ``critic/gae_std`` (token advantages before whitening;
 the advantage hook logs them after), ``critic/value_warmup`` (1 during value pre-training), and
 ``vapo/positive_nll``, ``vapo/positive_fraction`` with the positive-example loss.
+
+Tests: tests/test_critic.py (value passes, targets, the clipped value loss, gradient separation, critic.pt),
+tests/test_critic_multiprocess.py (DDP gradient averaging across two processes).
 """
 
 from __future__ import annotations
