@@ -18,7 +18,8 @@ from pathlib import Path
 
 from .arguments import CONFIG_SUFFIXES, ConfigError, config_path, make_train_parser, read_config
 from ..registry import LOSSES
-from .report import SUMMARY_FILE, headline, load_run, write_report
+from .report import headline, write_report
+from .run_log import SUMMARY_FILE, load_run
 
 DEFAULT_COMPARE_SEEDS = "0,1,2"
 

@@ -40,7 +40,8 @@ from .model_card import model_card
 from .null_reward_control import permuted_reward
 from .preset_lengths import completion_room_error, position_limit_of
 from ..registry import LOSSES
-from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
+from .report import write_report
+from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run
 from .reward_names import check_reward_columns, heldout_scorer, read_columns, resolve_reward
 from ..tasks import get_task
 from ..tasks.bootstrap import BootstrapRecipe, bootstrap_policy
