@@ -1,8 +1,11 @@
 """The package's folders show its layers (the command line in `trl_zoo/cli/`, the samplers in `trl_zoo/samplers/`),
 and every import path that existed before the moves still works: a moved module is the same module object under its
 old name (what a test or a user patches through either name is patched for both), `trl_zoo.sampling` re-exports what
-it had, and `python -m trl_zoo.cli` and the `trl-zoo` console script still start the command line."""
+it had, a module split at its seams (`cli/report.py`, `cli/train.py`) still gives every public name it had (the same
+object; a patch belongs where the caller looks the name up), and `python -m trl_zoo.cli` and the `trl-zoo` console
+script still start the command line."""
 
+import ast
 import importlib
 import subprocess
 import sys
@@ -24,6 +27,33 @@ def test_a_moved_command_line_module_keeps_its_old_import_path(name):
     assert old is importlib.import_module(f"trl_zoo.cli.{name}")
     assert (ROOT / "trl_zoo" / "cli" / f"{name}.py").exists()
     assert len((ROOT / "trl_zoo" / f"{name}.py").read_text().splitlines()) < 10  # the old file is only the alias
+
+
+# A command-line module split at its seams -> the modules that now hold the parts it gave away.
+SPLIT_MODULES = {"report": ("run_log", "verdict"), "train": ("training_data",)}
+
+
+def public_names(path: Path) -> list[str]:
+    """The public functions, classes and constants a module defines itself (not those it imports)."""
+    names = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [target.id for target in node.targets if isinstance(target, ast.Name)]
+    return [name for name in names if not name.startswith("_")]
+
+
+@pytest.mark.parametrize("name", sorted(SPLIT_MODULES))
+def test_a_split_module_still_gives_every_public_name_it_had(name):
+    old = importlib.import_module(f"trl_zoo.cli.{name}")
+    for part in SPLIT_MODULES[name]:
+        module = importlib.import_module(f"trl_zoo.cli.{part}")
+        names = public_names(ROOT / "trl_zoo" / "cli" / f"{part}.py")
+        assert names
+        missing = [moved for moved in names if getattr(old, moved, None) is not getattr(module, moved)]
+        assert not missing, f"trl_zoo.cli.{name} no longer gives {missing} (now in trl_zoo.cli.{part})"
+    assert importlib.import_module(f"trl_zoo.{name}") is old  # and the older path still aliases it
 
 
 def test_the_samplers_folder_and_the_old_sampler_paths():
