@@ -115,7 +115,7 @@ def table(runs: dict[tuple[str, int], Run], names: list[str], seeds: list[int]) 
 
 def verdict_lines(runs: dict[tuple[str, int], Run]) -> list[str]:
     """`trl-zoo compare`'s verdict on one task's configurations: the first by mean held-out accuracy against each
-    other, paired by seed, with a 95 % t-interval (`trl_zoo/cli/report.py`)."""
+    other, paired by seed, with a 95 % t-interval (`trl_zoo/cli/verdict.py`)."""
     from trl_zoo.cli import report
 
     groups: dict[str, list] = {}

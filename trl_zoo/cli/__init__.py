@@ -8,11 +8,15 @@
 
 This package is the command line; its `__init__` only dispatches: `arguments.py` parses the train arguments and
 config files (`train_help.py` lays out `--help`, `preset_lengths.py` fits a preset's lengths), `train.py` runs
-`train` (`reward_names.py` its `--reward_funcs`, `cpu_threads.py`, `null_reward_control.py`, `model_card.py`),
-`compare.py` runs `compare`, `report.py` writes the run log and the report, `one_gpu.py` keeps one GPU without a
-launcher. `python -m trl_zoo.cli` runs `__main__.py`. Bad configuration exits with status 2 and a one-line message naming the
+`train` (`training_data.py` loads and splits its dataset, `reward_names.py` its `--reward_funcs`, `cpu_threads.py`,
+`null_reward_control.py`, `model_card.py`), `compare.py` runs `compare`, `run_log.py` writes and reads the run log,
+`verdict.py` judges the runs, `report.py` writes the report, `one_gpu.py` keeps one GPU without a launcher.
+`python -m trl_zoo.cli` runs `__main__.py`. Bad configuration exits with status 2 and a one-line message naming the
 field, never a traceback; Ctrl-C exits with status 130 and one line (for `train`: the step reached and the last
 checkpoint to resume from).
+
+Tests: tests/test_cli.py (the commands, `trl-zoo list`), tests/test_layout.py (the console script and `python -m
+trl_zoo.cli`), tests/test_broken_plugin.py (a broken plugin listed).
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ quickstart preset fits the built-in tasks' tiny policy (learning rate, group siz
 
 Bad configuration (unknown loss, misspelt key, wrong type) raises `ConfigError`, which the CLI prints as one line
 naming the field (exit status 2), never a traceback.
+
+Tests: tests/test_cli.py (precedence of defaults, preset, YAML and flags), tests/test_configs.py (every config file),
+tests/test_presets_builtin.py (the quickstart preset), tests/test_cli_messages.py (one-line errors).
 """
 
 from __future__ import annotations

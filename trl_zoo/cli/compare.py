@@ -6,6 +6,9 @@ the comparison report (`report.py`).
 Runs go to `<report_dir>/<loss>` (one seed) or `<report_dir>/<loss>/seed<s>`; a loss may also be a YAML config
 path, named by its file stem. A report_dir that already holds finished runs is refused before anything runs, unless
 `--overwrite_output_dir true` is given.
+
+Tests: tests/test_cli.py (`trl-zoo compare` end to end), tests/test_compare_identical.py (identical runs said so),
+tests/test_trl_grpo_fields.py (TRL's fields passed through).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from pathlib import Path
 
 from .arguments import CONFIG_SUFFIXES, ConfigError, config_path, make_train_parser, read_config
 from ..registry import LOSSES
-from .report import SUMMARY_FILE, headline, load_run, write_report
+from .report import headline, write_report
+from .run_log import SUMMARY_FILE, load_run
 
 DEFAULT_COMPARE_SEEDS = "0,1,2"
 

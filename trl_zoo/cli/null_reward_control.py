@@ -6,6 +6,8 @@ The batch keeps its reward distribution (the share of 1s, the spread between gro
 longer depends on what it says. A run trained on R' learns whatever the update itself teaches — format, length,
 the drift of sampling from a sharpened policy — and nothing about the answers; the gain of a real run over its
 control, paired by seed, is what the reward taught. The held-out evaluation always scores with the real reward.
+
+Tests: tests/test_chat_arithmetic.py (the shuffled-reward control on the chat task).
 """
 
 from __future__ import annotations

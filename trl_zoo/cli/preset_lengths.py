@@ -12,6 +12,8 @@ A length given as a flag is the user's and wins; the preset's other lengths then
 
 With any model, a max_completion_length that leaves no room for a prompt in the model's positions is refused
 before anything is loaded (`check_completion_fits`).
+
+Tests: tests/test_presets_builtin.py (lengths scaled to the model's context, the message).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@
 L_cache = 256 tokens, DAPO arXiv:2503.14476 eq. 13); trl_zoo calls TRL's factory with the same ones, so a TRL YAML
 means the same reward here. For a punishment tied to this run's lengths use `overlong_buffer_length` (and
 `overlong_max_length`), trl_zoo's own soft overlong punishment.
+
+Tests: tests/test_reward_paths.py (reward functions by name and by path), tests/test_trl_grpo_fields.py.
 """
 
 from __future__ import annotations

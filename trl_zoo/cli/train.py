@@ -3,8 +3,12 @@
     prepare_training(...)  ->  TrainingSetup   the trainer, its held-out accuracy callback, what was loaded
     run_train(...)         ->  RunSummary      held-out accuracy before and after RL, written to summary.json
 
-Bad input found while setting up raises `ConfigError` (one line naming the field). Errors during training itself
-are not configuration errors and keep their traceback.
+The data a run loads from a dataset, and its held-out split, come from `training_data.py`. Bad input found while
+setting up raises `ConfigError` (one line naming the field). Errors during training itself are not configuration
+errors and keep their traceback.
+
+Tests: tests/test_cli.py (a run end to end, resume, output folder checks), tests/test_configs.py,
+tests/test_trl_grpo_fields.py (TRL's GRPOConfig fields reach the trainer), tests/test_replay_generations.py.
 """
 
 from __future__ import annotations
@@ -20,17 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset
+from datasets import IterableDataset
 from transformers import AutoTokenizer, TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerState
 from transformers.trainer_utils import get_last_checkpoint
-from trl import DatasetMixtureConfig, get_dataset, get_peft_config, get_quantization_config
+from trl import get_peft_config, get_quantization_config
 
 from .arguments import ConfigError, one_line, parse_train_args
 from ..checkpoint_integrity import check_checkpoint
 from .cpu_threads import apply_cpu_threads
-from ..dataset_values import check_no_none, check_prompts
 from ..gguf_checkpoint import GGUFError, policy_path
 from ..hooks.prompt_length import PromptTooLongError
 from ..hooks.resume import interrupted_message as resume_interrupted_message
@@ -40,7 +43,8 @@ from .model_card import model_card
 from .null_reward_control import permuted_reward
 from .preset_lengths import completion_room_error, position_limit_of
 from ..registry import LOSSES
-from .report import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run, write_report
+from .report import write_report
+from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run
 from .reward_names import check_reward_columns, heldout_scorer, read_columns, resolve_reward
 from ..tasks import get_task
 from ..tasks.bootstrap import BootstrapRecipe, bootstrap_policy
@@ -50,9 +54,14 @@ from ..tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad
 from ..tasks.evaluation import HeldOutAccuracyCallback, HeldOutResult, greedy_evaluation, render_prompt
 from ..tasks.evaluation import format_mean_reward as mean_text
 from ..trainer import GRPOTrainer
-
-DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
-STREAMED_HELDOUT = 200  # rows a streamed dataset holds out without num_heldout (the cap of heldout_count)
+from .training_data import _conversational_prompts, _load_dataset_splits, column_names
+from .training_data import (  # noqa: F401  (re-exported: they were this module's before the split)
+    DATA_FILE_BUILDERS,
+    STREAMED_HELDOUT,
+    heldout_count,
+    mixture_test_entries,
+    split_size,
+)
 
 
 class TrainingInterrupted(Exception):
@@ -163,184 +172,6 @@ def base_policy_name(model_path: str) -> str:
 
 def checkpoint_step(checkpoint: str) -> int:
     return TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE_NAME)).global_step
-
-
-def heldout_count(num_heldout: int | None, rows: int) -> int:
-    """Rows to hold out of a split of `rows` rows: num_heldout when given, else max(1, min(200, ⌊rows / 10⌋))."""
-    if num_heldout is not None:
-        return num_heldout
-    return max(1, min(200, rows // 10))
-
-
-def _load_dataset(task_args, log=print):
-    """The dataset (its splits are IterableDatasets when streamed) and its name, as `trl grpo` loads it:
-    a `datasets` mixture through TRL's `get_dataset` (which wins over `dataset_name`, as in TRL), else
-    `dataset_name`, a hub dataset or a local data file. `streaming` or `dataset_streaming` streams either."""
-    streaming = task_args.streaming or task_args.dataset_streaming
-    if task_args.datasets:
-        if task_args.dataset_name:
-            log(f"datasets: the mixture is used and dataset_name {task_args.dataset_name!r} is ignored, as in TRL.")
-        # test_split_size is applied afterwards, with the run's seed, to mixtures and single datasets alike
-        mixture = DatasetMixtureConfig(datasets=task_args.datasets, streaming=streaming, test_split_size=None)
-        source = " + ".join(str(entry.data_files or entry.path) for entry in task_args.datasets)
-        test_entries = mixture_test_entries(task_args.datasets, task_args.dataset_test_split)
-        try:
-            dataset = get_dataset(mixture)
-            if test_entries:
-                test = DatasetMixtureConfig(datasets=test_entries, streaming=streaming, test_split_size=None)
-                dataset[task_args.dataset_test_split] = get_dataset(test)["train"]
-        except Exception as error:  # a bad fraction, a missing file or dataset, mismatched columns
-            raise ConfigError(f"datasets: cannot load the mixture ({one_line(error)}).") from None
-        return dataset, source
-    source = task_args.dataset_name
-    suffix = Path(source).suffix.lower()
-    if suffix in DATA_FILE_BUILDERS and not os.path.isfile(source):
-        raise ConfigError(f"dataset_name: no such file {source!r}.")
-    try:
-        if os.path.isfile(source):
-            if suffix not in DATA_FILE_BUILDERS:
-                raise ConfigError(
-                    f"dataset_name: cannot read {suffix or 'extension-less'} files; use {', '.join(DATA_FILE_BUILDERS)}."
-                )
-            dataset = load_dataset(DATA_FILE_BUILDERS[suffix], data_files=source, streaming=streaming)
-        else:
-            dataset = load_dataset(source, name=task_args.dataset_config, streaming=streaming)
-    except ConfigError:
-        raise
-    except Exception as error:  # hub, file-format and network errors all mean "this dataset cannot be loaded"
-        raise ConfigError(f"dataset_name: cannot load {source!r} ({one_line(error)}).") from None
-    if not isinstance(dataset, (DatasetDict, IterableDatasetDict)):
-        dataset = DatasetDict({task_args.dataset_train_split: dataset})
-    return dataset, source
-
-
-def mixture_test_entries(entries, test_split: str) -> list:
-    """The mixture's test split: each entry whose `data_files` maps `test_split` to files, reading that split, whole
-    (`fraction` shapes the training mixture only). TRL's `get_dataset` reads each entry's `split` ("train") alone."""
-    return [
-        dataclasses.replace(entry, split=test_split, fraction=None)
-        for entry in entries
-        if isinstance(entry.data_files, dict) and test_split in entry.data_files
-    ]
-
-
-def split_size(test_split_size: float) -> float | int:
-    """TRL's `test_split_size` as `train_test_split` reads it: a fraction in (0, 1), or a whole number of rows."""
-    if test_split_size >= 1 and float(test_split_size).is_integer():
-        return int(test_split_size)
-    if not 0 < test_split_size < 1:
-        raise ConfigError(
-            f"test_split_size: give a fraction in (0, 1) or a whole number of rows, got {test_split_size}."
-        )
-    return test_split_size
-
-
-def column_names(dataset) -> list[str]:
-    """A dataset's columns; a streamed one may not know them before its first row is read."""
-    if dataset.column_names is not None:
-        return list(dataset.column_names)
-    first = next(iter(dataset), None)
-    return list(first) if first is not None else []
-
-
-def _load_dataset_splits(task_args, seed: int, log=print, reads: dict[str, str] | None = None):
-    """(train, held-out). The held-out set is the test split; without one, `test_split_size` (TRL's) or
-    `num_heldout` rows split off the training data. A streamed dataset holds out its first rows instead, and its
-    held-out set is read into memory (it is measured again and again). `num_heldout 0`: no held-out set (None),
-    every training row is trained on. Before any split, the prompts and the columns the rewards read (`reads`:
-    column → reward) of a map-style dataset are checked, naming the file's row (`dataset_values.py`)."""
-    dataset, source = _load_dataset(task_args, log)
-    if task_args.dataset_train_split not in dataset:
-        raise ConfigError(
-            f"dataset_train_split: no split {task_args.dataset_train_split!r}; the dataset has {', '.join(dataset)}."
-        )
-    train = dataset[task_args.dataset_train_split]
-    streaming = isinstance(train, IterableDataset)
-    test_split = task_args.dataset_test_split
-    if not streaming:
-        for split in (task_args.dataset_train_split, test_split):
-            if split in dataset:
-                _check_values(dataset[split], f"{source} ({split} split)", task_args, reads or {})
-    if task_args.num_heldout is not None and task_args.num_heldout < 0:
-        raise ConfigError(f"num_heldout: must be ≥ 0 (0: no held-out set), got {task_args.num_heldout}.")
-    if task_args.num_heldout == 0:
-        if task_args.test_split_size is not None:
-            raise ConfigError("num_heldout: 0 keeps no evaluation set, so test_split_size cannot split one; drop one.")
-        log(f"{source}: num_heldout 0, so no held-out set: every training row is trained on and there is no held-out "
-            f"evaluation (summary.json: heldout_size 0, accuracies null).")
-        heldout = None
-    elif streaming:
-        if task_args.test_split_size is not None and test_split not in dataset:
-            raise ConfigError(
-                "test_split_size: a streamed dataset has no length to split by; give num_heldout N (its first N rows "
-                "are held out) or a dataset with a test split."
-            )
-        count = task_args.num_heldout or STREAMED_HELDOUT
-        if test_split in dataset:
-            heldout = Dataset.from_list(list(dataset[test_split].take(count)))
-        else:
-            heldout = Dataset.from_list(list(train.take(count)))
-            train = train.skip(count)
-            log(f"{source}: streamed, no {test_split!r} split, so its first {len(heldout)} rows are held out for the "
-                f"greedy evaluation (num_heldout).")
-        if len(heldout) == 0 or (test_split not in dataset and next(iter(train), None) is None):
-            raise ConfigError(f"num_heldout: the stream holds too few rows to hold out {count} and train on the rest.")
-    elif test_split in dataset:
-        heldout = dataset[test_split]
-    elif task_args.test_split_size is not None:
-        size = split_size(task_args.test_split_size)
-        try:
-            split = train.train_test_split(test_size=size, seed=seed)
-        except ValueError as error:
-            raise ConfigError(f"test_split_size: {one_line(error)}") from None
-        train, heldout = split["train"], split["test"]
-        log(f"{source}: no {test_split!r} split, so test_split_size={task_args.test_split_size:g} holds out "
-            f"{len(heldout)} of its {len(train) + len(heldout)} rows for evaluation.")
-    else:
-        count = heldout_count(task_args.num_heldout, len(train))
-        if not 0 < count < len(train):
-            raise ConfigError(
-                f"num_heldout: must be between 1 and {len(train) - 1} for this dataset (or 0: no held-out set)."
-            )
-        log(
-            f"{source}: no {test_split!r} split, so {count} of its {len(train)} rows are held out "
-            f"for the greedy evaluation (num_heldout)."
-        )
-        split = train.train_test_split(test_size=count, seed=seed)
-        train, heldout = split["train"], split["test"]
-    columns = column_names(train)
-    for column_arg, target in (("prompt_column", "prompt"), ("answer_column", "answer")):
-        column = getattr(task_args, column_arg)
-        if column not in columns:
-            if target == "answer":
-                continue  # a custom reward may not need one
-            raise ConfigError(f"{column_arg}: no column {column!r}; the dataset has {', '.join(columns)}.")
-        if column != target:
-            train, heldout = (
-                d.rename_column(column, target) if d is not None and target not in column_names(d) else d
-                for d in (train, heldout)
-            )
-    return train, heldout, source
-
-
-def _check_values(dataset, where: str, task_args, reads: dict[str, str]) -> None:
-    """The prompts and the columns the rewards read, as named in the file (before `prompt_column` and
-    `answer_column` rename them); a missing column is reported later, by name."""
-    columns = column_names(dataset)
-    if task_args.prompt_column in columns:
-        check_prompts(dataset, task_args.prompt_column, where)
-    for column, reader in reads.items():
-        named = task_args.answer_column if column == "answer" else column
-        if named in columns:
-            check_no_none(dataset, named, reader, where)
-
-
-def _conversational_prompts(dataset, system_prompt: str | None):
-    def wrap(prompt):
-        messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        return messages + [{"role": "user", "content": prompt}]
-
-    return dataset.map(lambda row: {"prompt": wrap(row["prompt"])})
 
 
 class ConciseProgress(TrainerCallback):

@@ -9,6 +9,8 @@ meaning trl_zoo widens included (`loss_type`, `reward_funcs`). Each `GRPOConfig`
 in `CONFIG_SECTIONS` and runs, in declaration order, to the next one, so a new field joins the group it is declared
 in. The fields that installed plugins declare (the `PluginArguments` dataclass of `arguments.py`) join
 `plugin_args` in "trl_zoo: plugin fields". Parsing is untouched: only argparse's help groups are rearranged.
+
+Tests: tests/test_cli.py (`--help`), tests/test_table_fields.py (plugins' own fields in the help).
 """
 
 from __future__ import annotations
