@@ -103,6 +103,9 @@ def main():
         bf16=gpu,
         model_init_kwargs={"dtype": "bfloat16" if gpu else "float32"},
         gradient_checkpointing=gpu,
+        # the adapter merged into the weights while TRL generates, restored after: the same completions in less time
+        # (0.72x TRL's time to the same accuracy with SmolLM2-135M + LoRA on an H200, docs/benchmarks.md)
+        merge_adapter_for_generation=True,
         logging_steps=10,
         save_strategy="no",
         report_to="none",
