@@ -5,11 +5,13 @@ SmolLM2-135M-Instruct with LoRA on chat_arithmetic, the task's preset batch shap
         [--contenders trl_zoo,greso_skip_bucket,merged] [--define NAME='FLAGS'] [--fraction 0.9]
         [--budget_factor 2] [--resume [--retry_failed]] [--deadline_minutes M] [--list]
     python benchmarks/time_to_target.py --out DIR --seeds 0,1,2,3 ... --summarize   # tables of what finished; runs nothing
+    python benchmarks/time_to_target.py --out DIR --seeds 0,1,2,3 --devices 0,1 ...  # one run per GPU at a time, GPUs in parallel
     python benchmarks/time_to_target.py --out DIR ... --plan_minutes M [--piece_minutes 9] [--step_seconds 4.6]
         [--eval_seconds 15] [--startup_seconds 30] [--estimate_factor 1]   # what fits in M minutes; runs nothing
     python benchmarks/time_to_target.py --out DIR --cpu_smoke        # the whole pipeline, tiny, on the CPU
 
-Per seed s, one process per run (`time_to_target_run.py`), one run at a time:
+Per seed s, one process per run (`time_to_target_run.py`), one run at a time (with `--devices`, one run a device at a
+time: seed i on device i mod n, the devices in parallel, each seed's runs on its device):
 
 1. TRL's trainer (`--trainer trl`) runs `--steps` N optimizer steps, held-out greedy accuracy every k steps
    (`--eval_every`) and at the last; its training clock T_TRL excludes the evaluation (counted apart).
@@ -52,7 +54,9 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -292,7 +296,7 @@ def finished_record(out: Path, target: float | None, budget: float | None) -> di
     return line
 
 
-def run_one(name: str, seed: int, out: Path, args, target, budget) -> dict:
+def run_one(name: str, seed: int, out: Path, args, target, budget, device: str | None = None) -> dict:
     command = run_command(name, seed, out, args, target, budget)
     flags = command[command.index("--task"):]
     if args.resume:
@@ -306,6 +310,8 @@ def run_one(name: str, seed: int, out: Path, args, target, budget) -> dict:
     (out / "failed.json").unlink(missing_ok=True)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if device is not None:  # --devices: this run sees only its device
+        env["CUDA_VISIBLE_DEVICES"] = device
     started = time.perf_counter()
     with open(out / "log.txt", "w") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
@@ -419,6 +425,73 @@ def print_plan(rows: list[dict], args, argv: list[str]) -> None:
           f"--deadline_minutes {args.piece_minutes}")
 
 
+class Study:
+    """One invocation's runs and records. With --devices, one thread per device runs its seeds (each seed's TRL run
+    and contenders on that device, one at a time); the records are shared under a lock and written in seed and run
+    order whichever device finished first."""
+
+    def __init__(self, out: Path, args, contenders: list[str], started: float):
+        self.out, self.args, self.contenders, self.started = out, args, contenders, started
+        self._records: dict[tuple[int, int], dict] = {}
+        self._lock = threading.Lock()
+
+    def ordered_records(self) -> list[dict]:
+        with self._lock:
+            return [self._records[key] for key in sorted(self._records)]
+
+    def _add(self, key: tuple[int, int], record: dict) -> None:
+        with self._lock:
+            self._records[key] = record
+            temporary = self.out / "records.jsonl.tmp"  # atomic: a kill while writing leaves the previous file
+            temporary.write_text("".join(json.dumps(self._records[k]) + "\n" for k in sorted(self._records)))
+            os.replace(temporary, self.out / "records.jsonl")
+
+    def run_seed(self, index: int, seed: int, device: str | None = None) -> bool:
+        """TRL's run of the seed, then its contenders (`run_order`); False when --deadline_minutes stopped it."""
+        args, out = self.args, self.out
+        target = budget = reference = None
+        for position, name in enumerate(run_order(index, self.contenders)):
+            run_dir = out / f"seed{seed}" / name
+            if args.summarize and finished_record(run_dir, target, budget) is None:
+                if name == REFERENCE:
+                    return True
+                continue
+            if args.deadline_minutes is not None and not (
+                args.resume and finished_record(run_dir, target, budget) is not None
+            ):
+                need = estimate_seconds(name, args, reference)
+                left = 60 * args.deadline_minutes - (time.perf_counter() - self.started)
+                if need > left:
+                    print(f"deadline: {name} seed {seed} needs ~{need:.0f} s, {max(left, 0):.0f} s left; "
+                          f"stopping here (rerun with --resume)", flush=True)
+                    return False
+            record = run_one(name, seed, run_dir, args, target, budget, device)
+            if record.get("failed"):
+                self._add((index, position), record)
+                print(f"seed {seed} {name}: FAILED (exit {record['exit_code']}): {' / '.join(record['log_tail'])}",
+                      flush=True)
+                if name == REFERENCE:
+                    return True
+                continue
+            if name == REFERENCE:
+                reference = record
+                before, after = record["curve"][0][1], record["curve"][-1][1]
+                target = target_accuracy(before, after, args.fraction)
+                if args.fixed_target is not None:
+                    target = args.fixed_target
+                budget = args.budget_factor * record["training_seconds"]
+                record.update(target=target, budget_seconds=budget, reached=None,
+                              time_to_target=first_reaching(record["curve"], target))
+                record["reached"] = record["time_to_target"] is not None
+            self._add((index, position), record)
+            if target is None:
+                print(f"seed {seed}: TRL gained nothing ({before:.1%} → {after:.1%}); no target, contenders skipped")
+                return True
+            print(f"seed {seed} {name}: stop {record['stop_reason']}, time to target {record['time_to_target']}, "
+                  f"accuracy {record['accuracy_at_stop']:.1%}, clock {record['training_seconds']:.1f} s", flush=True)
+        return True
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -441,6 +514,9 @@ def main(argv=None) -> int:
     parser.add_argument("--keep_weights", action="store_true",
                         help="Keep each run's adapter and tokenizer files (deleted by default after the run).")
     parser.add_argument("--retry_failed", action="store_true", help="With --resume: rerun runs that failed.")
+    parser.add_argument("--devices", default=None, metavar="0,1",
+                        help="One run per listed GPU at a time: seed i runs on device i mod n (its TRL run and its "
+                             "contenders on the same device), the devices in parallel.")
     parser.add_argument("--summarize", action="store_true",
                         help="Run nothing: records.jsonl and summary.md from the runs finished under DIR (studies of "
                              "several cards or pieces, their seed folders copied into one DIR).")
@@ -483,66 +559,26 @@ def main(argv=None) -> int:
             print(" ".join(run_command(REFERENCE, seed, out / f"seed{seed}" / REFERENCE, args, None, None)))
         return 0
     out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    records: list[dict] = []
+    study = Study(out, args, contenders, time.perf_counter())
+    devices = args.devices.split(",") if args.devices else [None]
     complete = True
 
-    def save() -> None:  # atomic: a kill while writing leaves the previous file
-        temporary = out / "records.jsonl.tmp"
-        temporary.write_text("".join(json.dumps(r) + "\n" for r in records))
-        os.replace(temporary, out / "records.jsonl")
+    def run_device(k: int) -> bool:  # the seeds of device k, one after another; False when the deadline stopped it
+        for index, seed in list(enumerate(seeds))[k :: len(devices)]:
+            if not study.run_seed(index, seed, devices[k]):
+                return False
+        return True
 
     try:
-        for index, seed in enumerate(seeds):  # seed-major: a cut-short study loses whole seeds, not contenders
-            target = budget = reference = None
-            for name in run_order(index, contenders):
-                if args.summarize and finished_record(out / f"seed{seed}" / name, target, budget) is None:
-                    if name == REFERENCE:
-                        break
-                    continue
-                if args.deadline_minutes is not None and not (
-                    args.resume and finished_record(out / f"seed{seed}" / name, target, budget) is not None
-                ):
-                    need, left = estimate_seconds(name, args, reference), 60 * args.deadline_minutes - (
-                        time.perf_counter() - started)
-                    if need > left:
-                        print(f"deadline: {name} seed {seed} needs ~{need:.0f} s, {max(left, 0):.0f} s left; "
-                              f"stopping here (rerun with --resume)", flush=True)
-                        complete = False
-                        raise StopIteration
-                record = run_one(name, seed, out / f"seed{seed}" / name, args, target, budget)
-                if record.get("failed"):
-                    records.append(record)
-                    save()
-                    print(f"seed {seed} {name}: FAILED (exit {record['exit_code']}): {' / '.join(record['log_tail'])}",
-                          flush=True)
-                    if name == REFERENCE:
-                        break
-                    continue
-                if name == REFERENCE:
-                    reference = record
-                    before, after = record["curve"][0][1], record["curve"][-1][1]
-                    target = target_accuracy(before, after, args.fraction)
-                    if args.fixed_target is not None:
-                        target = args.fixed_target
-                    budget = args.budget_factor * record["training_seconds"]
-                    record.update(target=target, budget_seconds=budget, reached=None,
-                                  time_to_target=first_reaching(record["curve"], target))
-                    record["reached"] = record["time_to_target"] is not None
-                records.append(record)
-                save()
-                if target is None:
-                    print(f"seed {seed}: TRL gained nothing ({before:.1%} → {after:.1%}); no target, contenders "
-                          f"skipped")
-                    break
-                print(f"seed {seed} {name}: stop {record['stop_reason']}, time to target {record['time_to_target']}, "
-                      f"accuracy {record['accuracy_at_stop']:.1%}, clock {record['training_seconds']:.1f} s",
-                      flush=True)
-    except StopIteration:
-        pass
+        if len(devices) == 1:
+            complete = run_device(0)
+        else:
+            with ThreadPoolExecutor(max_workers=len(devices)) as pool:
+                complete = all(list(pool.map(run_device, range(len(devices)))))
     except Interrupted as interrupted:
         print(interrupted, flush=True)
         complete = False
+    records = study.ordered_records()
     table = summary_table(records)
     (out / "summary.md").write_text(table + "\n")
     print(table)

@@ -420,3 +420,31 @@ def test_figure_draws_one_panel_per_seed_with_a_reference(tmp_path):
     assert seeds[0][0][2] == 0.47
     (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     assert figure.main([str(tmp_path)]) == 0 and (tmp_path / "time_to_target.png").stat().st_size > 1000
+
+
+def test_devices_run_seeds_in_parallel_each_seed_on_one_device(tmp_path, monkeypatch):
+    """--devices 0,1: seed i on device i mod 2 (its TRL run and contenders alike, CUDA_VISIBLE_DEVICES), the two
+    devices at once (both TRL runs wait for each other at a barrier), the records in seed and run order."""
+    import threading
+
+    both_running = threading.Barrier(2, timeout=20)
+    devices: dict[str, set] = {}
+
+    def run(command, **kwargs):
+        record = Path(command[command.index("--record") + 1])
+        name, seed = record.parent.name, record.parent.parent.name
+        devices.setdefault(seed, set()).add(kwargs["env"].get("CUDA_VISIBLE_DEVICES"))
+        if name == "trl" and seed in ("seed0", "seed1"):
+            both_running.wait()  # raises BrokenBarrierError if the devices ran one after the other
+        target = float(command[command.index("--target") + 1]) if "--target" in command else None
+        budget = float(command[command.index("--budget_seconds") + 1]) if "--budget_seconds" in command else None
+        return SimpleNamespace(returncode=write_record(record, name, target, budget))
+
+    monkeypatch.setattr(ttt.subprocess, "run", run)
+    assert ttt.main(["--out", str(tmp_path), "--seeds", "0,1,2", "--steps", "2", "--contenders",
+                     "merged,static_cache", "--devices", "0,1"]) == 0
+    assert devices == {"seed0": {"0"}, "seed1": {"1"}, "seed2": {"0"}}
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert [(r["seed"], r["name"]) for r in records] == [
+        (0, "trl"), (0, "merged"), (0, "static_cache"), (1, "trl"), (1, "static_cache"), (1, "merged"),
+        (2, "trl"), (2, "merged"), (2, "static_cache")]
