@@ -341,7 +341,8 @@ def test_estimates_and_plan(tmp_path, capsys):
         (0, "trl", 1), (0, "merged", 2), (0, "static_cache", 3), (1, "trl", 4), (1, "static_cache", 5),
         (1, "merged", 6)]  # 5.8 min a run: one run a 9-minute piece
     assert [r["fits"] for r in rows] == [True] * 5 + [False]  # 5 × 5.82 = 29.1 ≤ 30 min
-    assert ttt.main(["--out", str(tmp_path), "--seeds", "0", "--contenders", "merged", "--plan_minutes", "30"]) == 0
+    assert ttt.main(["--out", str(tmp_path), "--seeds", "0", "--contenders", "merged", "--plan_minutes", "30",
+                     "--eval_seconds", "15", "--startup_seconds", "30"]) == 0
     printed = capsys.readouterr().out
     assert "| 0 | merged | 5.8 | 2 | 11.6 | yes |" in printed
     assert "--resume --deadline_minutes 9.0" in printed and "--plan_minutes" not in printed.split("timeout")[-1]
@@ -448,3 +449,15 @@ def test_devices_run_seeds_in_parallel_each_seed_on_one_device(tmp_path, monkeyp
     assert [(r["seed"], r["name"]) for r in records] == [
         (0, "trl"), (0, "merged"), (0, "static_cache"), (1, "trl"), (1, "static_cache"), (1, "merged"),
         (2, "trl"), (2, "merged"), (2, "static_cache")]
+
+
+def test_every_run_evaluates_in_the_study_batch_and_extra_flags_come_last(tmp_path, capsys):
+    """One greedy batch of --eval_batch_size prompts for TRL's run and the contenders alike; flags the driver does not
+    know go to every run after its own, so they override (the CPU smoke's batch of 2)."""
+    assert ttt.main(["--out", str(tmp_path), "--seeds", "0", "--list"]) == 0
+    command = capsys.readouterr().out.split()
+    assert command[command.index("--eval_batch_size") + 1] == "500"
+    assert ttt.main(["--out", str(tmp_path), "--seeds", "0", "--list", "--eval_batch_size", "64",
+                     "--num_heldout", "100"]) == 0
+    command = capsys.readouterr().out.split()
+    assert command[command.index("--eval_batch_size") + 1] == "64" and command[-2:] == ["--num_heldout", "100"]
