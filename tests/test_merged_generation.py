@@ -12,7 +12,7 @@ from peft import LoraConfig, get_peft_model
 
 from tests import tiny
 from trl_zoo import GRPOConfig, GRPOTrainer
-from trl_zoo.hooks.merged_generation import merge_refusal, merged_adapter
+from trl_zoo.hooks.merged_generation import merge_refusal, merged_adapter, saved_copies
 
 
 def lora():
@@ -134,3 +134,28 @@ def test_refusals_need_the_model_or_launch(base_attrs, state, fragment):
         assert refusal is None
     else:
         assert refusal.startswith("merge_adapter_for_generation:") and fragment in refusal
+
+
+def test_no_memory_for_the_copy_is_one_line_and_nothing_merged(monkeypatch):
+    """Out of device memory for W₀'s copy: a one-line error naming the option and the copy's size, raised before the
+    merge, so the model is left unmerged and unchanged."""
+    model = get_peft_model(tiny.model(0), lora())
+    nonzero_adapter(model)
+    before = snapshot(model)
+    weights = [p for n, p in model.named_parameters() if "base_layer" in n and n.endswith("weight")]
+    expected = sum(w.numel() * w.element_size() for w in weights) / 2**30
+
+    def out_of_memory(self):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(torch.Tensor, "clone", out_of_memory)
+    with pytest.raises(RuntimeError, match=rf"merge_adapter_for_generation: .* \({expected:.2f} GiB\) .* set "
+                                           r"merge_adapter_for_generation=False\.") as error:
+        with merged_adapter(model):
+            pytest.fail("the block ran without the copy")
+    monkeypatch.undo()
+    assert "\n" not in str(error.value)
+    assert not any(getattr(m, "merged", False) for m in model.modules())
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(parameter, before[name], rtol=0, atol=0)
+    assert len(saved_copies(weights)) == len(weights) == 2 * len(tiny.model(0).model.layers)

@@ -11,7 +11,8 @@ computes y = (W + s · B A) x, the same function up to float rounding, in one ma
 
 Restoring the saved W₀ rather than trusting W + s·BA − s·BA keeps the base weights bit-identical from step to step
 (in bfloat16 the round trip alone would move W by up to half an ulp of W at every generation batch). The copy costs
-the targeted base weights' memory for the duration of generation. The old log-probs, the reference and the loss are
+the targeted base weights' memory for the duration of generation; when the device has no room for it, one line
+says so with its size (`saved_copies`), before anything is merged. The old log-probs, the reference and the loss are
 computed after the restore, by the unmerged model, as without the option.
 
 Refused (one line, at construction) where it cannot work: no PEFT adapter; vLLM (TRL already syncs merged weights to
@@ -67,11 +68,23 @@ def lora_base_weights(peft_model) -> list[torch.Tensor]:
     return [module.get_base_layer().weight for module in peft_model.modules() if isinstance(module, LoraLayer)]
 
 
+def saved_copies(weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """W₀ of every weight, on its device; out of memory there is one line naming the option and its size."""
+    try:
+        return [weight.detach().clone() for weight in weights]
+    except torch.OutOfMemoryError:
+        size = sum(weight.numel() * weight.element_size() for weight in weights) / 2**30
+        raise RuntimeError(
+            f"merge_adapter_for_generation: the copy of the adapted base weights that restores them after generation "
+            f"({size:.2f} GiB) does not fit in the device's free memory; set merge_adapter_for_generation=False."
+        ) from None
+
+
 @contextmanager
 def merged_adapter(peft_model) -> Iterator[None]:
     """W ← W + s·BA for the duration of the block, then W ← W₀ exactly (see the module docstring)."""
     weights = lora_base_weights(peft_model)
-    saved = [weight.detach().clone() for weight in weights]
+    saved = saved_copies(weights)
     with torch.no_grad():
         peft_model.merge_adapter()
     try:
