@@ -79,6 +79,7 @@ COMPUTE = ["--dynamic_sampling", "greso", "--skip_zero_advantage", "true", "--le
 # one update old, and TRL computes the old log-probs (an extra no-grad forward) and clips the ratio to them
 # (`_generate_and_score_completions`: gradient_accumulation_steps % (steps_per_generation × num_iterations) ≠ 0).
 TWO_STEPS = ["--steps_per_generation", "8"]
+COMPILED = ["--compile_generation", "true"]
 
 # name -> `trl-zoo train` flags (trl_zoo's trainer); each is the set of config fields a user sets to get it.
 CONTENDERS: dict[str, list[str]] = {
@@ -109,6 +110,10 @@ CONTENDERS: dict[str, list[str]] = {
     "merged_greso_skip_bucket_two_steps": MERGED + COMPUTE + TWO_STEPS,
     # the first study's winner (merged) with half the generation batches and no extra sampling rounds
     "merged_two_steps": MERGED + TWO_STEPS,
+    # transformers' compiled decoding (static cache, CUDA graphs) in TRL's model.generate path, which TRL turns off
+    # (trl_zoo/hooks/compiled_generation.py); the first batches pay the compile
+    "compiled": COMPILED,
+    "merged_compiled": MERGED + COMPILED,
 }
 DEFAULT_CONTENDERS = "trl_zoo,greso_skip_bucket,merged"
 # tiny settings for --cpu_smoke: the whole pipeline in a few minutes of CPU, not a measurement
@@ -119,6 +124,9 @@ CPU_SMOKE_FLAGS = [
 ]
 # contenders --cpu_smoke leaves out, and why (one line each)
 CPU_SMOKE_SKIP = {
+    "compiled": "inductor compiles the 135 M model's decoding for minutes on a CPU; the lever's CPU test is "
+    "tests/test_compiled_generation.py (a tiny model)",
+    "merged_compiled": "as compiled",
     "continuous_batching_compiled": "CUDA graphs and torch.compile of continuous batching are GPU levers; "
     "on the CPU there is no graph backend and inductor would compile for minutes",
 }

@@ -231,6 +231,12 @@ class GRPOConfig(TRLGRPOConfig):
         "needs a PEFT adapter, no vLLM, no quantized base, no ZeRO-3/FSDP.",
         False,
     )
+    compile_generation: bool = _help(
+        "Compile the decoding of TRL's model.generate with a static KV cache (transformers' compiled decoding, CUDA "
+        "graphs on a GPU), which TRL turns off (disable_compile=True). The first generation batches pay the compile; "
+        "not with vLLM or continuous batching; cache_implementation unset or 'static'.",
+        False,
+    )
     nan_rewards: str = _help(
         "What to do when a reward function returns NaN or ±inf: 'raise' (default) or 'drop' (zero advantage, warn).",
         "raise",
@@ -425,6 +431,16 @@ class GRPOConfig(TRLGRPOConfig):
             check_zero_advantage_skip(entry, self)
         if self.length_bucketing:
             check_length_bucketing(entry, self)
+        if self.compile_generation:
+            for name, active, why in (
+                ("use_vllm", self.use_vllm, "vLLM compiles its own decoding"),
+                ("use_transformers_continuous_batching", self.use_transformers_continuous_batching,
+                 "set the compile options of transformers_continuous_batching_config instead"),
+                ("cache_implementation", self.cache_implementation not in (None, "static"),
+                 f"{self.cache_implementation!r} is not a compileable cache; leave it unset or use 'static'"),
+            ):
+                if active:
+                    raise ValueError(f"compile_generation: not with {name} ({why}); set compile_generation=False.")
         if self.merge_adapter_for_generation and self.use_vllm:
             raise ValueError(
                 "merge_adapter_for_generation: not with use_vllm=True (TRL already syncs merged weights to vLLM); "

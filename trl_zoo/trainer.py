@@ -28,6 +28,8 @@ composition of one-concept layers, each overriding TRL's methods (or a seam of o
                              (`ScoredRound`) handed to ordered hook points
     MergedGenerationMixin    LoRA merged into the weights while TRL generates   hooks/merged_generation.py
                              (`merge_adapter_for_generation`)
+    CompiledGenerationMixin  TRL's `model.generate` decoding compiled with a       hooks/compiled_generation.py
+                             static cache (`compile_generation`)
     trl.GRPOTrainer
 
 The layers above the generation seam override its hook points, never TRL's generation: per round the reward call
@@ -56,6 +58,7 @@ from .config import GRPOConfig, to_zoo_config
 from .dataset_values import check_prompts
 from .gguf_checkpoint import policy_path
 from .hooks.advantages import AdvantageMixin
+from .hooks.compiled_generation import CompiledGenerationMixin
 from .hooks.critic import CriticMixin
 from .hooks.generation import GenerationMixin
 from .hooks.kl_control import KLControlMixin
@@ -177,6 +180,7 @@ class GRPOTrainer(
     ModelObjectMixin,
     GenerationMixin,
     MergedGenerationMixin,
+    CompiledGenerationMixin,
     TRLGRPOTrainer,
 ):
     """Drop-in `trl.GRPOTrainer`: same constructor, `loss_type` from the plugin table (see `trl-zoo list`)."""
