@@ -124,9 +124,6 @@ CPU_SMOKE_FLAGS = [
 ]
 # contenders --cpu_smoke leaves out, and why (one line each)
 CPU_SMOKE_SKIP = {
-    "compiled": "inductor compiles the 135 M model's decoding for minutes on a CPU; the lever's CPU test is "
-    "tests/test_compiled_generation.py (a tiny model)",
-    "merged_compiled": "as compiled",
     "continuous_batching_compiled": "CUDA graphs and torch.compile of continuous batching are GPU levers; "
     "on the CPU there is no graph backend and inductor would compile for minutes",
 }
