@@ -7,7 +7,7 @@ SmolLM2-135M-Instruct with LoRA on chat_arithmetic, the task's preset batch shap
     python benchmarks/time_to_target.py --out DIR --seeds 0,1,2,3 ... --summarize   # tables of what finished; runs nothing
     python benchmarks/time_to_target.py --out DIR --seeds 0,1,2,3 --devices 0,1 ...  # one run per GPU at a time, GPUs in parallel
     python benchmarks/time_to_target.py --out DIR ... --plan_minutes M [--piece_minutes 9] [--step_seconds 4.6]
-        [--eval_seconds 15] [--startup_seconds 30] [--estimate_factor 1]   # what fits in M minutes; runs nothing
+        [--eval_seconds 6] [--startup_seconds 25] [--estimate_factor 1]   # what fits in M minutes; runs nothing
     python benchmarks/time_to_target.py --out DIR --cpu_smoke        # the whole pipeline, tiny, on the CPU
 
 Per seed s, one process per run (`time_to_target_run.py`), one run at a time (with `--devices`, one run a device at a
@@ -442,14 +442,18 @@ class Study:
         self._lock = threading.Lock()
 
     def ordered_records(self) -> list[dict]:
+        """The records by (seed's index, place in `run_order`)."""
         with self._lock:
-            return [self._records[key] for key in sorted(self._records)]
+            return self._ordered()
+
+    def _ordered(self) -> list[dict]:
+        return [self._records[key] for key in sorted(self._records)]
 
     def _add(self, key: tuple[int, int], record: dict) -> None:
-        with self._lock:
+        with self._lock:  # one writer at a time, and atomic: a kill while writing leaves the previous file
             self._records[key] = record
-            temporary = self.out / "records.jsonl.tmp"  # atomic: a kill while writing leaves the previous file
-            temporary.write_text("".join(json.dumps(self._records[k]) + "\n" for k in sorted(self._records)))
+            temporary = self.out / "records.jsonl.tmp"
+            temporary.write_text("".join(json.dumps(r) + "\n" for r in self._ordered()))
             os.replace(temporary, self.out / "records.jsonl")
 
     def run_seed(self, index: int, seed: int, device: str | None = None) -> bool:
