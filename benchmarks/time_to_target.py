@@ -236,9 +236,24 @@ def summary_table(records: list[dict]) -> str:
             f"| {statistics.median(r['completion_slots'] for r in runs):.0f} "
             f"| {f'{max(memory):.2f}' if memory else 'n/a'} |"
         )
+    ends = end_gaps(records, reference)
+    if ends:
+        lines.append("\nran on past the target (--to_the_end): accuracy at the end minus TRL's at its end, median "
+                     "(range), points: " + "; ".join(f"{name} {ends[name]}" for name in ends))
     for r in failed:
         lines.append(f"\nfailed: {r['name']} seed {r['seed']} (exit {r['exit_code']}): {' / '.join(r['log_tail'])}")
     return "\n".join(lines)
+
+
+def end_gaps(records: list[dict], reference: dict[int, dict]) -> dict[str, str]:
+    """name -> "median (min–max)" of 100 · (a_end − a_end(TRL)) over the seeds of the contender's `--to_the_end`
+    runs: where a run that went on past the target ends against TRL's run of the same seed."""
+    gaps: dict[str, list[float]] = {}
+    for r in records:
+        if r.get("to_the_end") and r["seed"] in reference and r.get("accuracy_at_stop") is not None:
+            trl_end = reference[r["seed"]]["curve"][-1][1]
+            gaps.setdefault(r["name"], []).append(100 * (r["accuracy_at_stop"] - trl_end))
+    return {name: "{:+.1f} ({:+.1f}–{:+.1f})".format(*median_range(values)) for name, values in gaps.items()}
 
 
 def run_command(name: str, seed: int, out: Path, args, target: float | None, budget: float | None) -> list[str]:
@@ -253,6 +268,8 @@ def run_command(name: str, seed: int, out: Path, args, target: float | None, bud
         command += ["--target", repr(target)]
     if budget is not None:
         command += ["--budget_seconds", repr(budget)]
+    if name != REFERENCE and args.to_the_end:
+        command += ["--to_the_end"]
     command += [
         "--task", args.task, "--seed", str(seed), "--output_dir", str(out), "--overwrite_output_dir", "true",
         "--write_report", "false", "--save_strategy", "no", "--max_steps", str(steps),
@@ -271,7 +288,9 @@ class Interrupted(Exception):
     """A run was killed by a signal (the piece's `timeout`, a lost machine): nothing of it is kept or counted."""
 
 
-def finished_record(out: Path, target: float | None, budget: float | None) -> dict | None:
+def finished_record(
+    out: Path, target: float | None, budget: float | None, to_the_end: bool | None = None
+) -> dict | None:
     """The record of a run an earlier invocation finished in `out`, or None (it must run, again).
 
     Counted only when the last line of record.jsonl is whole JSON with exit code 0 and, for a contender, the target
@@ -299,6 +318,8 @@ def finished_record(out: Path, target: float | None, budget: float | None) -> di
         for key, wanted in (("target", target), ("budget_seconds", budget)):
             if wanted is not None and (line.get(key) is None or not math.isclose(line[key], wanted, rel_tol=1e-9)):
                 return None
+        if to_the_end is not None and bool(line.get("to_the_end")) != to_the_end:
+            return None
     return line
 
 
@@ -308,7 +329,7 @@ def run_one(name: str, seed: int, out: Path, args, target, budget, device: str |
     if args.resume:
         if args.retry_failed:
             (out / "failed.json").unlink(missing_ok=True)
-        line = finished_record(out, target, budget)
+        line = finished_record(out, target, budget, args.to_the_end)
         if line is not None:  # a finished run of an earlier, cut-short invocation
             return {**line, "name": name, "seed": seed, "flags": flags}
     out.mkdir(parents=True, exist_ok=True)
@@ -384,7 +405,7 @@ def plan(args, seeds: list[int], contenders: list[str], out: Path) -> list[dict]
                 if name == REFERENCE:
                     done = reference is not None
                 else:
-                    line = finished_record(out / f"seed{seed}" / name, None, None)
+                    line = finished_record(out / f"seed{seed}" / name, None, None, args.to_the_end)
                     done = line is not None and reference is not None
             if args.cpu_smoke and name in CPU_SMOKE_SKIP:
                 continue
@@ -462,12 +483,12 @@ class Study:
         target = budget = reference = None
         for position, name in enumerate(run_order(index, self.contenders)):
             run_dir = out / f"seed{seed}" / name
-            if args.summarize and finished_record(run_dir, target, budget) is None:
+            if args.summarize and finished_record(run_dir, target, budget, args.to_the_end) is None:
                 if name == REFERENCE:
                     return True
                 continue
             if args.deadline_minutes is not None and not (
-                args.resume and finished_record(run_dir, target, budget) is not None
+                args.resume and finished_record(run_dir, target, budget, args.to_the_end) is not None
             ):
                 need = estimate_seconds(name, args, reference)
                 left = 60 * args.deadline_minutes - (time.perf_counter() - self.started)
@@ -527,6 +548,10 @@ def main(argv=None) -> int:
     parser.add_argument("--keep_weights", action="store_true",
                         help="Keep each run's adapter and tokenizer files (deleted by default after the run).")
     parser.add_argument("--retry_failed", action="store_true", help="With --resume: rerun runs that failed.")
+    parser.add_argument("--to_the_end", action="store_true",
+                        help="Contenders do not stop at the target: they run to max_steps or the budget, so the "
+                             "summary also says where each ends against TRL's end (a lever that reaches the target "
+                             "first but ends lower shows it).")
     parser.add_argument("--devices", default=None, metavar="0,1",
                         help="One run per listed GPU at a time: seed i runs on device i mod n (its TRL run and its "
                              "contenders on the same device), the devices in parallel.")

@@ -18,7 +18,9 @@ step), the target a* and the budget B:
     "target"  if a_s ≥ a*                          time to target = T_s
     "cutoff"  if T_s ≥ B   (a_s is measured now if no evaluation ran at s; "target" if it reaches a*)
 
-Either sets `should_training_stop`. Without a target and a budget (the reference run) the run goes to max_steps.
+Either sets `should_training_stop`; with `--to_the_end` only the budget does (the run goes on past the target to
+max_steps, so a lever that reaches the target first but ends lower shows it). Without a target and a budget (the
+reference run) the run goes to max_steps.
 The time to target is resolved at evaluation steps only, so it overstates the time by up to eval_every_steps − 1
 steps, for every trainer alike.
 
@@ -91,13 +93,17 @@ def count_into(counts: Counts) -> None:
 
 
 class TargetStop(TrainerCallback):
-    """Stops training at the target or the budget (`stop_decision`); keeps the accuracy curve [(step, a, T)]."""
+    """Stops training at the target or the budget (`stop_decision`); keeps the accuracy curve [(step, a, T)].
+    `to_the_end`: the target does not stop the run (only the budget or max_steps do), so the curve shows where a
+    run that reached the target first ends."""
 
-    def __init__(self, clock: StepTimer, accuracy_callback, target: float | None, budget: float | None):
+    def __init__(self, clock: StepTimer, accuracy_callback, target: float | None, budget: float | None,
+                 to_the_end: bool = False):
         self.clock = clock
         self.accuracy = accuracy_callback
         self.target = target
         self.budget = budget
+        self.to_the_end = to_the_end
         self.curve: list[tuple[int, float, float]] = []
         self.reason: str | None = None
         self.stop_step: int | None = None
@@ -118,6 +124,8 @@ class TargetStop(TrainerCallback):
             accuracy = self.accuracy.history[-1][1]
             self.curve.append((step, accuracy, clock))
             decision = stop_decision(clock, self.budget, accuracy, self.target)
+        if decision == "target" and self.to_the_end:
+            decision = "cutoff" if self.budget is not None and clock >= self.budget else None
         if decision is not None:
             self.reason, self.stop_step = decision, step
             control.should_training_stop = True
@@ -127,7 +135,8 @@ class TargetStop(TrainerCallback):
 class Instrumentation:
     """What one run collects; `trainer_class(base)` builds the instrumented trainer class."""
 
-    def __init__(self, target: float | None, budget: float | None):
+    def __init__(self, target: float | None, budget: float | None, to_the_end: bool = False):
+        self.to_the_end = to_the_end
         self.clock = StepTimer()
         self.counts = Counts()
         self.target, self.budget = target, budget
@@ -162,7 +171,8 @@ class Instrumentation:
                 accuracy.evaluate = instrumentation.timed(accuracy.evaluate)
                 callbacks.insert(0, instrumentation.clock)  # first: the evaluation falls outside the timed span
                 instrumentation.stop = TargetStop(
-                    instrumentation.clock, accuracy, instrumentation.target, instrumentation.budget
+                    instrumentation.clock, accuracy, instrumentation.target, instrumentation.budget,
+                    instrumentation.to_the_end,
                 )
                 callbacks.append(instrumentation.stop)  # last: sees the evaluation of this step
 
@@ -195,6 +205,7 @@ def run_record(instrumentation: Instrumentation, trainer: str, code: int) -> dic
         "evaluations": instrumentation.evaluations,
         "target": instrumentation.target,
         "budget_seconds": instrumentation.budget,
+        "to_the_end": instrumentation.to_the_end,
         "stop_reason": (stop.reason or "max_steps") if stop is not None else None,
         "reached": reached is not None,
         "step_at_target": reached[0] if reached else None,
@@ -223,8 +234,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trainer", choices=["trl_zoo", "trl"], default="trl_zoo")
     parser.add_argument("--target", type=float, default=None)
     parser.add_argument("--budget_seconds", type=float, default=None)
+    parser.add_argument("--to_the_end", action="store_true", help="Reaching the target does not stop the run.")
     args, train_argv = parser.parse_known_args(argv)
-    instrumentation = Instrumentation(args.target, args.budget_seconds)
+    instrumentation = Instrumentation(args.target, args.budget_seconds, args.to_the_end)
     count_into(instrumentation.counts)
     base = trl.GRPOTrainer if args.trainer == "trl" else trl_zoo.cli.train.GRPOTrainer
     trl_zoo.cli.train.GRPOTrainer = instrumentation.trainer_class(base)

@@ -88,6 +88,47 @@ def test_cutoff_evaluation_that_reaches_counts_as_target():
     assert stop.reason == "target" and time_to_target(stop.curve, 0.7) == (3, 12.0)
 
 
+def test_to_the_end_goes_past_the_target_and_stops_only_at_the_budget():
+    accuracy = FakeAccuracy({0: 0.1, 2: 0.5, 4: 0.72, 6: 0.65, 8: 0.9})
+    stop = TargetStop(SimpleNamespace(seconds=[]), accuracy, target=0.7, budget=100.0, to_the_end=True)
+    assert drive(stop, accuracy, [3.0] * 8, eval_every=2) == 8 and stop.reason is None
+    assert time_to_target(stop.curve, 0.7) == (4, 12.0) and stop.curve[-1] == (8, 0.9, 24.0)
+    accuracy = FakeAccuracy({0: 0.1, 2: 0.75, 4: 0.8})
+    stop = TargetStop(SimpleNamespace(seconds=[]), accuracy, target=0.7, budget=10.0, to_the_end=True)
+    assert drive(stop, accuracy, [3.0] * 8, eval_every=2) == 4 and stop.reason == "cutoff"
+
+
+def test_a_to_the_end_study_reruns_runs_that_stopped_at_the_target_and_says_where_they_end(tmp_path, monkeypatch):
+    """A contender's run made without --to_the_end is not counted by a --to_the_end study (and the other way round);
+    the summary gives each contender's end accuracy against TRL's end, per seed."""
+    target = 0.2 + 0.9 * 0.4
+    run_dir = tmp_path / "seed0" / "merged"
+    run_dir.mkdir(parents=True)
+    (run_dir / "record.jsonl").write_text(json.dumps(reference_line(
+        trainer="trl_zoo", target=target, budget_seconds=16.0)) + "\n")
+    assert ttt.finished_record(run_dir, target, 16.0, False) is not None
+    assert ttt.finished_record(run_dir, target, 16.0, True) is None
+
+    def run(command, **kwargs):
+        record = Path(command[command.index("--record") + 1])
+        name = record.parent.name
+        ends = "--to_the_end" in command
+        assert ends == (name != "trl")
+        line = reference_line(trainer="trl" if name == "trl" else "trl_zoo", to_the_end=ends,
+                              accuracy_at_stop=0.55 if ends else 0.6)
+        if name != "trl":
+            line.update(target=float(command[command.index("--target") + 1]),
+                        budget_seconds=float(command[command.index("--budget_seconds") + 1]))
+        record.write_text(json.dumps(line) + "\n")
+        return SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(ttt.subprocess, "run", run)
+    assert ttt.main(["--out", str(tmp_path), "--seeds", "0", "--steps", "2", "--contenders", "merged", "--resume",
+                     "--to_the_end"]) == 0
+    summary = (tmp_path / "summary.md").read_text()
+    assert "accuracy at the end minus TRL's at its end" in summary and "merged -5.0 (-5.0–-5.0)" in summary
+
+
 def test_run_order_reference_first_contenders_rotated():
     names = ["a", "b", "c"]
     assert ttt.run_order(0, names) == ["trl", "a", "b", "c"]
@@ -328,6 +369,7 @@ def test_deadline_stops_before_a_run_it_cannot_finish(tmp_path, monkeypatch):
 def test_estimates_and_plan(tmp_path, capsys):
     args = SimpleNamespace(steps=40, max_steps_factor=1.0, eval_every=5, estimate_factor=1.0, step_seconds=4.6,
                            eval_seconds=15.0, startup_seconds=30.0, resume=False, cpu_smoke=False, piece_minutes=9.0,
+                           to_the_end=False,
                            plan_minutes=30.0)
     assert ttt.evaluations_in(40, 5) == 9 and ttt.evaluations_in(42, 5) == 10 and ttt.evaluations_in(2, 1) == 3
     assert ttt.estimate_seconds("trl", args) == pytest.approx(30 + 40 * 4.6 + 9 * 15)
