@@ -115,7 +115,8 @@ CONTENDERS: dict[str, list[str]] = {
     "compiled": COMPILED,
     "merged_compiled": MERGED + COMPILED,
 }
-DEFAULT_CONTENDERS = "trl_zoo,greso_skip_bucket,merged"
+# the open question after the first study (its README): what beats the merge alone
+DEFAULT_CONTENDERS = "merged_two_steps,merged_compiled,merged"
 # tiny settings for --cpu_smoke: the whole pipeline in a few minutes of CPU, not a measurement
 CPU_SMOKE_FLAGS = [
     "--use_cpu", "true", "--bf16", "false", "--num_heldout", "2", "--eval_batch_size", "2",
