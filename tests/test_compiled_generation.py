@@ -50,14 +50,17 @@ def test_decoding_runs_compiled_with_the_eager_logits_and_a_step_trains():
     graphs = counters["stats"]["unique_graphs"]
     compiled, eager = greedy(model, on.generation_config, ids), greedy(model, eager_config, ids)
     assert counters["stats"]["unique_graphs"] > graphs, "generate did not compile its decoding"
-    # decode step k's logits are comparable while both produced the same tokens before it (a near-tie may flip one)
-    steps = 0
-    for k, (a, b) in enumerate(zip(compiled.logits, eager.logits)):
-        if not torch.equal(compiled.sequences[:, : ids.size(1) + k], eager.sequences[:, : ids.size(1) + k]):
-            break
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
-        steps += 1
-    assert steps >= 2
+    # a row's decode step k (k ≥ 1: step 0 is the eager prefill) is comparable while the row's tokens before it are
+    # the same token ids in both (a near-tie may flip one on some CPU; the other row still counts)
+    compared = 0
+    for row in range(ids.size(0)):
+        for k in range(1, len(compiled.logits)):
+            prefix = ids.size(1) + k
+            if (compiled.sequences[row, :prefix] != eager.sequences[row, :prefix]).any():
+                break
+            torch.testing.assert_close(compiled.logits[k][row], eager.logits[k][row], atol=1e-4, rtol=1e-4)
+            compared += 1
+    assert compared >= 3, f"only {compared} compiled decode steps had the eager tokens before them"
     on.train()
     assert on.state.global_step == 1
 
