@@ -114,9 +114,10 @@ CONTENDERS: dict[str, list[str]] = {
     # (trl_zoo/hooks/compiled_generation.py); the first batches pay the compile
     "compiled": COMPILED,
     "merged_compiled": MERGED + COMPILED,
+    "merged_compiled_two_steps": MERGED + COMPILED + TWO_STEPS,
 }
 # the open question after the first study (its README): what beats the merge alone
-DEFAULT_CONTENDERS = "merged_two_steps,merged_compiled,merged"
+DEFAULT_CONTENDERS = "merged_compiled_two_steps,merged_two_steps,merged_compiled"
 # tiny settings for --cpu_smoke: the whole pipeline in a few minutes of CPU, not a measurement
 CPU_SMOKE_FLAGS = [
     "--use_cpu", "true", "--bf16", "false", "--num_heldout", "2", "--eval_batch_size", "2",
