@@ -207,8 +207,9 @@ def summary_table(records: list[dict]) -> str:
     names = [REFERENCE] + sorted({r["name"] for r in records} - {REFERENCE})
     lines = [
         "| run | seeds reached | time to target, median (range) s | × TRL, median (range) | accuracy at stop, median "
-        "| step time × TRL, median (range) | completions, median | completion slots, median | peak memory GiB, max |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| step time × TRL, median (range) | first step s, median | completions, median | completion slots, median "
+        "| peak memory GiB, max |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def fmt(value: float, spec: str = "{:.1f}") -> str:
@@ -229,11 +230,13 @@ def summary_table(records: list[dict]) -> str:
         memory = [r["peak_memory_gib"] for r in runs if r.get("peak_memory_gib") is not None]
         steps = [q for q in (step_time_ratio(r, reference[r["seed"]]) for r in runs) if q is not None]
         step_text = "{:.2f} ({:.2f}–{:.2f})".format(*median_range(steps)) if steps else "n/a"
+        firsts = [r["step_seconds"][0] for r in runs if r.get("step_seconds")]
+        first_text = f"{statistics.median(firsts):.1f}" if firsts else "n/a"
         lines.append(
             f"| {name} | {sum(not math.isinf(t) for t in times)}/{len(runs)} "
             f"| {fmt(t_med)} ({fmt(t_lo)}–{fmt(t_hi)}) "
             f"| {fmt(q_med, '{:.2f}')} ({fmt(q_lo, '{:.2f}')}–{fmt(q_hi, '{:.2f}')}) "
-            f"| {statistics.median(r['accuracy_at_stop'] for r in runs):.1%} | {step_text} "
+            f"| {statistics.median(r['accuracy_at_stop'] for r in runs):.1%} | {step_text} | {first_text} "
             f"| {statistics.median(r['completions'] for r in runs):.0f} "
             f"| {statistics.median(r['completion_slots'] for r in runs):.0f} "
             f"| {f'{max(memory):.2f}' if memory else 'n/a'} |"
@@ -370,13 +373,22 @@ def evaluations_in(steps: int, eval_every: int) -> int:
     return 1 + steps // eval_every + (1 if steps % eval_every else 0)
 
 
-def estimate_seconds(name: str, args, reference: dict | None = None) -> float:
+# a contender's estimate from its own finished runs of other seeds: their longest wall clock times this margin
+SAME_RUN_MARGIN = 1.25
+
+
+def estimate_seconds(name: str, args, reference: dict | None = None, earlier: list[dict] = ()) -> float:
     """Expected wall seconds of one run (process start, training, evaluations).
 
     TRL's run, or any run before TRL's of its seed finished: startup + N · step + evaluations · eval, from the flags
     (--step_seconds, --eval_seconds, --startup_seconds). A contender after TRL's run: the same terms measured on
     TRL's run, its training clock scaled by --estimate_factor (1: stops at N steps at TRL's speed; the budget
-    factor b: the worst case, a contender that never reaches the target). Evaluations are counted for N steps."""
+    factor b: the worst case, a contender that never reaches the target). Evaluations are counted for N steps.
+    A contender with finished runs on other seeds (`earlier`, same name): the longest of their wall clocks ×
+    SAME_RUN_MARGIN, at most the estimate above (a fast lever's next seed is not held back by TRL's pace)."""
+    measured = [r["wall_seconds"] for r in earlier if r.get("wall_seconds") and not r.get("failed")]
+    if measured and name != REFERENCE:
+        return min(max(measured) * SAME_RUN_MARGIN, estimate_seconds(name, args, reference))
     steps = args.steps if name == REFERENCE else math.ceil(args.steps * args.max_steps_factor)
     factor = 1.0 if name == REFERENCE else args.estimate_factor
     evaluations = evaluations_in(steps, args.eval_every)
@@ -492,7 +504,9 @@ class Study:
             if args.deadline_minutes is not None and not (
                 args.resume and finished_record(run_dir, target, budget, args.to_the_end) is not None
             ):
-                need = estimate_seconds(name, args, reference)
+                with self._lock:
+                    earlier = [r for r in self._records.values() if r["name"] == name]
+                need = estimate_seconds(name, args, reference, earlier)
                 left = 60 * args.deadline_minutes - (time.perf_counter() - self.started)
                 if need > left:
                     print(f"deadline: {name} seed {seed} needs ~{need:.0f} s, {max(left, 0):.0f} s left; "

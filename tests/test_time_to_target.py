@@ -155,7 +155,7 @@ def test_summary_median_range_and_ratio():
     assert rows["trl"][-1] == "2.50"
     # times 4, 7, ∞ → median 7; ratios 0.4, 0.583, ∞ → median 0.58
     assert rows["fast"][:3] == ["2/3", "7.0 (4.0–not reached)", "0.58 (0.40–not reached)"]
-    assert rows["fast"][3:] == ["61.0%", "n/a", "70", "700", "2.00"]
+    assert rows["fast"][3:] == ["61.0%", "n/a", "n/a", "70", "700", "2.00"]
     assert ttt.median_range([1.0, math.inf, math.inf]) == (math.inf, 1.0, math.inf)
 
 
@@ -170,6 +170,8 @@ def test_step_time_ratio_over_the_same_steps_without_the_first():
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
             for line in ttt.summary_table(records).splitlines()[2:]}
     assert rows["half"][4] == "1.00 (0.50–1.50)" and rows["trl"][4] == "1.00 (1.00–1.00)"
+    # the first step (one-time costs such as compiling), apart: median of 30 and 1
+    assert rows["half"][5] == "15.5" and rows["trl"][5] == "9.0"
 
 
 def test_first_reaching():
@@ -388,6 +390,42 @@ def test_estimates_and_plan(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| 0 | merged | 5.8 | 2 | 11.6 | yes |" in printed
     assert "--resume --deadline_minutes 9.0" in printed and "--plan_minutes" not in printed.split("timeout")[-1]
+
+
+def test_a_contender_is_estimated_from_its_own_finished_seeds():
+    args = SimpleNamespace(steps=40, max_steps_factor=1.0, eval_every=5, estimate_factor=1.0, step_seconds=4.6,
+                           eval_seconds=15.0, startup_seconds=30.0)
+    reference = {"steps": 40, "training_seconds": 200.0, "eval_seconds": 90.0, "evaluations": 9, "wall_seconds": 320.0}
+    from_trl = ttt.estimate_seconds("merged", args, reference)
+    earlier = [{"name": "merged", "wall_seconds": 100.0}, {"name": "merged", "wall_seconds": 120.0},
+               {"name": "merged", "wall_seconds": 900.0, "failed": True}]
+    assert ttt.estimate_seconds("merged", args, reference, earlier) == pytest.approx(120.0 * ttt.SAME_RUN_MARGIN)
+    # never above the TRL-based estimate, and TRL's own run is always estimated from the flags
+    assert ttt.estimate_seconds("merged", args, reference, [{"name": "merged", "wall_seconds": 400.0}]) == from_trl
+    assert ttt.estimate_seconds("trl", args, None, earlier) == pytest.approx(30 + 40 * 4.6 + 9 * 15)
+
+
+def test_the_deadline_uses_a_contenders_earlier_seeds(tmp_path, monkeypatch):
+    """Seed 0's runs finish; seed 1's contender fits the deadline only on seed 0's own measurement (20 s), not on
+    TRL's pace (TRL's records say 500 s of training)."""
+    clock = [0.0]
+
+    def behaviour(name, record, target, budget):
+        # seed 1's TRL run leaves 50 s of the 5-minute deadline; the contender's process takes 20 s
+        clock[0] += 250.0 if (name == "trl" and record.parent.parent.name == "seed1") else 20.0
+        return write_record(record, name, target, budget, **({"training_seconds": 500.0} if name == "trl" else {}))
+
+    run, calls = fake_child(behaviour)
+    monkeypatch.setattr(ttt.subprocess, "run", run)
+    monkeypatch.setattr(ttt.time, "perf_counter", lambda: clock[0])
+    argv = ["--out", str(tmp_path), "--seeds", "0", "--steps", "2", "--contenders", "merged", "--resume",
+            "--step_seconds", "1", "--startup_seconds", "1", "--eval_seconds", "1"]
+    assert ttt.main(argv) == 0 and calls == ["trl", "merged"]
+    calls.clear()
+    clock[0] = 0.0
+    argv[argv.index("--seeds") + 1] = "0,1"
+    assert ttt.main([*argv, "--deadline_minutes", "5"]) == 0
+    assert calls == ["trl", "merged"]  # seed 1's: merged estimated at 20 × 1.25 = 25 s ≤ 50 s left
 
 
 def test_define_adds_a_contender():
