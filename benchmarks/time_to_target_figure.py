@@ -48,7 +48,10 @@ def draw(records: list[dict], out: Path) -> Path:
         axis.set_title(f"seed {seed}")
         axis.set_xlabel("training clock, s (evaluation excluded)")
     axes[0][0].set_ylabel("held-out greedy accuracy, %")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
+    from matplotlib.lines import Line2D
+
+    every_run = [Line2D([], [], marker=".", color=colours[name], label=name) for name in names]
+    axes[0][-1].legend(handles=every_run, fontsize=7, loc="lower right")  # every run, also those a seed lacks
     figure.tight_layout()
     figure.savefig(out, dpi=110)
     plt.close(figure)

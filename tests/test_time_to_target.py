@@ -541,3 +541,19 @@ def test_every_run_evaluates_in_the_study_batch_and_extra_flags_come_last(tmp_pa
                      "--num_heldout", "100"]) == 0
     command = capsys.readouterr().out.split()
     assert command[command.index("--eval_batch_size") + 1] == "64" and command[-2:] == ["--num_heldout", "100"]
+
+
+def test_the_figures_legend_names_every_run_also_one_the_last_seed_lacks(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    import benchmarks.time_to_target_figure as figure
+    curve = [[0, 0.2, 0.0], [5, 0.5, 10.0]]
+    records = [{"name": "trl", "seed": 0, "curve": curve, "target": 0.47},
+               {"name": "compiled", "seed": 0, "curve": curve},
+               {"name": "trl", "seed": 1, "curve": curve, "target": 0.47},
+               {"name": "merged", "seed": 1, "curve": curve}]
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    figure.draw(records, tmp_path / "f.png")
+    legend = drawn[0].axes[-1].get_legend()
+    assert [text.get_text() for text in legend.get_texts()] == ["trl", "compiled", "merged"]
