@@ -5,9 +5,10 @@
 Each RUNS folder holds <task>/<configuration>/seed<s>/ with summary.json, metrics.jsonl, completions.jsonl and
 costs.json. A configuration run twice for one seed (e.g. in two batches) keeps its later copy, and the earlier one is
 listed as a replicate. Writes DIR/tables.md — per task: held-out accuracy before and after per seed, gain over that
-task's null-reward control paired by seed, time and memory, `trl-zoo compare`'s paired verdict — and DIR/*.png (training reward, entropy of dapo with
-clip-higher against a symmetric clip, length of wrong answers of dr_grpo against grpo, trl_zoo against TRL's
-trainer, held-out accuracy of the eight-updates-per-batch losses per seed). Configurations are compared only within a task: "control" of one task is not the control of another.
+task's null-reward control paired by seed, time and memory, `trl-zoo compare`'s paired verdict — and DIR/*.png
+(training reward, entropy of dapo with clip-higher against a symmetric clip, length of wrong answers of dr_grpo
+against grpo, trl_zoo against TRL's trainer, held-out accuracy of the eight-updates-per-batch losses per seed).
+Configurations are compared only within a task: "control" of one task is not the control of another.
 """
 
 from __future__ import annotations
