@@ -5,9 +5,10 @@
 Each RUNS folder holds <task>/<configuration>/seed<s>/ with summary.json, metrics.jsonl, completions.jsonl and
 costs.json. A configuration run twice for one seed (e.g. in two batches) keeps its later copy, and the earlier one is
 listed as a replicate. Writes DIR/tables.md — per task: held-out accuracy before and after per seed, gain over that
-task's null-reward control paired by seed, time and memory, `trl-zoo compare`'s paired verdict — and DIR/*.png (training reward, entropy of dapo with
-clip-higher against a symmetric clip, length of wrong answers of dr_grpo against grpo, trl_zoo against TRL's
-trainer). Configurations are compared only within a task: "control" of one task is not the control of another.
+task's null-reward control paired by seed, time and memory, `trl-zoo compare`'s paired verdict — and DIR/*.png
+(training reward, entropy of dapo with clip-higher against a symmetric clip, length of wrong answers of dr_grpo
+against grpo, trl_zoo against TRL's trainer, held-out accuracy of the eight-updates-per-batch losses per seed).
+Configurations are compared only within a task: "control" of one task is not the control of another.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Run:
     summary: dict
     costs: dict
     train: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
     completions: list[dict] = field(default_factory=list)
 
     @property
@@ -53,6 +55,7 @@ def load_runs(roots: list[Path]) -> tuple[dict[tuple[str, str, int], Run], list[
                 summary=json.loads(summary_file.read_text()),
                 costs=json.loads((folder / "costs.json").read_text()),
                 train=[r for r in records if r["kind"] == "train"],
+                evals=[r for r in records if r["kind"] == "eval"],
                 completions=[json.loads(line) for line in completions.read_text().splitlines()] if completions.exists()
                 else [],
             )
@@ -188,6 +191,27 @@ def figures(runs, seeds, out: Path, prefix: str = "") -> list[str]:
          ["grpo", "dr_grpo"], "length_wrong", source="completions")
     draw("trl_side_by_side.png", "batch reward: trl_zoo vs trl.GRPOTrainer", "mean reward",
          ["grpo", "trl_grpo", "dapo", "trl_dapo"], "reward")
+
+    # Held-out accuracy of the eight-updates-per-batch losses, one panel per seed (each seed its own base policy).
+    offpolicy = [n for n in ("dapo_symmetric", "dapo_clip_higher", "dppo", "topr", "m2po") if any(
+        (n, seed) in runs for seed in seeds)]
+    if len(offpolicy) > 1:
+        fig, axes = plt.subplots(1, len(seeds), figsize=(4 * len(seeds), 3.6), sharey=True, squeeze=False)
+        for ax, seed in zip(axes[0], seeds):
+            for name in offpolicy:
+                run = runs.get((name, seed))
+                if run is not None:
+                    ax.plot([r["step"] for r in run.evals], [100 * r["heldout_accuracy"] for r in run.evals],
+                            marker="o", markersize=3, color=f"C{ORDER.index(name) % 10}", label=name)
+            ax.set_title(f"seed {seed}", fontsize=10)
+            ax.set_xlabel("optimizer step")
+        axes[0][0].set_ylabel("held-out accuracy (%), greedy")
+        axes[0][0].legend(fontsize=7)
+        fig.suptitle("held-out accuracy, eight updates per generation batch", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(out / (prefix + "heldout_offpolicy.png"), dpi=110)
+        plt.close(fig)
+        drawn.append(prefix + "heldout_offpolicy.png")
     return drawn
 
 

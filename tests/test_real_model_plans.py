@@ -94,3 +94,21 @@ def test_the_report_pairs_each_task_with_its_own_control(tmp_path):
     # compare's paired verdict, within each task: +50 and +51 points over two seeds is beyond seed noise
     assert "| grpo − control | +50.5 | [+44.1, +56.9] | 2 of 2 seeds | significant |" in easy
     assert "| grpo − control | +25.0 |" in hard
+
+
+def test_the_report_draws_held_out_accuracy_of_the_eight_updates_losses_per_seed(tmp_path):
+    import json
+
+    from benchmarks import real_model_report
+
+    for name in ("dapo_symmetric", "m2po"):
+        for seed in (0, 1):
+            _fake_run(tmp_path / "runs", "chat_arithmetic", name, seed, 0.6)
+            evals = [{"kind": "eval", "step": s, "heldout_accuracy": 0.1 + s / 100} for s in (0, 20, 40)]
+            with open(tmp_path / "runs" / "chat_arithmetic" / name / f"seed{seed}" / "metrics.jsonl", "a") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in evals))
+    runs, _ = real_model_report.load_runs([tmp_path / "runs"])
+    assert [r["step"] for r in runs[("chat_arithmetic", "m2po", 1)].evals] == [0, 20, 40]
+    assert real_model_report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--seeds", "0,1"]) == 0
+    assert (tmp_path / "out" / "heldout_offpolicy.png").stat().st_size > 0
+    assert "![heldout_offpolicy.png](heldout_offpolicy.png)" in (tmp_path / "out" / "tables.md").read_text()
