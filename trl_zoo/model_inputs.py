@@ -1,8 +1,8 @@
 """What the trainer reads from a TRL generation batch: the policy forward's inputs (prompt and completion ids side by
 side, their attention mask, the number of completion positions to score, and the multimodal inputs TRL passes
 through untouched) and the loss mask.
-Tests: tests/test_parity.py (the forward's inputs and the loss mask give TRL's loss); no test feeds a tool mask or
-images."""
+Tests: tests/test_model_inputs.py (a tool mask gives TRL's loss and gradients, and keeps tool-output tokens out of
+every loss of the table), tests/test_parity.py; images only through the pass-through unit test."""
 
 from __future__ import annotations
 
