@@ -24,8 +24,8 @@ Parts (names for --only):
   max_memory_allocated on each GPU (GiB).
 - `one_gpu_speed`: the same global batch on 1 GPU (32 × 4), trl and zoo, 12 steps. Scaling = one-GPU median step
   time / DDP median step time (2.0 is perfect).
-- `fsdp_parity`: losses grpo, dapo, gspo, cispo with LoRA, 3 steps (32 × 1 per GPU), under ddp.yaml and fsdp2.yaml
-  on the same seed, on the same completions: the DDP run records each generation batch's completions
+- `fsdp_parity`: losses grpo, dapo, gspo, cispo (cap 5.0) with LoRA, 3 steps (32 × 1 per GPU) at two updates per
+  generation batch (`PARITY_FLAGS`), under ddp.yaml and fsdp2.yaml on the same seed, on the same completions: the DDP run records each generation batch's completions
   (`--record_generations`), the FSDP2 run replays them (`--replay_generations`; real_model_run.py's docstring) and
   scores them itself, so both train on identical batches (without it, the sharded bf16 forward rounds differently
   and sampling at temperature 1 draws other completions from step 1 on). |loss_DDP − loss_FSDP| and
@@ -73,6 +73,9 @@ RUN_SCRIPT = "benchmarks/real_model_run.py"
 PARTS = ["ddp_speed", "one_gpu_speed", "fsdp_parity", "sampling_ddp", "critic_ddp", "checkpoint", "zero2_parity",
          "zero3_parity"]
 PARITY_LOSSES = ["grpo", "dapo", "gspo", "cispo"]
+# two updates per generation batch, so that step 2's ratios π/π_old leave 1 and the clips and sequence ratios act
+# (at one update every ratio is 1, and gspo's loss and gradient equal grpo's); CISPO with its preset's cap
+PARITY_FLAGS = {"*": ["--num_iterations", "2"], "cispo": ["--epsilon_high", "5.0"]}
 GROUP_SIZE = {"gpu": 8, "cpu": 4}
 
 
@@ -143,14 +146,15 @@ def plan(parts: list[str], out: Path, smoke: bool) -> list[Run]:
             for loss in PARITY_LOSSES:
                 # the DDP reference runs live in fsdp_parity/ and serve every parity part (run once per --out)
                 # it records its completions, the sharded run replays them: both train on the same batches
+                flags = ["--loss_type", loss, *PARITY_FLAGS["*"], *PARITY_FLAGS.get(loss, [])]
                 reference = launched("fsdp_parity", f"{loss}-ddp", "ddp", out, smoke, 3, 1,
-                                     ["--loss_type", loss, "--record_generations"])
+                                     [*flags, "--record_generations"])
                 done = part != "fsdp_parity" and all(
                     (reference.run_dir / name).exists() for name in ("costs.rank0.json", "generations.rank0.jsonl"))
                 if not done and all(run.run_dir != reference.run_dir for run in runs):
                     runs.append(reference)
                 replay = ["--replay_generations", str(reference.run_dir)]
-                runs.append(launched(part, f"{loss}-{other}", other, out, smoke, 3, 1, ["--loss_type", loss, *replay]))
+                runs.append(launched(part, f"{loss}-{other}", other, out, smoke, 3, 1, [*flags, *replay]))
         elif part == "sampling_ddp":
             for mode in ("resample", "greso"):
                 runs.append(launched(part, mode, "ddp", out, smoke, 3, 1, ["--dynamic_sampling", mode],

@@ -78,7 +78,11 @@ COMPUTE = ["--dynamic_sampling", "greso", "--skip_zero_advantage", "true", "--le
 # of one generation batch of 256 completions (32 prompts × 8); the second step trains on completions of the policy
 # one update old, and TRL computes the old log-probs (an extra no-grad forward) and clips the ratio to them
 # (`_generate_and_score_completions`: gradient_accumulation_steps % (steps_per_generation × num_iterations) ≠ 0).
-TWO_STEPS = ["--steps_per_generation", "8"]
+TASK_ACCUMULATION = 4  # the task's micro-batches a step (per_device_train_batch_size 32, 128 completions a step)
+TWO_STEPS = ["--steps_per_generation", str(2 * TASK_ACCUMULATION)]
+# one generation batch of 512 for four optimizer steps: decoding a small model costs about the same for 256 or 512
+# rows (launch-bound), so the generation share of a step halves again
+FOUR_STEPS = ["--steps_per_generation", str(4 * TASK_ACCUMULATION)]
 COMPILED = ["--compile_generation", "true"]
 
 # name -> `trl-zoo train` flags (trl_zoo's trainer); each is the set of config fields a user sets to get it.
@@ -115,9 +119,13 @@ CONTENDERS: dict[str, list[str]] = {
     "compiled": COMPILED,
     "merged_compiled": MERGED + COMPILED,
     "merged_compiled_two_steps": MERGED + COMPILED + TWO_STEPS,
+    # the second study (results 2026-11-27-h200x2-time-to-target-2): after compiling, a two-steps step is ≈ 1.9 s of
+    # generation for 256 rows and ≈ 0.9 s of loss step per optimizer step
+    "merged_four_steps": MERGED + FOUR_STEPS,
+    "merged_compiled_four_steps": MERGED + COMPILED + FOUR_STEPS,
 }
 # the open question after the first study (its README): what beats the merge alone
-DEFAULT_CONTENDERS = "merged_compiled_two_steps,merged_two_steps,merged_compiled"
+DEFAULT_CONTENDERS = "merged_compiled_four_steps,merged_four_steps,merged_two_steps"
 # tiny settings for --cpu_smoke: the whole pipeline in a few minutes of CPU, not a measurement
 CPU_SMOKE_FLAGS = [
     "--use_cpu", "true", "--bf16", "false", "--num_heldout", "2", "--eval_batch_size", "2",
@@ -134,13 +142,15 @@ CPU_SMOKE_CB_CONFIG = '{"num_blocks": 16}'
 
 
 def contender_flags(name: str, cpu_smoke: bool = False) -> list[str]:
-    """The contender's `trl-zoo train` flags; under --cpu_smoke, steps_per_generation at 2 × the smoke's one
-    micro-batch (the same two optimizer steps a generation batch) and a small continuous-batching cache."""
+    """The contender's `trl-zoo train` flags; under --cpu_smoke, steps_per_generation scaled to the smoke's one
+    micro-batch a step (the same optimizer steps a generation batch: 8 → 2, 16 → 4) and a small
+    continuous-batching cache."""
     flags = list(CONTENDERS[name])
     if not cpu_smoke:
         return flags
     if "--steps_per_generation" in flags:
-        flags[flags.index("--steps_per_generation") + 1] = "2"
+        at = flags.index("--steps_per_generation") + 1
+        flags[at] = str(int(flags[at]) // TASK_ACCUMULATION)
     if "--use_transformers_continuous_batching" in flags:
         if "--transformers_continuous_batching_config" in flags:
             flags[flags.index("--transformers_continuous_batching_config") + 1] = CPU_SMOKE_CB_CONFIG

@@ -54,3 +54,14 @@ def test_parity_runs_replay_the_ddp_references_completions(tmp_path):
         command = runs[key]
         assert command[command.index("--replay_generations") + 1] == str(tmp_path / "fsdp_parity" / "grpo-ddp")
         assert "--record_generations" not in command
+
+
+def test_parity_runs_take_two_updates_per_batch_and_cispo_its_presets_cap(tmp_path):
+    runs = {(run.part, run.name): run.command for run in plan(["fsdp_parity"], tmp_path, False)}
+    for loss in ("grpo", "gspo", "cispo"):
+        for name in (f"{loss}-ddp", f"{loss}-fsdp2"):
+            command = runs[("fsdp_parity", name)]
+            assert command[command.index("--num_iterations") + 1] == "2"
+            assert ("--epsilon_high" in command) == (loss == "cispo")
+    cispo = runs[("fsdp_parity", "cispo-fsdp2")]
+    assert cispo[cispo.index("--epsilon_high") + 1] == "5.0"

@@ -449,7 +449,8 @@ def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
     assert training.merge_adapter_for_generation == ("--merge_adapter_for_generation" in flags)
     assert training.use_transformers_continuous_batching == ("--use_transformers_continuous_batching" in flags)
     assert training.cache_implementation == ("static" if "--cache_implementation" in flags else None)
-    assert training.steps_per_generation == (8 if "--steps_per_generation" in flags else 4)
+    expected = int(flags[flags.index("--steps_per_generation") + 1]) if "--steps_per_generation" in flags else 4
+    assert training.steps_per_generation == expected and expected % 4 == 0  # whole optimizer steps a generation
     assert training.gradient_accumulation_steps == 4  # the preset's: 8 = two optimizer steps a generation batch
     assert (training.dynamic_sampling == "greso") == ("--dynamic_sampling" in flags)
     if "--transformers_continuous_batching_config" in flags:
@@ -461,6 +462,8 @@ def test_cpu_smoke_flags_keep_the_levers():
     flags = ttt.contender_flags("continuous_batching", cpu_smoke=True)
     assert flags[-1] == ttt.CPU_SMOKE_CB_CONFIG and "--use_transformers_continuous_batching" in flags
     assert ttt.CONTENDERS["two_steps_per_generation"] == ["--steps_per_generation", "8"]  # not changed in place
+    four = ttt.contender_flags("merged_compiled_four_steps", cpu_smoke=True)
+    assert four[four.index("--steps_per_generation") + 1] == "4"  # four optimizer steps of one micro-batch
 
 
 @pytest.mark.parametrize("contenders", [
