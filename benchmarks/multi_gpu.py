@@ -182,14 +182,22 @@ def deepspeed_importable() -> bool:
     return result.returncode == 0
 
 
+def cpu_smoke_env(command: list[str]) -> dict[str, str]:
+    """Environment of a --cpu_smoke process: one thread each, and CPU processes. DeepSpeed runs on its own CPU
+    accelerator (gloo) under a ZeRO config; ACCELERATE_USE_CPU there would make accelerate run plain DDP over a model
+    that transformers already partitioned for ZeRO-3 (a crash in the first forward) or silently DDP under ZeRO-2."""
+    zero = any(argument.endswith(".yaml") and "zero" in Path(argument).name for argument in command)
+    return {"OMP_NUM_THREADS": "1", **({"DS_ACCELERATOR": "cpu"} if zero else {"ACCELERATE_USE_CPU": "true"})}
+
+
 def run_one(run: Run, out: Path, smoke: bool, deadline_at: float) -> dict:
     log_dir = run.run_dir or out / run.part
     log_dir.mkdir(parents=True, exist_ok=True)
     command = [str(free_port()) if argument == "PORT" else argument for argument in run.command]
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **run.env}
     if smoke:
-        env.update({"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"})
         env.pop("CUDA_VISIBLE_DEVICES", None)
+        env.update(cpu_smoke_env(run.command))
     started = time.time()
     log_path = log_dir / ("log.txt" if run.run_dir else f"{run.name}.log.txt")
     with open(log_path, "w") as log:
@@ -238,6 +246,13 @@ def fmt(value, digits=3) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}g}" if abs(value) < 1e-2 and value != 0 else f"{value:.{digits}f}"
     return str(value)
+
+
+def distributed_type(ranks: list[dict]) -> str:
+    """What accelerate really ran (`MULTI_GPU`, `FSDP`, `DEEPSPEED`, ...): a config it cannot honour on the device
+    at hand falls back silently (FSDP on CPU processes runs as DDP), so every parity row says it."""
+    kinds = {str(rank.get("distributed_type", "?")).removeprefix("DistributedType.") for rank in ranks}
+    return " / ".join(sorted(kinds)) or "?"
 
 
 def memory(ranks: list[dict]) -> str:
@@ -294,17 +309,19 @@ def parity_section(out: Path, part: str, other: str) -> list[str]:
             rows.append([loss, "no DDP reference run", None, None, None, None, None, None, None, memory(sharded)])
             continue
         replayed = " / ".join(str(replayed_batches(rank)) for rank in sharded)
+        ran_as = " ; ".join(distributed_type(ranks) for ranks in (ddp, sharded))
         for step in sorted(logged(ddp[0], "loss")):
             values = []
             for key in ("loss", "grad_norm"):
                 a, b = logged(ddp[0], key).get(step), logged(sharded[0], key).get(step)
                 values += [a, b, abs(a - b) if a is not None and b is not None else None]
-            rows.append([loss, step, *values, replayed, memory(ddp) + " ; " + memory(sharded)])
+            rows.append([loss, step, *values, replayed, memory(ddp) + " ; " + memory(sharded), ran_as])
     if not rows:
         return []
     title = {"fsdp2": "FSDP2", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}[other]
     header = ["loss", "step", "loss DDP", f"loss {title}", "abs diff", "grad_norm DDP", f"grad_norm {title}",
-              "abs diff", "batches replayed per process", f"peak GiB per GPU: DDP ; {title}"]
+              "abs diff", "batches replayed per process", f"peak GiB per GPU: DDP ; {title}",
+              f"ran as: DDP ; {title}"]
     return [f"## {title} against DDP (LoRA, same seed, the DDP run's completions replayed, bf16 mixed precision on "
             "both)", "", *table(header, rows), ""]
 
@@ -398,7 +415,9 @@ def write_summary(out: Path, smoke: bool) -> Path:
     """summary.md from every run folder under `out` and every line of runs.jsonl (earlier invocations included)."""
     runs_log = out / "runs.jsonl"
     results = [json.loads(line) for line in runs_log.read_text().splitlines()] if runs_log.exists() else []
-    lines = ["# Multi-GPU benchmark" + (" (CPU smoke: plumbing only, numbers mean nothing)" if smoke else ""), ""]
+    lines = ["# Multi-GPU benchmark" + (" (CPU smoke: two CPU processes in fp32, a small policy; times and memory mean nothing, "
+                                       "and a parity row means something only where 'ran as' names the sharded "
+                                       "type: FSDP falls back to DDP on CPU processes)" if smoke else ""), ""]
     lines += environment(out)
     lines += speed_section(out)
     lines += parity_section(out, "fsdp_parity", "fsdp2")

@@ -1,6 +1,7 @@
 """benchmarks/multi_gpu.py: its CPU smoke mode runs the cheapest part end to end on two gloo processes, and its
 summariser's group checks read synthetic per-process batches right."""
 
+import json
 import subprocess
 import sys
 
@@ -65,3 +66,26 @@ def test_parity_runs_take_two_updates_per_batch_and_cispo_its_presets_cap(tmp_pa
             assert ("--epsilon_high" in command) == (loss == "cispo")
     cispo = runs[("fsdp_parity", "cispo-fsdp2")]
     assert cispo[cispo.index("--epsilon_high") + 1] == "5.0"
+
+
+def test_cpu_smoke_runs_deepspeed_on_its_cpu_accelerator_and_the_rest_as_cpu_processes(tmp_path):
+    from benchmarks.multi_gpu import cpu_smoke_env
+    runs = {(run.part, run.name): run.command for run in plan(["fsdp_parity", "zero3_parity"], tmp_path, True)}
+    assert cpu_smoke_env(runs[("zero3_parity", "grpo-zero3")]) == {"OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}
+    for name in ("grpo-ddp", "grpo-fsdp2"):
+        assert cpu_smoke_env(runs[("fsdp_parity", name)]) == {"OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+
+
+def test_parity_rows_say_what_accelerate_really_ran(tmp_path):
+    """A sharded config accelerate cannot honour falls back silently (FSDP on CPU processes runs as DDP): each row
+    names the distributed type both runs recorded."""
+    from benchmarks.multi_gpu import parity_section
+    log = [{"step": 1, "loss": 0.5, "grad_norm": 0.25}]
+    for folder, kind in (("fsdp_parity/grpo-ddp", "MULTI_GPU"), ("zero2_parity/grpo-zero2", "DEEPSPEED")):
+        (tmp_path / folder).mkdir(parents=True)
+        for rank in (0, 1):
+            (tmp_path / folder / f"costs.rank{rank}.json").write_text(json.dumps(
+                {"log_history": log, "distributed_type": f"DistributedType.{kind}", "peak_memory_gib": 1.0}))
+    lines = parity_section(tmp_path, "zero2_parity", "zero2")
+    row = next(line for line in lines if line.startswith("| grpo | 1 |"))
+    assert row.rstrip(" |").endswith("MULTI_GPU ; DEEPSPEED") and "ran as: DDP ; ZeRO-2" in lines[2]
