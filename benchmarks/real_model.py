@@ -10,11 +10,11 @@ Plans (each run: `benchmarks/real_model_run.py`, 3 seeds unless --seeds):
               dapo_symmetric, but `--loss_type dapo` alone has ε_high 0.2 too: the same run); TRL's GRPOTrainer with grpo,
               dr_grpo, dapo, cispo, sapo
     hard      chat_arithmetic_hard: grpo; grpo + greso (at most 3 generation rounds a step); grpo with MaxRL's
-              estimator; grpo with the teacher signal ("self": the base weights, the answer in its prompt); the
-              control
+              estimator; grpo with the teacher signal ("self": the base weights, the answer in its prompt) and
+              the same teacher without the answer (grpo_teacher_no_context); the control
     medium    chat_arithmetic_medium (a - b: below 5 % greedy, yet a tenth of the groups with spread): grpo, grpo +
               resample, grpo + greso (at most 3 generation rounds a step), MaxRL's estimator, the teacher signal
-              (sparse rewards that are present), the control
+              with and without the answer in the teacher's prompt (sparse rewards that are present), the control
     offpolicy chat_arithmetic, 8 optimizer steps per generation batch (--num_iterations 8, 80 steps = 10
               batches): dapo with ε_high 0.28 (clip-higher) and 0.2 (symmetric), dppo, topr, m2po
     trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
@@ -54,6 +54,9 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
             "grpo_greso": ["--loss_type", "grpo", "--dynamic_sampling", "greso", "--dynamic_sampling_max_rounds", "3"],
             "maxrl": ["--loss_type", "grpo", "--advantage_estimator", "maxrl"],
             "grpo_teacher": ["--loss_type", "grpo", "--teacher_model", "self", "--teacher_prompt_template", TEACHER],
+            # the same teacher without the answer in its prompt: the base weights on the policy's prompt, i.e. a
+            # k1 KL-to-reference term in the advantages; what the privileged context adds is the pair's difference
+            "grpo_teacher_no_context": ["--loss_type", "grpo", "--teacher_model", "self"],
             "control": ["--loss_type", "grpo", "--null_reward_control", "true"],
         }
     if name == "medium":
@@ -65,6 +68,9 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
             "grpo_greso": ["--loss_type", "grpo", "--dynamic_sampling", "greso", "--dynamic_sampling_max_rounds", "3"],
             "maxrl": ["--loss_type", "grpo", "--advantage_estimator", "maxrl"],
             "grpo_teacher": ["--loss_type", "grpo", "--teacher_model", "self", "--teacher_prompt_template", TEACHER],
+            # the same teacher without the answer in its prompt: the base weights on the policy's prompt, i.e. a
+            # k1 KL-to-reference term in the advantages; what the privileged context adds is the pair's difference
+            "grpo_teacher_no_context": ["--loss_type", "grpo", "--teacher_model", "self"],
             "control": ["--loss_type", "grpo", "--null_reward_control", "true"],
         }
     if name == "offpolicy":

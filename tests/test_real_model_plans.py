@@ -112,3 +112,11 @@ def test_the_report_draws_held_out_accuracy_of_the_eight_updates_losses_per_seed
     assert real_model_report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--seeds", "0,1"]) == 0
     assert (tmp_path / "out" / "heldout_offpolicy.png").stat().st_size > 0
     assert "![heldout_offpolicy.png](heldout_offpolicy.png)" in (tmp_path / "out" / "tables.md").read_text()
+
+
+@pytest.mark.parametrize("name", ["hard", "medium"])
+def test_the_teacher_pair_differs_only_by_the_answer_in_the_teachers_prompt(name):
+    _, runs = real_model.plan(name)
+    with_context, without = runs["grpo_teacher"], runs["grpo_teacher_no_context"]
+    assert [flag for flag in with_context if flag not in without] == ["--teacher_prompt_template", real_model.TEACHER]
+    assert "{answer}" in real_model.TEACHER
