@@ -87,7 +87,7 @@ def configurations(runs: dict[tuple[str, int], Run]) -> list[str]:
             + (["control"] if "control" in present else []))
 
 
-ORDER = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "grpo_resample", "grpo_greso", "maxrl", "grpo_teacher",
+ORDER = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "grpo_resample", "grpo_greso", "maxrl", "grpo_teacher", "grpo_teacher_no_context",
          "dapo_symmetric", "dapo_clip_higher", "dppo", "topr", "m2po", "trl_grpo", "trl_dapo"]
 
 
