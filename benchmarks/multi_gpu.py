@@ -47,11 +47,12 @@ Parts (names for --only):
 
 --deadline: seconds from the start after which no new run starts and the running one is killed (its folder keeps
 what it wrote); the summary is written from what exists. Several invocations may share one --out (e.g. part by
-part): summary.md covers every run folder there, and the DDP reference runs of the parity parts are run once. --cpu_smoke: the same pipeline on 2 gloo CPU processes
-on the built-in `addition` task (its bootstrapped policy, or with `--smoke_model tiny` a tiny random model), tiny
-batches and at most 4 steps (FSDP configs run as DDP on CPU:
-accelerate enables FSDP only on accelerators; ZeRO parts are skipped without deepspeed); it checks the plumbing,
-not the numbers.
+part): summary.md covers every run folder there, and the DDP reference runs of the parity parts are run once.
+--cpu_smoke: the same pipeline on 2 gloo CPU processes on the built-in `addition` task (its bootstrapped policy, or
+with `--smoke_model tiny` a tiny random model), tiny batches and at most 4 steps, in fp32. FSDP configs run as DDP
+there (accelerate enables FSDP only on accelerators); ZeRO configs run on DeepSpeed's CPU accelerator
+(`cpu_smoke_env`) and are skipped without deepspeed. Every parity row names what accelerate ran, so the ZeRO rows
+are a real fp32 parity check and the FSDP2 rows only plumbing.
 """
 
 from __future__ import annotations
