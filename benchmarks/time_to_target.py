@@ -124,7 +124,8 @@ CONTENDERS: dict[str, list[str]] = {
     "merged_four_steps": MERGED + FOUR_STEPS,
     "merged_compiled_four_steps": MERGED + COMPILED + FOUR_STEPS,
 }
-# the next study's: more optimizer steps per generation batch, with and without compiled decoding (the second study's README)
+# the next study's: more optimizer steps per generation batch, with and without compiled decoding
+# (the second study's README)
 DEFAULT_CONTENDERS = "merged_compiled_four_steps,merged_four_steps,merged_two_steps"
 # tiny settings for --cpu_smoke: the whole pipeline in a few minutes of CPU, not a measurement
 CPU_SMOKE_FLAGS = [
