@@ -25,12 +25,13 @@ Parts (names for --only):
 - `one_gpu_speed`: the same global batch on 1 GPU (32 × 4), trl and zoo, 12 steps. Scaling = one-GPU median step
   time / DDP median step time (2.0 is perfect).
 - `fsdp_parity`: losses grpo, dapo, gspo, cispo (cap 5.0) with LoRA, 3 steps (32 × 1 per GPU) at two updates per
-  generation batch (`PARITY_FLAGS`), under ddp.yaml and fsdp2.yaml on the same seed, on the same completions: the DDP run records each generation batch's completions
-  (`--record_generations`), the FSDP2 run replays them (`--replay_generations`; real_model_run.py's docstring) and
-  scores them itself, so both train on identical batches (without it, the sharded bf16 forward rounds differently
-  and sampling at temperature 1 draws other completions from step 1 on). |loss_DDP − loss_FSDP| and
-  |grad_norm_DDP − grad_norm_FSDP| per logged step, peak memory per GPU, and the generation batches replayed. bf16
-  autocast on both, so differences of bf16 rounding order in the update are expected; the table shows their size.
+  generation batch (`PARITY_FLAGS`), under ddp.yaml and fsdp2.yaml on the same seed, on the same completions: the DDP
+  run records each generation batch's completions (`--record_generations`), the FSDP2 run replays them
+  (`--replay_generations`; real_model_run.py's docstring) and scores them itself, so both train on identical batches
+  (without it, the sharded bf16 forward rounds differently and sampling at temperature 1 draws other completions from
+  step 1 on). |loss_DDP − loss_FSDP| and |grad_norm_DDP − grad_norm_FSDP| per logged step, peak memory per GPU, and
+  the generation batches replayed. bf16 autocast on both, so differences of bf16 rounding order in the update are
+  expected; the table shows their size.
 - `zero2_parity`, `zero3_parity`: as fsdp_parity with zero2.yaml / zero3.yaml against ddp.yaml (the DDP runs of
   fsdp_parity and their recorded completions, run again if absent); skipped with a line when deepspeed is not
   importable.

@@ -86,7 +86,8 @@ def summary_table(records: list[dict], names: list[str]) -> str:
 
     base_steps, base_peak = pooled(BASE), peak(BASE)
     base_median = statistics.median(base_steps) if base_steps else None
-    lines = ["| configuration | median step s | × base | peak memory GiB | − base GiB | mean completion tokens | runs |",
+    lines = ["| configuration | median step s | × base | peak memory GiB | − base GiB | mean completion tokens "
+             "| runs |",
              "|---|---|---|---|---|---|---|"]
     for name in names:
         steps, memory, tokens = pooled(name), peak(name), length(name)

@@ -12,7 +12,8 @@ from tests import tiny
 
 
 def test_options_parse_and_the_base_name_is_reserved():
-    assert option_cost.parse_option("teacher=--teacher_model self --teacher_prompt_template '{prompt} ({answer})'") == (
+    definition = "teacher=--teacher_model self --teacher_prompt_template '{prompt} ({answer})'"
+    assert option_cost.parse_option(definition) == (
         "teacher", ["--teacher_model", "self", "--teacher_prompt_template", "{prompt} ({answer})"])
     for bad in ("base=--beta 0.1", "no equals sign", "two words=--beta 0.1"):
         with pytest.raises(SystemExit, match="--option"):
