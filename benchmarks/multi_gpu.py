@@ -25,13 +25,13 @@ Parts (names for --only):
 - `one_gpu_speed`: the same global batch on 1 GPU (32 × 4), trl and zoo, 12 steps. Scaling = one-GPU median step
   time / DDP median step time (2.0 is perfect).
 - `fsdp_parity`: losses grpo, dapo, gspo, cispo (cap 5.0) with LoRA, 3 steps (32 × 1 per GPU) at two updates per
-  generation batch (`PARITY_FLAGS`), under ddp.yaml and fsdp2.yaml on the same seed, on the same completions: the DDP
-  run records each generation batch's completions (`--record_generations`), the FSDP2 run replays them
-  (`--replay_generations`; real_model_run.py's docstring) and scores them itself, so both train on identical batches
-  (without it, the sharded bf16 forward rounds differently and sampling at temperature 1 draws other completions from
-  step 1 on). |loss_DDP − loss_FSDP| and |grad_norm_DDP − grad_norm_FSDP| per logged step, peak memory per GPU, and
-  the generation batches replayed. bf16 autocast on both, so differences of bf16 rounding order in the update are
-  expected; the table shows their size.
+  generation batch (`PARITY_FLAGS`, `PARITY_LOSS_FLAGS`), under ddp.yaml and fsdp2.yaml on the same seed, on the same
+  completions: the DDP run records each generation batch's completions (`--record_generations`), the FSDP2 run replays
+  them (`--replay_generations`; real_model_run.py's docstring) and scores them itself, so both train on identical
+  batches (without it, the sharded bf16 forward rounds differently and sampling at temperature 1 draws other
+  completions from step 1 on). |loss_DDP − loss_FSDP| and |grad_norm_DDP − grad_norm_FSDP| per logged step, peak
+  memory per GPU, and the generation batches replayed. bf16 autocast on both, so differences of bf16 rounding order in
+  the update are expected; the table shows their size.
 - `zero2_parity`, `zero3_parity`: as fsdp_parity with zero2.yaml / zero3.yaml against ddp.yaml (the DDP runs of
   fsdp_parity and their recorded completions, run again if absent); skipped with a line when deepspeed is not
   importable.
@@ -76,8 +76,9 @@ PARTS = ["ddp_speed", "one_gpu_speed", "fsdp_parity", "sampling_ddp", "critic_dd
          "zero3_parity"]
 PARITY_LOSSES = ["grpo", "dapo", "gspo", "cispo"]
 # two updates per generation batch, so that step 2's ratios π/π_old leave 1 and the clips and sequence ratios act
-# (at one update every ratio is 1, and gspo's loss and gradient equal grpo's); CISPO with its preset's cap
-PARITY_FLAGS = {"*": ["--num_iterations", "2"], "cispo": ["--epsilon_high", "5.0"]}
+# (at one update every ratio is 1, and gspo's loss and gradient equal grpo's)
+PARITY_FLAGS = ["--num_iterations", "2"]
+PARITY_LOSS_FLAGS = {"cispo": ["--epsilon_high", "5.0"]}  # CISPO with its preset's cap (TRL's default caps at 0.2)
 GROUP_SIZE = {"gpu": 8, "cpu": 4}
 
 
@@ -148,7 +149,7 @@ def plan(parts: list[str], out: Path, smoke: bool) -> list[Run]:
             for loss in PARITY_LOSSES:
                 # the DDP reference runs live in fsdp_parity/ and serve every parity part (run once per --out)
                 # it records its completions, the sharded run replays them: both train on the same batches
-                flags = ["--loss_type", loss, *PARITY_FLAGS["*"], *PARITY_FLAGS.get(loss, [])]
+                flags = ["--loss_type", loss, *PARITY_FLAGS, *PARITY_LOSS_FLAGS.get(loss, [])]
                 reference = launched("fsdp_parity", f"{loss}-ddp", "ddp", out, smoke, 3, 1,
                                      [*flags, "--record_generations"])
                 done = part != "fsdp_parity" and all(
@@ -308,7 +309,8 @@ def parity_section(out: Path, part: str, other: str) -> list[str]:
         if not sharded:
             continue
         if not ddp:
-            rows.append([loss, "no DDP reference run", None, None, None, None, None, None, None, memory(sharded)])
+            rows.append([loss, "no DDP reference run", None, None, None, None, None, None, None, memory(sharded),
+                         distributed_type(sharded)])
             continue
         replayed = " / ".join(str(replayed_batches(rank)) for rank in sharded)
         ran_as = " ; ".join(distributed_type(ranks) for ranks in (ddp, sharded))
@@ -417,9 +419,10 @@ def write_summary(out: Path, smoke: bool) -> Path:
     """summary.md from every run folder under `out` and every line of runs.jsonl (earlier invocations included)."""
     runs_log = out / "runs.jsonl"
     results = [json.loads(line) for line in runs_log.read_text().splitlines()] if runs_log.exists() else []
-    lines = ["# Multi-GPU benchmark" + (" (CPU smoke: two CPU processes in fp32, a small policy; times and memory mean nothing, "
-                                       "and a parity row means something only where 'ran as' names the sharded "
-                                       "type: FSDP falls back to DDP on CPU processes)" if smoke else ""), ""]
+    smoke_note = (" (CPU smoke: two CPU processes in fp32, a small policy; times and memory mean nothing, and a "
+                  "parity row means something only where 'ran as' names the sharded type: FSDP falls back to DDP on "
+                  "CPU processes)")
+    lines = ["# Multi-GPU benchmark" + (smoke_note if smoke else ""), ""]
     lines += environment(out)
     lines += speed_section(out)
     lines += parity_section(out, "fsdp_parity", "fsdp2")

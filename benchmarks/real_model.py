@@ -36,6 +36,12 @@ import time
 from pathlib import Path
 
 TEACHER = "{prompt} (The answer is {answer}.)"  # privileged context: the teacher sees the answer
+# the teacher signal with the answer in the teacher's prompt, and the same teacher without it: the base weights on the
+# policy's prompt, i.e. a k1 KL-to-reference term in the advantages; what the privileged context adds is the difference
+TEACHER_PAIR = {
+    "grpo_teacher": ["--loss_type", "grpo", "--teacher_model", "self", "--teacher_prompt_template", TEACHER],
+    "grpo_teacher_no_context": ["--loss_type", "grpo", "--teacher_model", "self"],
+}
 LOSSES = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo"]
 TRL_LOSSES = ["grpo", "dr_grpo", "dapo", "cispo", "sapo"]  # TRL's own loss_type names
 
@@ -53,10 +59,7 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
             "grpo": ["--loss_type", "grpo"],
             "grpo_greso": ["--loss_type", "grpo", "--dynamic_sampling", "greso", "--dynamic_sampling_max_rounds", "3"],
             "maxrl": ["--loss_type", "grpo", "--advantage_estimator", "maxrl"],
-            "grpo_teacher": ["--loss_type", "grpo", "--teacher_model", "self", "--teacher_prompt_template", TEACHER],
-            # the same teacher without the answer in its prompt: the base weights on the policy's prompt, i.e. a
-            # k1 KL-to-reference term in the advantages; what the privileged context adds is the pair's difference
-            "grpo_teacher_no_context": ["--loss_type", "grpo", "--teacher_model", "self"],
+            **TEACHER_PAIR,
             "control": ["--loss_type", "grpo", "--null_reward_control", "true"],
         }
     if name == "medium":
@@ -67,10 +70,7 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
             ],
             "grpo_greso": ["--loss_type", "grpo", "--dynamic_sampling", "greso", "--dynamic_sampling_max_rounds", "3"],
             "maxrl": ["--loss_type", "grpo", "--advantage_estimator", "maxrl"],
-            "grpo_teacher": ["--loss_type", "grpo", "--teacher_model", "self", "--teacher_prompt_template", TEACHER],
-            # the same teacher without the answer in its prompt: the base weights on the policy's prompt, i.e. a
-            # k1 KL-to-reference term in the advantages; what the privileged context adds is the pair's difference
-            "grpo_teacher_no_context": ["--loss_type", "grpo", "--teacher_model", "self"],
+            **TEACHER_PAIR,
             "control": ["--loss_type", "grpo", "--null_reward_control", "true"],
         }
     if name == "offpolicy":

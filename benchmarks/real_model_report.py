@@ -87,8 +87,9 @@ def configurations(runs: dict[tuple[str, int], Run]) -> list[str]:
             + (["control"] if "control" in present else []))
 
 
-ORDER = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "grpo_resample", "grpo_greso", "maxrl", "grpo_teacher", "grpo_teacher_no_context",
-         "dapo_symmetric", "dapo_clip_higher", "dppo", "topr", "m2po", "trl_grpo", "trl_dapo"]
+ORDER = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "grpo_resample", "grpo_greso", "maxrl", "grpo_teacher",
+         "grpo_teacher_no_context", "dapo_symmetric", "dapo_clip_higher", "dppo", "topr", "m2po", "trl_grpo",
+         "trl_dapo"]
 
 
 def table(runs: dict[tuple[str, int], Run], names: list[str], seeds: list[int]) -> str:

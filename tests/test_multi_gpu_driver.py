@@ -89,3 +89,10 @@ def test_parity_rows_say_what_accelerate_really_ran(tmp_path):
     lines = parity_section(tmp_path, "zero2_parity", "zero2")
     row = next(line for line in lines if line.startswith("| grpo | 1 |"))
     assert row.rstrip(" |").endswith("MULTI_GPU ; DEEPSPEED") and "ran as: DDP ; ZeRO-2" in lines[2]
+    # a sharded run without its DDP reference: the row still fills every column of the header
+    (tmp_path / "zero2_parity/dapo-zero2").mkdir()
+    (tmp_path / "zero2_parity/dapo-zero2/costs.rank0.json").write_text(json.dumps(
+        {"log_history": log, "distributed_type": "DistributedType.DEEPSPEED"}))
+    lines = parity_section(tmp_path, "zero2_parity", "zero2")
+    alone = next(line for line in lines if line.startswith("| dapo |"))
+    assert alone.count("|") == lines[2].count("|") and alone.rstrip(" |").endswith("DEEPSPEED")
