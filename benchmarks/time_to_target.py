@@ -80,8 +80,8 @@ COMPUTE = ["--dynamic_sampling", "greso", "--skip_zero_advantage", "true", "--le
 # (`_generate_and_score_completions`: gradient_accumulation_steps % (steps_per_generation × num_iterations) ≠ 0).
 TASK_ACCUMULATION = 4  # the task's micro-batches a step (per_device_train_batch_size 32, 128 completions a step)
 TWO_STEPS = ["--steps_per_generation", str(2 * TASK_ACCUMULATION)]
-# one generation batch of 512 for four optimizer steps: decoding a small model costs about the same for 256 or 512
-# rows (launch-bound), so the generation share of a step halves again
+# one generation batch of 512 for four optimizer steps (third study: a step 0.43× TRL's, but nine points lower after
+# 40 steps; decoding 512 rows costs ≈ 1.4× 256)
 FOUR_STEPS = ["--steps_per_generation", str(4 * TASK_ACCUMULATION)]
 COMPILED = ["--compile_generation", "true"]
 
@@ -124,9 +124,9 @@ CONTENDERS: dict[str, list[str]] = {
     "merged_four_steps": MERGED + FOUR_STEPS,
     "merged_compiled_four_steps": MERGED + COMPILED + FOUR_STEPS,
 }
-# the next study's: more optimizer steps per generation batch, with and without compiled decoding
-# (the second study's README)
-DEFAULT_CONTENDERS = "merged_compiled_four_steps,merged_four_steps,merged_two_steps"
+# the next study's: the best lever so far against four steps per generation given more steps to learn
+# (with --max_steps_factor 1.5; the third study's README)
+DEFAULT_CONTENDERS = "merged_two_steps,merged_four_steps"
 # tiny settings for --cpu_smoke: the whole pipeline in a few minutes of CPU, not a measurement
 CPU_SMOKE_FLAGS = [
     "--use_cpu", "true", "--bf16", "false", "--num_heldout", "2", "--eval_batch_size", "2",
