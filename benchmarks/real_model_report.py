@@ -5,7 +5,8 @@
 Each RUNS folder holds <task>/<configuration>/seed<s>/ with summary.json, metrics.jsonl, completions.jsonl and
 costs.json. A configuration run twice for one seed (e.g. in two batches) keeps its later copy, and the earlier one is
 listed as a replicate. Writes DIR/tables.md — per task: held-out accuracy before and after per seed, gain over that
-task's null-reward control paired by seed, time and memory, `trl-zoo compare`'s paired verdict — and DIR/*.png
+task's null-reward control paired by seed, time and memory, `trl-zoo compare`'s paired verdict, the paired
+difference of each of the study's own questions (`QUESTIONS`) — and DIR/*.png
 (training reward, entropy of dapo with clip-higher against a symmetric clip, length of wrong answers of dr_grpo
 against grpo, trl_zoo against TRL's trainer, held-out accuracy of the eight-updates-per-batch losses per seed).
 Configurations are compared only within a task: "control" of one task is not the control of another.
@@ -130,6 +131,31 @@ def verdict_lines(runs: dict[tuple[str, int], Run]) -> list[str]:
     return [report.seed_winner_sentence(groups), "", report.paired_table(report.paired_differences(groups))]
 
 
+# the study's own questions, each a paired difference of final held-out accuracy (first − second) where both ran
+QUESTIONS = (
+    ("grpo_teacher", "grpo_teacher_no_context", "what the teacher's privileged context (the answer) adds"),
+    ("grpo_teacher", "grpo", "the teacher signal against rewards alone"),
+    ("maxrl", "grpo", "MaxRL against GRPO"),
+    ("dapo_clip_higher", "dapo_symmetric", "clip-higher against a symmetric clip"),
+)
+
+
+def question_lines(runs: dict[tuple[str, int], Run]) -> list[str]:
+    """The QUESTIONS whose two configurations both ran on this task, as `trl-zoo compare`'s paired table with the
+    question named; [] when none did."""
+    from trl_zoo.cli import report
+
+    groups: dict[str, list] = {}
+    for (name, _), run in sorted(runs.items()):
+        groups.setdefault(name, []).append(report.load_run(run.folder, name))
+    asked = [(first, second, text) for first, second, text in QUESTIONS if first in groups and second in groups]
+    if not asked:
+        return []
+    pairs = [report.paired_difference(groups, first, second) for first, second, _ in asked]
+    return ["Questions:", *(f"- {first} − {second}: {text}" for first, second, text in asked), "",
+            report.paired_table(pairs)]
+
+
 def mechanism_lines(runs, seeds) -> list[str]:
     lines = []
     for first, second, key, label, source in (
@@ -162,7 +188,9 @@ def figures(runs, seeds, out: Path, prefix: str = "") -> list[str]:
 
     drawn = []
 
-    def draw(filename, title, ylabel, groups, key, source="train"):
+    def draw(filename, title, ylabel, groups, key, source="train", compare=True):
+        if compare and sum(any((name, seed) in runs for seed in seeds) for name in groups) < 2:
+            return  # a comparison needs both sides
         fig, ax = plt.subplots(figsize=(7, 4))
         for index, name in enumerate(groups):
             for seed in seeds:
@@ -175,17 +203,17 @@ def figures(runs, seeds, out: Path, prefix: str = "") -> list[str]:
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=6, ncol=3)
-        fig.tight_layout()
         if not ax.lines:
             plt.close(fig)
             return
+        ax.legend(fontsize=6, ncol=3)
+        fig.tight_layout()
         fig.savefig(out / (prefix + filename), dpi=110)
         plt.close(fig)
         drawn.append(prefix + filename)
 
     draw("reward.png", "batch reward (final_number) per step", "mean reward",
-         [n for n in configurations(runs) if not n.startswith("trl_")], "reward")
+         [n for n in configurations(runs) if not n.startswith("trl_")], "reward", compare=False)
     draw("entropy_clip_higher.png", "entropy: dapo with ε_high 0.28 vs a symmetric clip (0.2)", "entropy (nats)",
          ["dapo_clip_higher", "dapo_symmetric"], "entropy")
     draw("wrong_length_dr_grpo.png", "mean length of wrong completions: grpo vs dr_grpo", "tokens",
@@ -193,26 +221,32 @@ def figures(runs, seeds, out: Path, prefix: str = "") -> list[str]:
     draw("trl_side_by_side.png", "batch reward: trl_zoo vs trl.GRPOTrainer", "mean reward",
          ["grpo", "trl_grpo", "dapo", "trl_dapo"], "reward")
 
-    # Held-out accuracy of the eight-updates-per-batch losses, one panel per seed (each seed its own base policy).
-    offpolicy = [n for n in ("dapo_symmetric", "dapo_clip_higher", "dppo", "topr", "m2po") if any(
-        (n, seed) in runs for seed in seeds)]
-    if len(offpolicy) > 1:
+    def heldout_panels(filename, title, names):
+        """Held-out accuracy of `names` against the step, one panel per seed (each seed its own base policy)."""
+        present = [n for n in names if any((n, seed) in runs for seed in seeds)]
+        if len(present) < 2:
+            return
         fig, axes = plt.subplots(1, len(seeds), figsize=(4 * len(seeds), 3.6), sharey=True, squeeze=False)
         for ax, seed in zip(axes[0], seeds):
-            for name in offpolicy:
+            for name in present:
                 run = runs.get((name, seed))
                 if run is not None:
                     ax.plot([r["step"] for r in run.evals], [100 * r["heldout_accuracy"] for r in run.evals],
-                            marker="o", markersize=3, color=f"C{ORDER.index(name) % 10}", label=name)
+                            marker="o", markersize=3, color=f"C{names.index(name) % 10}", label=name)
             ax.set_title(f"seed {seed}", fontsize=10)
             ax.set_xlabel("optimizer step")
         axes[0][0].set_ylabel("held-out accuracy (%), greedy")
         axes[0][0].legend(fontsize=7)
-        fig.suptitle("held-out accuracy, eight updates per generation batch", fontsize=10)
+        fig.suptitle(title, fontsize=10)
         fig.tight_layout()
-        fig.savefig(out / (prefix + "heldout_offpolicy.png"), dpi=110)
+        fig.savefig(out / (prefix + filename), dpi=110)
         plt.close(fig)
-        drawn.append(prefix + "heldout_offpolicy.png")
+        drawn.append(prefix + filename)
+
+    heldout_panels("heldout_offpolicy.png", "held-out accuracy, eight updates per generation batch",
+                   [n for n in ORDER if n in ("dapo_symmetric", "dapo_clip_higher", "dppo", "topr", "m2po")])
+    heldout_panels("heldout_teacher.png", "held-out accuracy: the teacher signal with and without the answer",
+                   ["grpo", "grpo_teacher", "grpo_teacher_no_context", "control"])
     return drawn
 
 
@@ -233,6 +267,7 @@ def main(argv=None) -> int:
         text += [
             "", f"## {task}", "", table(ofit, configurations(ofit), seeds), "",
             *verdict_lines(ofit), "",
+            *question_lines(ofit), "",
             "Mechanisms:", *(mechanism_lines(ofit, seeds) or ["- none of the pairs ran on this task"]), "",
             *[f"![{name}]({name})" for name in drawn],
         ]

@@ -120,3 +120,19 @@ def test_the_teacher_pair_differs_only_by_the_answer_in_the_teachers_prompt(name
     with_context, without = runs["grpo_teacher"], runs["grpo_teacher_no_context"]
     assert [flag for flag in with_context if flag not in without] == ["--teacher_prompt_template", real_model.TEACHER]
     assert "{answer}" in real_model.TEACHER
+
+
+def test_the_report_answers_the_studys_own_questions_paired_by_seed(tmp_path):
+    from benchmarks import real_model_report
+
+    # the teacher pair's final accuracies of the medium study; grpo 10 points above the teacher on every seed
+    for seed, (teacher, no_context) in enumerate([(0.070, 0.048), (0.074, 0.038), (0.058, 0.040)]):
+        _fake_run(tmp_path / "runs", "task", "grpo_teacher", seed, teacher)
+        _fake_run(tmp_path / "runs", "task", "grpo_teacher_no_context", seed, no_context)
+        _fake_run(tmp_path / "runs", "task", "grpo", seed, teacher + 0.10)
+    assert real_model_report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "tables.md").read_text()
+    # d = +2.2, +3.6, +1.8 points: mean 2.53, sd 0.945, t(0.975, 2) = 4.303 -> ± 2.35
+    assert "| grpo_teacher − grpo_teacher_no_context | +2.5 | [+0.2, +4.9] | 3 of 3 seeds | significant |" in text
+    assert "| grpo_teacher − grpo | -10.0 |" in text and "0 of 3 seeds" in text
+    assert "maxrl − grpo" not in text  # a question asks only where both configurations ran
