@@ -21,7 +21,6 @@ import argparse
 import ast
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys

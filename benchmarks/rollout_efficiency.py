@@ -118,9 +118,9 @@ def instrument(trainer, counts: Counts, group_size: int):
 
 
 def run_one(config_name: str, seed: int, args) -> dict:
-    import benchmarks.harness  # noqa: F401  (datasets' fingerprinting patch)
     from peft import LoraConfig
 
+    import benchmarks.harness  # noqa: F401  (datasets' fingerprinting patch)
     import trl_zoo
     from trl_zoo.cli.arguments import quickstart_preset
     from trl_zoo.tasks import get_task

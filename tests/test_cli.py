@@ -15,13 +15,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import trl_zoo.cli.train
 from trl_zoo import LOSSES, TABLES
-from trl_zoo.cli.arguments import TaskArguments, make_train_parser, parse_train_args
 from trl_zoo.cli import COMMANDS, main
-from trl_zoo.config import GRPOConfig
+from trl_zoo.cli.arguments import TaskArguments, make_train_parser, parse_train_args
 from trl_zoo.cli.report import Run, write_report
+from trl_zoo.cli.train_help import GROUP_ORDER, TRL_MODEL_GROUP, TRL_SCRIPT_GROUP, TRL_TRAINING_GROUP, own_fields
+from trl_zoo.config import GRPOConfig
 from trl_zoo.tasks import ADDITION
 from trl_zoo.tasks.evaluation import greedy_accuracy, greedy_evaluation
-from trl_zoo.cli.train_help import GROUP_ORDER, TRL_MODEL_GROUP, TRL_SCRIPT_GROUP, TRL_TRAINING_GROUP, own_fields
 
 from . import tiny
 

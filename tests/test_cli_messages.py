@@ -1,6 +1,5 @@
 """The CLI's own lines: usage and versions, aliases of PEFT field names, progress lines, run folders for own data."""
 
-import json
 from pathlib import Path
 
 import pytest

@@ -59,7 +59,7 @@ def direct_gae(rewards, values, lengths, gamma, lams):
         lam = float(lams[i])
         for t in range(length):
             total = 0.0
-            for l in range(length - t):
+            for l in range(length - t):  # noqa: E741  (the docstring's l)
                 s = t + l
                 next_value = values[i, s + 1] if s + 1 < length else 0.0
                 delta = rewards[i, s] + gamma * next_value - values[i, s]

@@ -13,7 +13,15 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_zoo.tasks import (
-    ADDITION, ADDITION3, CHAT_ARITHMETIC, CHAT_ARITHMETIC_HARD, CHAT_ARITHMETIC_MEDIUM, SCRATCHPAD, SCRATCHPAD_SMALL, TASKS, get_task,
+    ADDITION,
+    ADDITION3,
+    CHAT_ARITHMETIC,
+    CHAT_ARITHMETIC_HARD,
+    CHAT_ARITHMETIC_MEDIUM,
+    SCRATCHPAD,
+    SCRATCHPAD_SMALL,
+    TASKS,
+    get_task,
 )
 from trl_zoo.tasks.arithmetic import AdditionTask
 from trl_zoo.tasks.bootstrap import BootstrapRecipe, bootstrap_policy, demonstrations, slipped_sum
@@ -127,7 +135,7 @@ def test_slipped_sum_forgets_only_the_units_carry_and_demonstrations_align():
     pairs = [(47, 38), (55, 49), (12, 13)]
     right_ids, right_labels, slip_ids, slip_labels = demonstrations(tokenizer, ADDITION, pairs)
     assert right_ids.shape == slip_ids.shape == right_labels.shape == slip_labels.shape
-    decode = lambda labels: [tokenizer.decode(row[row >= 0], skip_special_tokens=True) for row in labels]
+    decode = lambda labels: [tokenizer.decode(row[row >= 0], skip_special_tokens=True) for row in labels]  # noqa: E731
     assert decode(right_labels) == ["85", "104", "25"] and decode(slip_labels) == ["75", "94", "25"]
     assert torch.equal(right_ids[2], slip_ids[2])  # no carry, nothing to forget
 

@@ -36,7 +36,6 @@ import enum
 import math
 import weakref
 from dataclasses import dataclass, field
-
 from typing import Any
 
 import torch

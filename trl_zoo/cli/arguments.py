@@ -34,9 +34,9 @@ from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
 
 from ..config import GRPOConfig, plugin_fields
-from .preset_lengths import LENGTH_FIELDS, scale_preset_lengths, scaled_lengths_message
 from ..tasks import get_task
 from ..tasks.bootstrap import BootstrapRecipe
+from .preset_lengths import LENGTH_FIELDS, scale_preset_lengths, scaled_lengths_message
 from .train_help import group_help
 
 CONFIG_SUFFIXES = (".yaml", ".yml")

@@ -29,37 +29,36 @@ import math
 from pathlib import Path
 
 from ..tasks.evaluation import format_mean_reward
-from .run_log import TRAIN_METRICS, Run
 from .run_log import (  # noqa: F401  (re-exported: they were this module's before the split)
     METRICS_FILE,
     SUMMARY_FILE,
+    TRAIN_METRICS,
+    Run,
     RunLog,
     TrainLogRecorder,
     load_run,
     read_records,
 )
-from .verdict import (
+from .verdict import (  # noqa: F401  (re-exported: they were this module's before the split)
+    IDENTITY_METRICS,
+    MORE_SEEDS,
     PAIRED_METHOD,
+    T_975,
+    Z_975,
+    PairedDifference,
     _mean,
     _rank_runs,
+    eval_noise_sentence,
+    identical_reason,
     identical_runs,
     identical_sentence,
+    paired_difference,
     paired_differences,
     paired_table,
     seed_winner_sentence,
     single_seed_sentence,
-    winner_sentence,
-)
-from .verdict import (  # noqa: F401  (re-exported: they were this module's before the split)
-    IDENTITY_METRICS,
-    MORE_SEEDS,
-    T_975,
-    Z_975,
-    PairedDifference,
-    eval_noise_sentence,
-    identical_reason,
-    paired_difference,
     t_quantile_975,
+    winner_sentence,
 )
 
 

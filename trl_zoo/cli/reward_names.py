@@ -23,8 +23,8 @@ import inspect
 import os
 import sys
 
-from .arguments import ConfigError, one_line
 from ..tasks.rewards import REWARDS
+from .arguments import ConfigError, one_line
 
 # The factories `trl grpo` (trl/scripts/grpo.py) builds, with the keyword arguments it passes them.
 TRL_GRPO_FACTORY_ARGUMENTS = {"get_soft_overlong_punishment": {"max_completion_len": 1280, "soft_punish_cache": 256}}

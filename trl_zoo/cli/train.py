@@ -31,33 +31,35 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback, Tra
 from transformers.trainer_utils import get_last_checkpoint
 from trl import get_peft_config, get_quantization_config
 
-from .arguments import ConfigError, one_line, parse_train_args
 from ..checkpoint_integrity import check_checkpoint
-from .cpu_threads import apply_cpu_threads
 from ..gguf_checkpoint import GGUFError, policy_path
 from ..hooks.prompt_length import PromptTooLongError
 from ..hooks.resume import interrupted_message as resume_interrupted_message
 from ..hooks.resume import last_complete_checkpoint
 from ..hooks.rewards import RewardOutputError
-from .model_card import model_card
-from .null_reward_control import permuted_reward
-from .preset_lengths import completion_room_error, position_limit_of
 from ..registry import LOSSES
-from .report import write_report
-from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run
-from .reward_names import check_reward_columns, heldout_scorer, read_columns, resolve_reward
 from ..tasks import get_task
 from ..tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from ..tasks.chat_arithmetic import ChatArithmeticTask
-from ..tasks.scratchpad import ScratchpadAdditionTask
-from ..tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
 from ..tasks.evaluation import HeldOutAccuracyCallback, HeldOutResult, greedy_evaluation, render_prompt
 from ..tasks.evaluation import format_mean_reward as mean_text
+from ..tasks.scratchpad import ScratchpadAdditionTask
+from ..tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
 from ..trainer import GRPOTrainer
-from .training_data import _conversational_prompts, _load_dataset_splits, column_names
+from .arguments import ConfigError, one_line, parse_train_args
+from .cpu_threads import apply_cpu_threads
+from .model_card import model_card
+from .null_reward_control import permuted_reward
+from .preset_lengths import completion_room_error, position_limit_of
+from .report import write_report
+from .reward_names import check_reward_columns, heldout_scorer, read_columns, resolve_reward
+from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run
 from .training_data import (  # noqa: F401  (re-exported: they were this module's before the split)
     DATA_FILE_BUILDERS,
     STREAMED_HELDOUT,
+    _conversational_prompts,
+    _load_dataset_splits,
+    column_names,
     heldout_count,
     mixture_test_entries,
     split_size,

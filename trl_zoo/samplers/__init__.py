@@ -47,4 +47,9 @@ and, for resample and greso, `filled_groups`. Without a sampler the trainer logs
 from . import resample  # noqa: F401, I001
 from . import reweight  # noqa: F401
 from . import greso  # noqa: F401
-from .base import DynamicSamplingExhausted, Round, SampledBatch, SamplingSession
+from .base import (  # noqa: F401  (re-exported: the contract a sampler is written against)
+    DynamicSamplingExhausted,
+    Round,
+    SampledBatch,
+    SamplingSession,
+)
