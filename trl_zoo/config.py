@@ -57,7 +57,8 @@ def _help(text: str, default=None, choices=None):
 # TRL's fields that enter the loss or the sampling; with trl_zoo's own fields they must be finite when set.
 TRL_LOSS_FIELDS = (
     "epsilon", "epsilon_high", "delta", "beta", "temperature", "top_p", "top_entropy_quantile",
-    "sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
+    "sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+    "vespo_lambda_neg",
 )
 
 

@@ -246,9 +246,9 @@ def write_report(
         headline(runs, groups),
         f"Held-out accuracy: the share of held-out prompts whose greedy completion earns reward 1 from "
         f"`{reward}`, measured before RL (step 0) and every few steps; with a graded reward (values other than 0 and "
-        "±1) read the mean reward, as accuracy then counts only perfect scores. Final reward, entropy, completion length "
-        f"and clip fraction are the last logged values (TRL averages each over its logging window). {curves} "
-        "Every record: metrics.csv, metrics.jsonl.",
+        "±1) read the mean reward, as accuracy then counts only perfect scores. Final reward, entropy, completion "
+        "length and clip fraction are the last logged values (TRL averages each over its logging window). "
+        f"{curves} Every record: metrics.csv, metrics.jsonl.",
     ]
     path = directory / "results.md"
     path.write_text("\n\n".join(sections) + "\n")

@@ -300,7 +300,9 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             model_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
         )
     except (OSError, ValueError) as error:
-        raise ConfigError(f"model_name_or_path: cannot load a tokenizer from {model_path!r} ({one_line(error)}).") from None
+        raise ConfigError(
+            f"model_name_or_path: cannot load a tokenizer from {model_path!r} ({one_line(error)})."
+        ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     conversational = task_args.conversational
@@ -409,7 +411,9 @@ def _heldout_accuracy(heldout, tokenizer, scorer, run_log, task_args, training_a
 
     def record(step: int, result: HeldOutResult):
         if step == 0:
-            graded = "; the reward is graded: accuracy counts completions with reward exactly 1" if result.graded else ""
+            graded = (
+                "; the reward is graded: accuracy counts completions with reward exactly 1" if result.graded else ""
+            )
             log(f"Held-out greedy accuracy before RL: {result.accuracy:.1%}, mean reward "
                 f"{mean_text(result.mean_reward)} ({len(heldout)} prompts{graded}).")
         if training_args.process_index == 0:  # one record per measurement, however many processes measured
@@ -463,12 +467,14 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     elif prepared.checkpoint and accuracy is not None:
         log(f"Held-out greedy accuracy before RL: {accuracy.history[0][1]:.1%} (from the run log).")
     length = (
-        f"{training_args.max_steps} steps" if training_args.max_steps > 0 else f"{training_args.num_train_epochs:g} epochs"
+        f"{training_args.max_steps} steps"
+        if training_args.max_steps > 0
+        else f"{training_args.num_train_epochs:g} epochs"
     )
     no_heldout = "No held-out set (num_heldout 0), so no held-out evaluation. " if accuracy is None else ""
     log(
-        f"{no_heldout}Training with loss_type={training_args.loss_type!r}, {'LoRA' if model_args.use_peft else 'full'} "
-        f"fine-tuning, {length} ..."
+        f"{no_heldout}Training with loss_type={training_args.loss_type!r}, "
+        f"{'LoRA' if model_args.use_peft else 'full'} fine-tuning, {length} ..."
     )
     train_started = time.perf_counter()
     try:
