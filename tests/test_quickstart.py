@@ -94,7 +94,9 @@ def test_greedy_batches_equal_one_by_one_decoding_and_accuracy_counts_matches():
 
 def test_accuracy_callback_measures_every_n_steps_and_at_the_end():
     calls = []
-    callback = HeldOutAccuracyCallback(lambda model: len(calls) / 10, every_steps=3, on_result=lambda s, a: calls.append(s))
+    callback = HeldOutAccuracyCallback(
+        lambda model: len(calls) / 10, every_steps=3, on_result=lambda s, a: calls.append(s)
+    )
     state = type("State", (), {"max_steps": 7, "global_step": 0})()
     for step in range(1, 8):
         state.global_step = step
@@ -124,8 +126,12 @@ def test_bootstrap_trains_saves_and_is_reused_from_the_cache(tmp_path):
 
 
 def test_bootstrap_stops_at_the_first_check_reaching_the_target(tmp_path):
-    recipe = BootstrapRecipe(hidden_size=32, num_layers=2, num_heads=2, target_accuracy=0.0, max_steps=8, check_every=4)
-    record = json.loads((bootstrap_policy(ADDITION, recipe, cache=tmp_path, log=lambda _: None) / "bootstrap.json").read_text())
+    recipe = BootstrapRecipe(
+        hidden_size=32, num_layers=2, num_heads=2, target_accuracy=0.0, max_steps=8, check_every=4
+    )
+    record = json.loads(
+        (bootstrap_policy(ADDITION, recipe, cache=tmp_path, log=lambda _: None) / "bootstrap.json").read_text()
+    )
     assert record["steps"] == 4  # any accuracy reaches a target of 0 at the first check
 
 
