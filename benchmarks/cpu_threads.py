@@ -21,7 +21,6 @@ import argparse
 import ast
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -71,7 +70,8 @@ def run(variant: str, config: Path, work: Path, tag: str) -> tuple[list[float], 
     env["PYTHONPATH"] = str(ROOT)
     out = work / f"{variant}-{tag}"
     if variant == "trl grpo":
-        command = [str(Path(sys.executable).with_name("trl")), "grpo", "--config", str(config), "--output_dir", str(out)]
+        command = [str(Path(sys.executable).with_name("trl")), "grpo", "--config", str(config),
+                   "--output_dir", str(out)]
     else:
         command = [sys.executable, "-m", "trl_zoo.cli", "train", "--config", str(config), "--output_dir", str(out),
                    "--num_heldout", "0", "--write_report", "false"]
@@ -119,9 +119,11 @@ def main(argv=None) -> int:
         finally:
             for spinner in spinners:
                 spinner.kill()
-    lines = [f"{physical_cores()} physical cores, {os.cpu_count()} logical; busy = {options.busy} spinning process(es); "
+    lines = [f"{physical_cores()} physical cores, {os.cpu_count()} logical; busy = {options.busy} "
+             "spinning process(es); "
              f"{options.rounds} rounds of {options.steps} steps, alternating order.", "",
-             "| condition | run | median step (s) | vs trl grpo | wall per run (s) |", "| --- | --- | --- | --- | --- |"]
+             "| condition | run | median step (s) | vs trl grpo | wall per run (s) |",
+             "| --- | --- | --- | --- | --- |"]
     for condition in ("quiet", "busy"):
         base = statistics.median(results[(condition, "trl grpo")])
         for variant in variants:

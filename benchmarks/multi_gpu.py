@@ -105,7 +105,9 @@ SMOKE_MODEL = {"value": "bootstrap"}  # --smoke_model
 
 def train_flags(smoke: bool, out_dir: Path, steps: int, accumulation: int, extra: list[str] = ()) -> list[str]:
     if smoke:
-        model = ["--model_name_or_path", str(out_dir.parents[1] / "tiny_model")] if SMOKE_MODEL["value"] == "tiny" else []
+        model = (
+            ["--model_name_or_path", str(out_dir.parents[1] / "tiny_model")] if SMOKE_MODEL["value"] == "tiny" else []
+        )
         base = ["--task", "addition", *model, "--per_device_train_batch_size", "8", "--num_generations", "4",
                 "--max_completion_length", "8", "--use_cpu", "true"]
         steps = min(steps, 4)
@@ -212,8 +214,8 @@ def run_one(run: Run, out: Path, smoke: bool, deadline_at: float) -> dict:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)  # the launcher and its workers: their own session
             code, status = process.wait(), "killed at deadline"
-    return {"part": run.part, "run": run.name, "status": status, "rc": code, "seconds": round(time.time() - started, 1),
-            "log": str(log_path.relative_to(out))}
+    return {"part": run.part, "run": run.name, "status": status, "rc": code,
+            "seconds": round(time.time() - started, 1), "log": str(log_path.relative_to(out))}
 
 
 def check_load(result_path: str, folders: list[str]) -> int:
@@ -292,7 +294,9 @@ def speed_section(out: Path) -> list[str]:
         one_median = statistics.median(one) if one else None
         scaling = one_median / ddp_median if ddp_median and one_median else None
         summary.append([trainer, ddp_median, one_median, scaling])
-    lines += table(["trainer", "DDP median step (s), pooled", "1-GPU median step (s)", "scaling (1 GPU / DDP)"], summary)
+    lines += table(
+        ["trainer", "DDP median step (s), pooled", "1-GPU median step (s)", "scaling (1 GPU / DDP)"], summary
+    )
     return lines + [""]
 
 
@@ -388,7 +392,9 @@ def critic_section(out: Path) -> list[str]:
 def checkpoint_section(out: Path) -> list[str]:
     rows = []
     for config in ("ddp", "fsdp2"):
-        full, resumed = read_ranks(out / "checkpoint" / f"{config}-full"), read_ranks(out / "checkpoint" / f"{config}-resumed")
+        full, resumed = (
+            read_ranks(out / "checkpoint" / f"{config}-full"), read_ranks(out / "checkpoint" / f"{config}-resumed")
+        )
         loads_path = out / "checkpoint" / f"{config}-load.json"
         loads = json.loads(loads_path.read_text()) if loads_path.exists() else {}
         load_text = ", ".join(f"{Path(k).name}: {'ok' if v['ok'] else v['error']}" for k, v in loads.items()) or "–"
@@ -411,7 +417,9 @@ def environment(out: Path) -> list[str]:
         record = json.loads(path.read_text())
         costs = path.with_name("costs.json")
         versions = json.loads(costs.read_text()).get("versions", {}) if costs.exists() else {}
-        return [f"Device: {record.get('device')}; versions: {versions}; precision: {record.get('mixed_precision')}", ""]
+        return [
+            f"Device: {record.get('device')}; versions: {versions}; precision: {record.get('mixed_precision')}", ""
+        ]
     return []
 
 
@@ -432,7 +440,8 @@ def write_summary(out: Path, smoke: bool) -> Path:
     lines += critic_section(out)
     lines += checkpoint_section(out)
     lines += ["## Runs", "", *table(["part", "run", "status", "exit code", "seconds", "log"],
-                                    [[r["part"], r["run"], r["status"], r["rc"], r["seconds"], r["log"]] for r in results])]
+                                    [[r["part"], r["run"], r["status"], r["rc"], r["seconds"], r["log"]]
+                                     for r in results])]
     path = out / "summary.md"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -457,7 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("outputs/multi_gpu"))
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of: {', '.join(PARTS)}")
-    parser.add_argument("--deadline", type=float, default=510.0, help="seconds; then no new run starts, the running one is killed")
+    parser.add_argument("--deadline", type=float, default=510.0,
+                        help="seconds; then no new run starts, the running one is killed")
     parser.add_argument("--list", action="store_true", help="print the commands and exit")
     parser.add_argument("--cpu_smoke", action="store_true", help="2 gloo CPU processes, tiny model and batches")
     parser.add_argument("--smoke_model", choices=["bootstrap", "tiny"], default="bootstrap",

@@ -51,8 +51,8 @@ def table(rows: list[dict], cached: dict[int, dict]) -> str:
             line += f" {cached[row['seed']]['process_seconds']:.0f} |"
         lines.append(line)
     gains = [100 * (row["accuracy_after"] - row["accuracy_before"]) for row in rows]
-    lines.append(f"\nGain: median {statistics.median(gains):+.1f} points, worst {min(gains):+.1f}, best {max(gains):+.1f} "
-                 f"over {len(gains)} seeds.")
+    lines.append(f"\nGain: median {statistics.median(gains):+.1f} points, worst {min(gains):+.1f}, "
+                 f"best {max(gains):+.1f} over {len(gains)} seeds.")
     return "\n".join(lines)
 
 

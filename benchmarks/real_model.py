@@ -7,8 +7,8 @@ depend on what else runs; step times taken this way are not speed comparisons �
 Plans (each run: `benchmarks/real_model_run.py`, 3 seeds unless --seeds):
     easy      chat_arithmetic: grpo, dr_grpo, dapo, gspo, cispo, sapo; the null-reward control (grpo, rewards
               shuffled); dapo with ε_high 0.2 (named
-              dapo_symmetric, but `--loss_type dapo` alone has ε_high 0.2 too: the same run); TRL's GRPOTrainer with grpo,
-              dr_grpo, dapo, cispo, sapo
+              dapo_symmetric, but `--loss_type dapo` alone has ε_high 0.2 too: the same run); TRL's GRPOTrainer with
+              grpo, dr_grpo, dapo, cispo, sapo
     hard      chat_arithmetic_hard: grpo; grpo + greso (at most 3 generation rounds a step); grpo with MaxRL's
               estimator; grpo with the teacher signal ("self": the base weights, the answer in its prompt) and
               the same teacher without the answer (grpo_teacher_no_context); the control
@@ -82,7 +82,9 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
         runs["dapo_clip_higher"] = ["--loss_type", "dapo", "--epsilon_high", "0.28", *updates]
         return "chat_arithmetic", runs
     if name == "trl":
-        return "chat_arithmetic", {f"trl_{loss}": ["--trainer", "trl", "--loss_type", loss] for loss in ["grpo", "dapo"]}
+        return "chat_arithmetic", {
+            f"trl_{loss}": ["--trainer", "trl", "--loss_type", loss] for loss in ["grpo", "dapo"]
+        }
     raise SystemExit(f"--plan: easy, medium, hard, offpolicy or trl, got {name!r}")
 
 

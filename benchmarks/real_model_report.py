@@ -161,7 +161,10 @@ def mechanism_lines(runs, seeds) -> list[str]:
     for first, second, key, label, source in (
         ("dapo", "dapo_symmetric", "entropy", "entropy (nats) over the second half", "train"),
         ("dapo_clip_higher", "dapo_symmetric", "entropy", "entropy (nats) over the second half", "train"),
-        ("grpo", "dr_grpo", "length_wrong", "mean length of wrong answers (tokens) over the second half", "completions"),
+        (
+            "grpo", "dr_grpo", "length_wrong", "mean length of wrong answers (tokens) over the second half",
+            "completions",
+        ),
     ):
         pairs = []
         for seed in seeds:

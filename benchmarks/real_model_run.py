@@ -6,8 +6,8 @@ training completions' lengths split by correctness.
 `--trainer trl` runs the same setup (data, rewards, LoRA, evaluation) with `trl.GRPOTrainer` in place of trl_zoo's,
 for side-by-side curves and costs. Writes `<output_dir>/costs.json` (median step time, evaluation excluded; peak
 memory) and `<output_dir>/completions.jsonl` (per generation batch: mean reward, mean token length of the right
-and of the wrong completions; under a distributed launch, process r > 0 writes its share to `completions.rank{r}.jsonl`).
-The reward is `final_number`, recorded before any null-reward shuffling.
+and of the wrong completions; under a distributed launch, process r > 0 writes its share to
+`completions.rank{r}.jsonl`). The reward is `final_number`, recorded before any null-reward shuffling.
 
 Under a distributed launch every process also writes `<output_dir>/costs.rank{r}.json`: its own step times and peak
 memory, the trainer's log history, float64 checksums (sum, sum of squares) of its trainable policy parameters and
@@ -200,7 +200,9 @@ def describe_batch(trainer, batch) -> dict:
     return {
         "rows": len(prompts),
         "prompt_crc": [zlib.crc32(prompt.encode()) for prompt in prompts],
-        "advantages": [round(value, 6) for value in batch["advantages"].float().reshape(len(prompts), -1)[:, 0].tolist()],
+        "advantages": [
+            round(value, 6) for value in batch["advantages"].float().reshape(len(prompts), -1)[:, 0].tolist()
+        ],
         "prompts_skipped": skipped[-1],
     }
 

@@ -118,9 +118,9 @@ def instrument(trainer, counts: Counts, group_size: int):
 
 
 def run_one(config_name: str, seed: int, args) -> dict:
-    import benchmarks.harness  # noqa: F401  (datasets' fingerprinting patch)
     from peft import LoraConfig
 
+    import benchmarks.harness  # noqa: F401  (datasets' fingerprinting patch)
     import trl_zoo
     from trl_zoo.cli.arguments import quickstart_preset
     from trl_zoo.tasks import get_task
@@ -208,7 +208,9 @@ def summarise(records: list[dict]) -> str:
         cells = []
         for key, _, form in columns:
             values = [row[key] for row in rows]
-            cells.append(f"{form.format(statistics.median(values))} ({form.format(min(values))}–{form.format(max(values))})")
+            cells.append(
+                f"{form.format(statistics.median(values))} ({form.format(min(values))}–{form.format(max(values))})"
+            )
         lines.append(f"| {name} | {len(rows)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -228,7 +230,8 @@ def main(argv=None):
     parser.add_argument("--bootstrap", action="store_true", help="only build (or find) the seed's cached base policy")
     parser.add_argument("--out", help="with --all: JSONL file of the records (appended)")
     parser.add_argument("--parallel", type=int, default=1,
-                        help="with --all: processes at a time (counts do not depend on it; timings do: keep 1 to time)")
+                        help="with --all: processes at a time "
+                        "(counts do not depend on it; timings do: keep 1 to time)")
     args = parser.parse_args(argv)
     if args.bootstrap:
         import benchmarks.harness  # noqa: F401  (datasets' fingerprinting patch)
@@ -247,7 +250,9 @@ def main(argv=None):
     def run(job):
         name, seed = job
         command = [sys.executable, __file__, "--config", name, "--seed", str(seed), *passthrough]
-        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        environment = {
+            **os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        }
         if args.parallel > 1:
             environment["OMP_NUM_THREADS"] = "1"
         result = subprocess.run(command, capture_output=True, text=True, env=environment)

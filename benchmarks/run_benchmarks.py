@@ -31,7 +31,8 @@ def run_one(implementation: str, loss_type: str, common: list[str]) -> dict:
 
 
 def speed_rows(results: dict, zoo_only: list[str]) -> list[str]:
-    rows = ["| loss | TRL loss step (ms) | trl_zoo (ms) | time ratio | TRL peak (GiB) | trl_zoo peak (GiB) | memory ratio |",
+    rows = ["| loss | TRL loss step (ms) | trl_zoo (ms) | time ratio | TRL peak (GiB) | trl_zoo peak (GiB) "
+            "| memory ratio |",
             "|---|---|---|---|---|---|---|"]
     for loss in TRL_LOSSES:
         trl, zoo = results.get(("trl", loss), {}), results.get(("zoo", loss), {})
@@ -50,7 +51,9 @@ def speed_rows(results: dict, zoo_only: list[str]) -> list[str]:
             if "loss_ms" not in zoo:
                 rows.append(f"| {loss} | error | | |")
                 continue
-            rows.append(f"| {loss} | {zoo['loss_ms']:.1f} | {zoo['loss_ms'] / base['loss_ms']:.3f} | {zoo['peak_gib']:.2f} |")
+            rows.append(
+                f"| {loss} | {zoo['loss_ms']:.1f} | {zoo['loss_ms'] / base['loss_ms']:.3f} | {zoo['peak_gib']:.2f} |"
+            )
     return rows
 
 
@@ -77,7 +80,8 @@ def main(argv=None):
 
     rows = speed_rows(results, zoo_only)
     if options.suite == "qlora":
-        rows += ["", "| implementation | step (s) | train peak (GiB) | loss step (ms) | loss-step peak (GiB) |", "|---|---|---|---|---|"]
+        rows += ["", "| implementation | step (s) | train peak (GiB) | loss step (ms) | loss-step peak (GiB) |",
+                 "|---|---|---|---|---|"]
         for (implementation, loss), result in results.items():
             if "step_s" in result:
                 rows.append(f"| {implementation} {loss} | {result['step_s']:.2f} | {result['train_peak_gib']:.2f} "

@@ -134,7 +134,8 @@ def main():
     device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     print(f"device {device}; model hidden {args.hidden}, {args.layers} layers; loss {args.loss}")
     print(f"micro-batch {args.rows} completions (G = {args.group_size}), prompt {args.prompt_length} + completion "
-          f"≤ {args.completion_length} tokens; {args.rows - active} rows with Â = 0 ({args.zero_fraction:.0%} of groups)")
+          f"≤ {args.completion_length} tokens; {args.rows - active} rows with Â = 0 "
+          f"({args.zero_fraction:.0%} of groups)")
     print(f"agreement: loss rel. error {loss_error:.1e}, max gradient rel. error {gradient_error:.1e}")
     print(f"{'':22}{'median ms':>12}{'min ms':>10}")
     print(f"{'skip_zero_advantage=False':22}{off:>12.1f}{min(times[False]) * 1e3:>10.1f}")

@@ -79,9 +79,12 @@ def load_4bit(shape: str, cache_dir: Path):
         random_model(shape).save_pretrained(path)
         torch.cuda.empty_cache()
     quantization = BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_use_double_quant=True
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_use_double_quant=True,
     )
-    return AutoModelForCausalLM.from_pretrained(path, quantization_config=quantization, dtype=torch.bfloat16, device_map={"": 0})
+    return AutoModelForCausalLM.from_pretrained(
+        path, quantization_config=quantization, dtype=torch.bfloat16, device_map={"": 0}
+    )
 
 
 def prepare(options):
@@ -92,7 +95,9 @@ def prepare(options):
     trainer_cls, config_cls = trainer_classes(options.implementation)
     vocab_size = SHAPES[options.shape]["vocab_size"]
     tokenizer = numbered_tokenizer(vocab_size)
-    model = load_4bit(options.shape, Path(tempfile.gettempdir())) if options.load_in_4bit else random_model(options.shape)
+    model = (
+        load_4bit(options.shape, Path(tempfile.gettempdir())) if options.load_in_4bit else random_model(options.shape)
+    )
     batch_size = options.num_generations * options.prompts_per_step
     args = config_cls(
         output_dir=str(Path(tempfile.gettempdir()) / "trl_zoo_benchmark"),
@@ -111,7 +116,9 @@ def prepare(options):
         gradient_checkpointing=options.gradient_checkpointing,
         **json.loads(options.extra),
     )
-    peft_config = LoraConfig(r=options.lora_r, lora_alpha=2 * options.lora_r, target_modules="all-linear", task_type="CAUSAL_LM")
+    peft_config = LoraConfig(
+        r=options.lora_r, lora_alpha=2 * options.lora_r, target_modules="all-linear", task_type="CAUSAL_LM"
+    )
     trainer = trainer_cls(
         model=model,
         reward_funcs=length_parity_reward,

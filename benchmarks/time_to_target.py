@@ -4,8 +4,10 @@ SmolLM2-135M-Instruct with LoRA on chat_arithmetic, the task's preset batch shap
     python benchmarks/time_to_target.py --out DIR [--seeds 0,1,2] [--steps 40] [--eval_every 5]
         [--contenders trl_zoo,greso_skip_bucket,merged] [--define NAME='FLAGS'] [--fraction 0.9]
         [--budget_factor 2] [--resume [--retry_failed]] [--deadline_minutes M] [--list]
-    python benchmarks/time_to_target.py --out DIR --seeds 0,1,2,3 ... --summarize   # tables of what finished; runs nothing
-    python benchmarks/time_to_target.py --out DIR --seeds 0,1,2,3 --devices 0,1 ...  # one run per GPU at a time, GPUs in parallel
+    python benchmarks/time_to_target.py --out DIR --seeds 0,1,2,3 ... --summarize
+        # tables of what finished; runs nothing
+    python benchmarks/time_to_target.py --out DIR --seeds 0,1,2,3 --devices 0,1 ...
+        # one run per GPU at a time, GPUs in parallel
     python benchmarks/time_to_target.py --out DIR ... --plan_minutes M [--piece_minutes 9] [--step_seconds 4.6]
         [--eval_seconds 6] [--startup_seconds 25] [--estimate_factor 1]   # what fits in M minutes; runs nothing
     python benchmarks/time_to_target.py --out DIR --cpu_smoke        # the whole pipeline, tiny, on the CPU

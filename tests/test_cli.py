@@ -15,13 +15,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import trl_zoo.cli.train
 from trl_zoo import LOSSES, TABLES
-from trl_zoo.cli.arguments import TaskArguments, make_train_parser, parse_train_args
 from trl_zoo.cli import COMMANDS, main
-from trl_zoo.config import GRPOConfig
+from trl_zoo.cli.arguments import TaskArguments, make_train_parser, parse_train_args
 from trl_zoo.cli.report import Run, write_report
+from trl_zoo.cli.train_help import GROUP_ORDER, TRL_MODEL_GROUP, TRL_SCRIPT_GROUP, TRL_TRAINING_GROUP, own_fields
+from trl_zoo.config import GRPOConfig
 from trl_zoo.tasks import ADDITION
 from trl_zoo.tasks.evaluation import greedy_accuracy, greedy_evaluation
-from trl_zoo.cli.train_help import GROUP_ORDER, TRL_MODEL_GROUP, TRL_SCRIPT_GROUP, TRL_TRAINING_GROUP, own_fields
 
 from . import tiny
 
@@ -74,7 +74,9 @@ def test_list_shows_a_plugins_fields_with_default_and_range(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "--m2po_threshold 0.04  (float, > 0)" in out
-    assert sum(len(getattr(entry.spec, "fields", ())) for table in TABLES.values() for entry in table.entries()) == out.count("\n      ")
+    assert sum(
+        len(getattr(entry.spec, "fields", ())) for table in TABLES.values() for entry in table.entries()
+    ) == out.count("\n      ")
 
 
 # ------------------------------------------------------------------------------------------------------ help
@@ -431,7 +433,10 @@ def test_compare_rejects_an_unknown_loss_before_running_anything(tmp_path, capsy
     "argv, expected",
     [
         (["--losses", "grpo"], "losses: give at least two"),
-        (["--losses", "grpo,configs/no_such_recipe.yaml"], "losses: no such config file 'configs/no_such_recipe.yaml'"),
+        (
+            ["--losses", "grpo,configs/no_such_recipe.yaml"],
+            "losses: no such config file 'configs/no_such_recipe.yaml'",
+        ),
         (["--losses", "grpo,configs/gmpo.yaml", "--config", "configs/grpo.yaml"], "--config cannot be given as well"),
         (["--losses", "grpo,dapo", "--loss_type", "sapo"], "loss_type: set per run by compare"),
         (["--losses", "grpo,grpo"], "losses: names must be distinct"),

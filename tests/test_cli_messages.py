@@ -1,6 +1,5 @@
 """The CLI's own lines: usage and versions, aliases of PEFT field names, progress lines, run folders for own data."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -49,7 +48,9 @@ def test_peft_names_in_a_yaml_or_as_flags_are_read_as_trls_with_a_note(tmp_path,
     printed = capsys.readouterr().out
     assert printed.count("\n") == 2
     assert "lora_rank: read as lora_r, the name TRL's ModelConfig gives this LoRA setting.\n" in printed
-    assert "target_modules: read as lora_target_modules, the name TRL's ModelConfig gives this LoRA setting." in printed
+    assert (
+        "target_modules: read as lora_target_modules, the name TRL's ModelConfig gives this LoRA setting." in printed
+    )
     assert parse_train_args(["--lora_rank", "4"]).model.lora_r == 4
     assert "lora_rank: read as lora_r" in capsys.readouterr().out
 

@@ -3,8 +3,6 @@ reason where it is known; the plot keeps every line visible; results.md names ea
 
 import json
 
-import pytest
-
 from trl_zoo.cli import main
 from trl_zoo.cli.report import Run, headline, identical_runs, paired_difference, plot_styles, write_report
 

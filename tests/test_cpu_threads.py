@@ -1,5 +1,5 @@
-"""`trl-zoo train`'s CPU thread policy (trl_zoo/cli/cpu_threads.py): one torch thread on a CPU, as `trl grpo`'s launcher
-gives; the user's OMP_NUM_THREADS / MKL_NUM_THREADS always win; a GPU run is left alone. Timings are in
+"""`trl-zoo train`'s CPU thread policy (trl_zoo/cli/cpu_threads.py): one torch thread on a CPU, as `trl grpo`'s
+launcher gives; the user's OMP_NUM_THREADS / MKL_NUM_THREADS always win; a GPU run is left alone. Timings are in
 benchmarks/cpu_threads.py, never asserted here."""
 
 import pytest
@@ -44,8 +44,8 @@ def test_train_sets_torchs_threads_before_it_runs(monkeypatch, tmp_path, environ
     before = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
-        assert main(["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", "unused.jsonl", "--use_cpu", "true",
-                     "--output_dir", str(tmp_path / "run")]) == 0
+        assert main(["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", "unused.jsonl",
+                     "--use_cpu", "true", "--output_dir", str(tmp_path / "run")]) == 0
     finally:
         torch.set_num_threads(before)
     assert seen == [expected]

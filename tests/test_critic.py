@@ -59,7 +59,7 @@ def direct_gae(rewards, values, lengths, gamma, lams):
         lam = float(lams[i])
         for t in range(length):
             total = 0.0
-            for l in range(length - t):
+            for l in range(length - t):  # noqa: E741  (the docstring's l)
                 s = t + l
                 next_value = values[i, s + 1] if s + 1 < length else 0.0
                 delta = rewards[i, s] + gamma * next_value - values[i, s]
@@ -79,7 +79,9 @@ def test_gae_matches_the_direct_double_sum(gamma, lam):
 def test_gae_with_one_lambda_per_row_matches_the_direct_double_sum():
     rewards, values, mask, lengths = random_batch(seed=1)
     lams = torch.tensor([0.0, 0.5, 1.0, 0.9, 0.25], dtype=torch.float64)
-    torch.testing.assert_close(gae(rewards, values, mask, 0.95, lams), direct_gae(rewards, values, lengths, 0.95, lams))
+    torch.testing.assert_close(
+        gae(rewards, values, mask, 0.95, lams), direct_gae(rewards, values, lengths, 0.95, lams)
+    )
 
 
 def test_lambda_one_is_the_monte_carlo_return_minus_the_value():
@@ -118,7 +120,9 @@ def test_terminal_reward_and_the_kl_penalty_per_token():
     penalty = torch.tensor([[0.1, 0.2, 0.3, 9.0], [0.5, -0.1, 9.0, 9.0], [0.0, 0, 0, 0]], dtype=torch.float64)
     raw = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64)
     inputs = AdvantageInputs(raw - (penalty * mask).sum(-1), 3, mask=mask, token_penalty=penalty * mask)
-    expected = torch.tensor([[-0.1, -0.2, 1.0 - 0.3, 0], [-0.5, -2.0 + 0.1, 0, 0], [3.0, 0, 0, 0]], dtype=torch.float64)
+    expected = torch.tensor(
+        [[-0.1, -0.2, 1.0 - 0.3, 0], [-0.5, -2.0 + 0.1, 0, 0], [3.0, 0, 0, 0]], dtype=torch.float64
+    )
     torch.testing.assert_close(token_rewards(inputs), expected)
     torch.testing.assert_close(token_rewards(inputs).sum(-1), inputs.rewards)
 
@@ -153,8 +157,10 @@ def test_length_adaptive_lambda_matches_its_formula():
     ])
     torch.testing.assert_close(policy_gae(inputs, config), per_row)
     # decoupled: the targets stay Monte-Carlo
-    torch.testing.assert_close(value_targets(inputs, args(gae_gamma=1.0, vapo_length_alpha=0.4, gae_lambda_critic=1.0)),
-                               rewards.unsqueeze(1) * mask)
+    torch.testing.assert_close(
+        value_targets(inputs, args(gae_gamma=1.0, vapo_length_alpha=0.4, gae_lambda_critic=1.0)),
+        rewards.unsqueeze(1) * mask,
+    )
 
 
 def test_gae_estimator_whitens_over_tokens_and_keeps_nan_rows():
@@ -191,7 +197,9 @@ def test_clipped_value_loss_closed_form():
     # an unscorable row (NaN target) is left out
     nan_targets = targets.clone()
     nan_targets[0, 1] = float("nan")
-    torch.testing.assert_close(clipped_value_loss(values, old, nan_targets, mask, 0.2).loss, torch.tensor(0.5 * 1.28 / 2))
+    torch.testing.assert_close(
+        clipped_value_loss(values, old, nan_targets, mask, 0.2).loss, torch.tensor(0.5 * 1.28 / 2)
+    )
 
 
 def test_explained_variance_and_positive_nll():
@@ -325,7 +333,9 @@ def test_value_pretraining_trains_only_the_critic_and_lowers_the_value_loss_on_a
     )
     snapshots = ParameterSnapshots(trainer)
     trainer.add_callback(snapshots)
-    policy_before = torch.cat([p.detach().flatten().clone() for n, p in trainer.model.named_parameters() if ".default." in n])
+    policy_before = torch.cat(
+        [p.detach().flatten().clone() for n, p in trainer.model.named_parameters() if ".default." in n]
+    )
     trainer.train()
     critic_group = trainer.optimizer.param_groups[-1]
     assert critic_group["params"][-1] is trainer.critic_parameters[-1] and critic_group["initial_lr"] == 3e-3
@@ -356,7 +366,9 @@ def test_recipe_builds_a_config(recipe):
     text = (CONFIGS / f"{recipe}.yaml").read_text()
     assert text.startswith("#") and "arXiv" in text.split("\n\n")[0]
     values = yaml.safe_load(text)
-    config = trl_zoo.GRPOConfig(**config_kwargs(**{**values, "per_device_train_batch_size": values["num_generations"]}))
+    config = trl_zoo.GRPOConfig(
+        **config_kwargs(**{**values, "per_device_train_batch_size": values["num_generations"]})
+    )
     for key, value in values.items():
         assert getattr(config, key) == value, key
 
@@ -486,7 +498,9 @@ def test_head_critic_reuses_the_policy_forward_also_when_rows_are_skipped():
     """The value head reads the hidden states of the loss's own policy forward: one backbone pass per micro-batch;
     with `skip_zero_advantage` the policy forward covers the rows with Â ≠ 0 and one no-grad pass the others, so
     every row goes through the backbone once, and the value loss is that of a separate full pass."""
-    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="gae", skip_zero_advantage=True)
+    trainer = make_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="gae", skip_zero_advantage=True
+    )
     assert trainer.critic_mode == "head" and trainer.skip_zero_advantage
     perturb(trainer.value_head.parameters())
     batch = generate(trainer)

@@ -40,7 +40,9 @@ def test_an_unusable_prompt_is_refused_at_construction_naming_its_row(dataset, p
         build(dataset)
     message = str(error.value)
     if problem is None:  # a whole column of integers: the first row is named
-        assert message.startswith("train_dataset: row 0's 'prompt' is 0 (int), not a string or a list of chat messages")
+        assert message.startswith(
+            "train_dataset: row 0's 'prompt' is 0 (int), not a string or a list of chat messages"
+        )
     else:
         assert message.startswith(f"train_dataset: row 3's 'prompt' {problem}")
     assert message.endswith("fix or filter that row, e.g. dataset.filter(lambda row: bool(row['prompt']))."), message
@@ -56,7 +58,9 @@ def test_a_none_prompt_in_a_stream_is_one_line_at_its_generation_batch():
 def test_a_stream_smaller_than_one_generation_batch_is_refused_for_every_sampler(sampler):
     stream = Dataset.from_dict({"prompt": ["1+2="]}).to_iterable_dataset()
     who = f"dynamic_sampling={sampler!r}" if sampler else "train_dataset"
-    with pytest.raises(ValueError, match=rf"^{who}: the training set holds 1 prompts, fewer than the 2 one generation"):
+    with pytest.raises(
+        ValueError, match=rf"^{who}: the training set holds 1 prompts, fewer than the 2 one generation"
+    ):
         build(stream, dynamic_sampling=sampler)
     build(Dataset.from_dict({"prompt": ["1+2=", "3+4="]}).to_iterable_dataset(), dynamic_sampling=sampler)  # enough
 
@@ -76,4 +80,6 @@ def test_cli_names_the_files_row_before_any_split(tmp_path, capsys, row, expecte
     argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--max_steps", "1",
             "--write_report", "false", "--output_dir", str(tmp_path / "run")]
     assert main(argv) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == f"trl-zoo train: error: {data} (train split): {expected}"
+    assert (
+        capsys.readouterr().err.strip().splitlines()[-1] == f"trl-zoo train: error: {data} (train split): {expected}"
+    )

@@ -4,8 +4,8 @@ reward, and TRL's own error when there is no reward source at all."""
 
 import pytest
 import torch
-from datasets import Dataset
 import trl
+from datasets import Dataset
 
 import trl_zoo
 from tests import tiny

@@ -14,6 +14,8 @@ import torch
 import trl_zoo
 from tests.scripts.resample_two_processes import describe
 from tests.tiny import TEST_OUTPUT_DIR, config_kwargs, model, prompts_dataset, tokenizer
+from trl_zoo.registry import SAMPLERS
+from trl_zoo.samplers.base import Round
 from trl_zoo.samplers.greso import (
     DECISIONS,
     EXPLORE,
@@ -24,8 +26,6 @@ from trl_zoo.samplers.greso import (
     updated_explore,
     zero_spread_kind,
 )
-from trl_zoo.registry import SAMPLERS
-from trl_zoo.samplers.base import Round
 
 GROUP_SIZE = 4
 UNREPRODUCIBLE = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss"}

@@ -52,7 +52,8 @@ def test_the_cli_records_and_prints_the_mean_reward(tmp_path, tmp_path_factory, 
     monkeypatch.setenv("TRL_ZOO_CACHE", str(tmp_path_factory.getbasetemp() / "trl_zoo_cache"))
     out = tmp_path / "run"
     argv = ["train", *TINY_BOOTSTRAP, "--max_steps", "2", "--per_device_train_batch_size", "8", "--num_generations",
-            "4", "--eval_every_steps", "1", "--logging_steps", "1", "--reward_funcs", "tests.test_heldout_mean_reward.half_credit",
+            "4", "--eval_every_steps", "1", "--logging_steps", "1",
+            "--reward_funcs", "tests.test_heldout_mean_reward.half_credit",
             "--write_report", "false", "--output_dir", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out

@@ -32,7 +32,9 @@ def test_a_non_finite_hyperparameter_is_refused_naming_it(name, value):
 
 @pytest.mark.parametrize("name", ["vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"])
 def test_a_negative_vespo_shape_is_refused(name):
-    with pytest.raises(ValueError, match=rf"^{name}: must be ≥ 0 \(φ\(w\) grows without bound otherwise\), got -1.0\.$"):
+    with pytest.raises(
+        ValueError, match=rf"^{name}: must be ≥ 0 \(φ\(w\) grows without bound otherwise\), got -1.0\.$"
+    ):
         build(loss_type="vespo", **{name: -1.0})
     build(loss_type="vespo", **{name: 0.0})
 

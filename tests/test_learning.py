@@ -35,7 +35,9 @@ def accuracy(model, tokenizer) -> float:
     """Greedy accuracy over all 81 one-digit sums (the training prompts and the 20 held out)."""
     pairs = ONE_DIGIT.train_pairs + ONE_DIGIT.heldout_pairs
     prompts, answers = [ONE_DIGIT.prompt(a, b) for a, b in pairs], [str(a + b) for a, b in pairs]
-    return greedy_accuracy(model, tokenizer, prompts, ONE_DIGIT.max_completion_length, reward_kwargs={"answer": answers})
+    return greedy_accuracy(
+        model, tokenizer, prompts, ONE_DIGIT.max_completion_length, reward_kwargs={"answer": answers}
+    )
 
 
 @pytest.mark.parametrize("seed", [0])
@@ -52,7 +54,9 @@ def test_grpo_removes_the_carry_slip(tmp_path, seed):
     trainer = GRPOTrainer(
         model=str(path), reward_funcs=exact_match_reward, args=args, train_dataset=ONE_DIGIT.train_dataset(),
         processing_class=tokenizer,
-        peft_config=LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"),
+        peft_config=LoraConfig(
+            r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+        ),
     )
     trainer.train()
     after = accuracy(trainer.model, tokenizer)

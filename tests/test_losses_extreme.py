@@ -67,9 +67,13 @@ def test_finite_loss_and_gradients(name, case):
         assert torch.isfinite(term.loss).all(), (name, case)
         for metric in term.metrics.values():
             value = metric[1] if isinstance(metric, tuple) else metric
-            assert torch.isfinite(value[batch.mask.expand_as(value) > 0] if value.shape == batch.mask.shape else value).all()
+            assert torch.isfinite(
+                value[batch.mask.expand_as(value) > 0] if value.shape == batch.mask.shape else value
+            ).all()
         for aggregation in AGGREGATIONS.names():
-            loss, _ = AGGREGATIONS.get(aggregation).fn(term.loss, batch.mask, AggregationContext(max_completion_length=5))
+            loss, _ = AGGREGATIONS.get(aggregation).fn(
+                term.loss, batch.mask, AggregationContext(max_completion_length=5)
+            )
             (gradient,) = torch.autograd.grad(loss, batch.logps, retain_graph=True, allow_unused=True)
             assert torch.isfinite(loss), (name, case, aggregation)
             assert gradient is None or torch.isfinite(gradient).all(), (name, case, aggregation)

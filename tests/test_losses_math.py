@@ -13,9 +13,9 @@ import torch
 import trl_zoo
 from tests.tiny import TEST_OUTPUT_DIR
 from trl_zoo.aggregation import AggregationContext
+from trl_zoo.loss_step import StepMeans
 from trl_zoo.losses.base import PolicyBatch
 from trl_zoo.losses.clip_cov import token_covariance
-from trl_zoo.loss_step import StepMeans
 from trl_zoo.losses.ppo_kl import BETA, MEASURED_KL
 from trl_zoo.registry import AGGREGATIONS, LOSSES
 
@@ -46,7 +46,9 @@ def config(loss_type: str, **overrides):
 
 
 def aggregated(name_or_aggregation: str, terms: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    aggregation = LOSSES.get(name_or_aggregation).spec.aggregation if name_or_aggregation in LOSSES else name_or_aggregation
+    aggregation = (
+        LOSSES.get(name_or_aggregation).spec.aggregation if name_or_aggregation in LOSSES else name_or_aggregation
+    )
     return AGGREGATIONS.get(aggregation).fn(terms, mask, AggregationContext())[0]
 
 
@@ -59,7 +61,9 @@ def token_gradient(loss: torch.Tensor, batch: PolicyBatch) -> torch.Tensor:
 @pytest.mark.parametrize("tau_pos, tau_neg", [(1.0, 1.05), (2.0, 6.0)])
 def test_sapo_gate_slope_is_sech_squared(tau_pos, tau_neg):
     batch = make_batch(log_ratio=torch.linspace(-1.2, 1.2, B * T).view(B, T))
-    args = SimpleNamespace(sapo_temperature_pos=tau_pos, sapo_temperature_neg=tau_neg, importance_sampling_level="token")
+    args = SimpleNamespace(
+        sapo_temperature_pos=tau_pos, sapo_temperature_neg=tau_neg, importance_sampling_level="token"
+    )
     term = LOSSES.get("sapo").fn(batch, args)
     gradient = token_gradient(term.loss.sum(), batch)  # = −f'(r)·r·Â per token
     ratio = torch.exp(batch.log_ratio.detach())
@@ -129,7 +133,9 @@ def test_gspo_token_equals_gspo_with_sequence_advantages():
 def test_gspo_token_gives_each_token_its_own_advantage():
     token_advantages = torch.randn(B, T, generator=torch.Generator().manual_seed(5))
     batch = make_batch(seed=6, log_ratio=0.02 * torch.randn(B, T), advantages=token_advantages)
-    gradient = token_gradient(aggregated("gspo_token", LOSSES.get("gspo_token").fn(batch, config("gspo_token")).loss, batch.mask), batch)
+    gradient = token_gradient(
+        aggregated("gspo_token", LOSSES.get("gspo_token").fn(batch, config("gspo_token")).loss, batch.mask), batch
+    )
     s = torch.exp((batch.log_ratio.detach() * batch.mask).sum(-1, keepdim=True) / batch.lengths)
     assert ((s > 0.8) & (s < 1.2)).all()  # nothing clipped
     torch.testing.assert_close(-gradient, s * token_advantages * batch.mask / batch.lengths / B, rtol=1e-5, atol=1e-7)
@@ -138,7 +144,9 @@ def test_gspo_token_gives_each_token_its_own_advantage():
 # ---------------------------------------------------------------- CISPO
 @pytest.mark.parametrize("cispo_epsilon_low", [None, 0.2])
 def test_cispo_never_zeroes_a_token_gradient(cispo_epsilon_low):
-    log_ratio = torch.linspace(-3, 3, B * T)[torch.randperm(B * T, generator=torch.Generator().manual_seed(0))].view(B, T)
+    log_ratio = torch.linspace(-3, 3, B * T)[
+        torch.randperm(B * T, generator=torch.Generator().manual_seed(0))
+    ].view(B, T)
     batch = make_batch(log_ratio=log_ratio)
     args = config("cispo", epsilon_high=1.3, cispo_epsilon_low=cispo_epsilon_low)
     term = LOSSES.get("cispo").fn(batch, args)
@@ -161,7 +169,9 @@ def test_gmpo_objective_bounded_by_grpo_unclipped():
     grpo_terms = -LOSSES.get("grpo").fn(batch, wide).loss.detach()
     grpo = (grpo_terms * batch.mask).sum(-1) / batch.lengths.squeeze(1)
     log_ratio = batch.log_ratio.detach()
-    torch.testing.assert_close(gmpo, torch.exp((log_ratio * batch.mask).sum(-1) / batch.lengths.squeeze(1)) * batch.advantages.squeeze(1))
+    torch.testing.assert_close(
+        gmpo, torch.exp((log_ratio * batch.mask).sum(-1) / batch.lengths.squeeze(1)) * batch.advantages.squeeze(1)
+    )
     assert (gmpo.abs() <= grpo.abs() + 1e-7).all()
     several_tokens = torch.tensor(LENGTHS) > 1
     assert (gmpo.abs() < grpo.abs() - 1e-4)[several_tokens].all()
@@ -402,7 +412,9 @@ def test_kl_cov_penalises_the_top_covariance_tokens(ratio, expected_count):
     torch.testing.assert_close(selected, expected_selected.view(B, T))
     log_ratio = batch.log_ratio.detach()
     ratio_t = torch.exp(log_ratio)
-    torch.testing.assert_close(term.loss, -ratio_t * batch.advantages + torch.where(selected, 0.7 * log_ratio.abs(), 0.0))
+    torch.testing.assert_close(
+        term.loss, -ratio_t * batch.advantages + torch.where(selected, 0.7 * log_ratio.abs(), 0.0)
+    )
     gradient = token_gradient(aggregated("kl_cov", term.loss, batch.mask), batch)
     per_token = -ratio_t * batch.advantages + torch.where(selected, 0.7 * log_ratio.sign(), 0.0)
     torch.testing.assert_close(gradient, per_token * batch.mask / batch.mask.sum())
@@ -427,7 +439,9 @@ def test_ppo_kl_term_is_ratio_advantage_minus_beta_kl():
 def test_ppo_kl_beta_adapts_once_per_optimizer_step(target, expected_factor):
     entry = LOSSES.get("ppo_kl")
     state: dict = {}
-    micro_batches = [make_batch(seed=12, state=state), make_batch(seed=13, mask=completion_mask([2, 6, 5, 0]), state=state)]
+    micro_batches = [
+        make_batch(seed=12, state=state), make_batch(seed=13, mask=completion_mask([2, 6, 5, 0]), state=state)
+    ]
     kl_sum = sum(((torch.exp(b.log_ratio) - 1 - b.log_ratio) * b.mask).sum() for b in micro_batches).item()
     step_kl = kl_sum / sum(b.mask.sum() for b in micro_batches).item()
     assert 0.01 < step_kl < 0.1
@@ -447,7 +461,8 @@ def test_ppo_kl_beta_adapts_once_per_optimizer_step(target, expected_factor):
     term = entry.fn(batch, args)  # the next step uses the new β
     log_ratio = batch.log_ratio.detach()
     torch.testing.assert_close(
-        term.loss, -(torch.exp(log_ratio) * batch.advantages - 0.4 * expected_factor * (torch.exp(log_ratio) - 1 - log_ratio))
+        term.loss,
+        -(torch.exp(log_ratio) * batch.advantages - 0.4 * expected_factor * (torch.exp(log_ratio) - 1 - log_ratio)),
     )
 
 

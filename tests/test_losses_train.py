@@ -22,7 +22,10 @@ from trl_zoo.losses.ppo_kl import BETA
 )
 def test_gspo_equals_trl_grpo_at_sequence_level(schedule):
     """Same generation batch, models moved off-policy: TRL's grpo(sequence) and trl_zoo's gspo, loss and gradients."""
-    reference = make_trainer(trl.GRPOTrainer, trl.GRPOConfig, loss_type="grpo", importance_sampling_level="sequence", epsilon=0.02, **schedule)
+    reference = make_trainer(
+        trl.GRPOTrainer, trl.GRPOConfig, loss_type="grpo", importance_sampling_level="sequence", epsilon=0.02,
+        **schedule,
+    )
     candidate = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, loss_type="gspo", epsilon=0.02, **schedule)
     torch.manual_seed(0)
     reference.model.train()

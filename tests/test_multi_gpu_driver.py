@@ -38,9 +38,13 @@ def test_sampling_checks_on_synthetic_batches():
 
 
 def test_plan_lists_every_part_with_separate_processes(tmp_path):
-    runs = plan(["ddp_speed", "one_gpu_speed", "fsdp_parity", "sampling_ddp", "critic_ddp", "checkpoint"], tmp_path, False)
+    runs = plan(
+        ["ddp_speed", "one_gpu_speed", "fsdp_parity", "sampling_ddp", "critic_ddp", "checkpoint"], tmp_path, False
+    )
     names = [(run.part, run.name) for run in runs]
-    assert names[:4] == [("ddp_speed", "trl-1"), ("ddp_speed", "zoo-1"), ("ddp_speed", "trl-2"), ("ddp_speed", "zoo-2")]
+    assert names[:4] == [
+        ("ddp_speed", "trl-1"), ("ddp_speed", "zoo-1"), ("ddp_speed", "trl-2"), ("ddp_speed", "zoo-2")
+    ]
     assert sum(part == "fsdp_parity" for part, _ in names) == 8
     speed = runs[0].command
     assert "--gradient_accumulation_steps" in speed and speed[speed.index("--gradient_accumulation_steps") + 1] == "2"

@@ -136,7 +136,9 @@ def test_reward_model_with_nan_output_is_caught():
 
 def test_training_with_drop_stays_finite():
     reward = scripted_reward({NAN_ROW: float("nan")})
-    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, reward_funcs=reward, nan_rewards="drop", max_steps=3)
+    trainer = make_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, reward_funcs=reward, nan_rewards="drop", max_steps=3
+    )
     with pytest.warns(UserWarning, match="nan_rewards='drop'"):
         trainer.train()
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]

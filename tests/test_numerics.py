@@ -1,5 +1,6 @@
 """Numerical safety, property-based: random inputs with extremes, for every loss, every advantage estimator and the
-samplers' group filter. Losses and gradients stay finite and the identities of docs/formulas.md hold wherever they apply.
+samplers' group filter. Losses and gradients stay finite and the identities of docs/formulas.md hold wherever they
+apply.
 
 Input ranges (all float32, the trainer's dtype):
 - log-probs in [−50, 0] for π_θ, π_old and π_ref, so log-ratios reach ±50 (r = e^{±50});
@@ -158,7 +159,9 @@ def test_gspo_token_with_equal_token_advantages_is_gspo(batch):
         batch.logps, batch.old_logps, batch.advantages.expand_as(batch.mask).contiguous(), batch.mask
     )
     gspo = aggregate("gspo", "sequence_mean", LOSSES.get("gspo").fn(batch, args).loss, batch.mask)
-    gspo_token = aggregate("gspo_token", "sequence_mean", LOSSES.get("gspo_token").fn(token_batch, args).loss, batch.mask)
+    gspo_token = aggregate(
+        "gspo_token", "sequence_mean", LOSSES.get("gspo_token").fn(token_batch, args).loss, batch.mask
+    )
     scale = max(1.0, gspo.abs().item())
     torch.testing.assert_close(gspo_token, gspo, rtol=1e-5, atol=1e-6 * scale)
     torch.testing.assert_close(gradient(gspo_token, batch), gradient(gspo, batch), rtol=1e-5, atol=1e-6 * scale)
@@ -195,7 +198,9 @@ def reward_batches(draw, dtype=torch.float32):
         else:
             rewards += draw(st.lists(REWARD, min_size=size, max_size=size))
     count, width = groups * size, draw(st.integers(1, MAX_WIDTH))
-    unscorable = draw(st.lists(st.booleans(), min_size=count, max_size=count)) if draw(st.booleans()) else [False] * count
+    unscorable = (
+        draw(st.lists(st.booleans(), min_size=count, max_size=count)) if draw(st.booleans()) else [False] * count
+    )
     rewards = torch.tensor([math.nan if drop else value for value, drop in zip(rewards, unscorable)], dtype=dtype)
     mask = torch.tensor(draw(st.lists(st.booleans(), min_size=count * width, max_size=count * width)), dtype=dtype)
     mask = mask.view(count, width)
@@ -296,7 +301,9 @@ def test_identities_of_the_estimators(inputs, scale):
     for name, weight in WEIGHTED_BASELINES.items():
         weights = inputs.lengths if weight == "lengths" else inputs.score_sq_norms
         advantages = run_estimator(name, inputs).masked_fill(~scorable, 0.0)
-        grouped_weights = weights.view(-1, inputs.num_generations).masked_fill(~scorable.view(-1, inputs.num_generations), 0)
+        grouped_weights = weights.view(-1, inputs.num_generations).masked_fill(
+            ~scorable.view(-1, inputs.num_generations), 0
+        )
         weighted = (advantages.view(-1, inputs.num_generations) * grouped_weights).sum(1)
         has_weight = grouped_weights.sum(1) > 0
         largest = weighted[has_weight].abs().max().item() if has_weight.any() else 0.0
@@ -372,7 +379,9 @@ def test_resample_takes_the_first_groups_with_spread_then_fills(script, group_si
         warnings.simplefilter("ignore")  # the fill warning; its text is tested in test_sampling.py
         sampled = SAMPLERS.get("resample").fn(session, args)
     target = len(script[0])
-    informative = [(r, g) for r, spread in enumerate(script[: len(session.rounds)]) for g, kept in enumerate(spread) if kept]
+    informative = [
+        (r, g) for r, spread in enumerate(script[: len(session.rounds)]) for g, kept in enumerate(spread) if kept
+    ]
     picks = sampled.batch["picks"]
     assert len(picks) == target
     assert picks[: min(target, len(informative))] == informative[:target]

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_zoo.cli.arguments import parse_train_args
 from trl_zoo.cli import main
+from trl_zoo.cli.arguments import parse_train_args
 from trl_zoo.cli.preset_lengths import scale_preset_lengths
-from trl_zoo.tasks import ADDITION
 
 from . import tiny
 

@@ -13,7 +13,15 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_zoo.tasks import (
-    ADDITION, ADDITION3, CHAT_ARITHMETIC, CHAT_ARITHMETIC_HARD, CHAT_ARITHMETIC_MEDIUM, SCRATCHPAD, SCRATCHPAD_SMALL, TASKS, get_task,
+    ADDITION,
+    ADDITION3,
+    CHAT_ARITHMETIC,
+    CHAT_ARITHMETIC_HARD,
+    CHAT_ARITHMETIC_MEDIUM,
+    SCRATCHPAD,
+    SCRATCHPAD_SMALL,
+    TASKS,
+    get_task,
 )
 from trl_zoo.tasks.arithmetic import AdditionTask
 from trl_zoo.tasks.bootstrap import BootstrapRecipe, bootstrap_policy, demonstrations, slipped_sum
@@ -86,7 +94,9 @@ def test_greedy_batches_equal_one_by_one_decoding_and_accuracy_counts_matches():
 
 def test_accuracy_callback_measures_every_n_steps_and_at_the_end():
     calls = []
-    callback = HeldOutAccuracyCallback(lambda model: len(calls) / 10, every_steps=3, on_result=lambda s, a: calls.append(s))
+    callback = HeldOutAccuracyCallback(
+        lambda model: len(calls) / 10, every_steps=3, on_result=lambda s, a: calls.append(s)
+    )
     state = type("State", (), {"max_steps": 7, "global_step": 0})()
     for step in range(1, 8):
         state.global_step = step
@@ -116,8 +126,12 @@ def test_bootstrap_trains_saves_and_is_reused_from_the_cache(tmp_path):
 
 
 def test_bootstrap_stops_at_the_first_check_reaching_the_target(tmp_path):
-    recipe = BootstrapRecipe(hidden_size=32, num_layers=2, num_heads=2, target_accuracy=0.0, max_steps=8, check_every=4)
-    record = json.loads((bootstrap_policy(ADDITION, recipe, cache=tmp_path, log=lambda _: None) / "bootstrap.json").read_text())
+    recipe = BootstrapRecipe(
+        hidden_size=32, num_layers=2, num_heads=2, target_accuracy=0.0, max_steps=8, check_every=4
+    )
+    record = json.loads(
+        (bootstrap_policy(ADDITION, recipe, cache=tmp_path, log=lambda _: None) / "bootstrap.json").read_text()
+    )
     assert record["steps"] == 4  # any accuracy reaches a target of 0 at the first check
 
 
@@ -127,7 +141,7 @@ def test_slipped_sum_forgets_only_the_units_carry_and_demonstrations_align():
     pairs = [(47, 38), (55, 49), (12, 13)]
     right_ids, right_labels, slip_ids, slip_labels = demonstrations(tokenizer, ADDITION, pairs)
     assert right_ids.shape == slip_ids.shape == right_labels.shape == slip_labels.shape
-    decode = lambda labels: [tokenizer.decode(row[row >= 0], skip_special_tokens=True) for row in labels]
+    decode = lambda labels: [tokenizer.decode(row[row >= 0], skip_special_tokens=True) for row in labels]  # noqa: E731
     assert decode(right_labels) == ["85", "104", "25"] and decode(slip_labels) == ["75", "94", "25"]
     assert torch.equal(right_ids[2], slip_ids[2])  # no carry, nothing to forget
 

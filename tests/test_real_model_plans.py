@@ -72,7 +72,9 @@ def _fake_run(root, task, name, seed, after, before=0.1):
 
     folder = root / task / name / f"seed{seed}"
     folder.mkdir(parents=True)
-    (folder / "summary.json").write_text(json.dumps({"accuracy_before": before, "accuracy_after": after, "seed": seed}))
+    (folder / "summary.json").write_text(
+        json.dumps({"accuracy_before": before, "accuracy_after": after, "seed": seed})
+    )
     (folder / "costs.json").write_text(json.dumps({"median_step_seconds": 1.0, "peak_memory_gib": 2.0}))
     records = [{"kind": "train", "step": s, "reward": after, "entropy": 1.0 - after} for s in (1, 2)]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))

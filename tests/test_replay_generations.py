@@ -4,8 +4,8 @@
 import json
 
 import pytest
-
 import trl
+
 import trl_zoo.train
 from benchmarks import real_model_run
 from tests.tiny import digit_reward, model_dir

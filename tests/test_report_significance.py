@@ -29,7 +29,7 @@ CLEAR = [a - d for a, d in zip(A, [0.02, 0.04, 0.03])]  # A minus this: 0.02, 0.
 NOISY = [a - d for a, d in zip(A, [0.10, -0.12, 0.03])]  # A minus this: 0.10, -0.12, 0.03
 
 
-# ------------------------------------------------------------------------------------------------------ t quantile
+# ----------------------------------------------------------------------------------------------------- t quantile
 @pytest.mark.parametrize("df, expected", [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (30, 2.042)])
 def test_t_quantile_table_matches_known_values(df, expected):
     assert t_quantile_975(df) == expected
@@ -45,7 +45,7 @@ def test_t_quantile_needs_a_degree_of_freedom():
         t_quantile_975(0)
 
 
-# ------------------------------------------------------------------------------------------------------ paired interval
+# ----------------------------------------------------------------------------------------------------- paired interval
 def test_paired_interval_on_a_hand_computed_example():
     pair = paired_difference(groups_of({"a": A, "b": CLEAR}), "a", "b")
     assert pair.seeds == [0, 1, 2] and pair.n == 3 and pair.wins == 3
@@ -78,7 +78,7 @@ def test_pairs_use_only_the_seeds_both_finished():
     assert pair.interval == pytest.approx((0.075 - 12.706 * 0.025, 0.075 + 12.706 * 0.025), abs=1e-12)
 
 
-# ------------------------------------------------------------------------------------------------------ verdict
+# ----------------------------------------------------------------------------------------------------- verdict
 def test_top_two_that_cannot_be_told_apart_say_so_and_the_report_tabulates_every_pair(tmp_path):
     groups = groups_of({"a": A, "b": CLEAR, "c": NOISY})  # means: a 70.0%, c 69.7%, b 67.0%
     runs = [r for group in groups.values() for r in group]
@@ -147,7 +147,7 @@ def test_a_single_run_has_no_comparison_sentence():
     assert headline([run("grpo", 0, 0.70)]) == "grpo seed 0 took held-out accuracy from 45.0% to 70.0% in 1 s."
 
 
-# ------------------------------------------------------------------------------------------------------ default seeds
+# ----------------------------------------------------------------------------------------------------- default seeds
 @pytest.mark.parametrize("train_argv, configs", [(["--task", "addition3", "--max_steps", "50"], None),
                                                  ([], [{"loss_type": "gspo", "epsilon": 3e-4}])])
 def test_compare_defaults_to_three_seeds_on_a_built_in_task(train_argv, configs):

@@ -256,7 +256,9 @@ def test_off_policy_training_damps_reused_batches_and_respects_the_floor():
     )
     trainer.train()
     for router in trainer._routers:  # the recorder's hooks live only while a forward is recorded
-        assert not [hook for hook in router.module._forward_hooks.values() if "RouterLogpsRecorder" in hook.__qualname__]
+        assert not [
+            hook for hook in router.module._forward_hooks.values() if "RouterLogpsRecorder" in hook.__qualname__
+        ]
     fresh, reused = [log for log in trainer.state.log_history if "rspo/gamma_mean" in log]
     for log in (fresh, reused):
         assert 0.7 - 1e-6 <= log["rspo/gamma_min"] <= log["rspo/gamma_mean"] <= 1.0

@@ -31,7 +31,9 @@ class Recording(trl_zoo.GRPOTrainer):
                 with torch.no_grad():
                     logps = self._policy_forward(self.model, batch, compute_entropy=False).logps
                 mask = batch["completion_mask"].bool()
-                self.old_logp_error = max(self.old_logp_error, (logps - batch["old_per_token_logps"])[mask].abs().max().item())
+                self.old_logp_error = max(
+                    self.old_logp_error, (logps - batch["old_per_token_logps"])[mask].abs().max().item()
+                )
         return batch
 
 
@@ -43,7 +45,9 @@ def first_generation_batch(trainer):
 
 def test_group_reward_spread_ignores_missing_rewards():
     nan = float("nan")
-    rewards = torch.tensor([1, 1, 1, 1, 0, 1, 0, 0, 2, nan, 2, 2, 3, nan, nan, nan, nan, nan, nan, nan, 0.5, 0.5, nan, 0.25])
+    rewards = torch.tensor(
+        [1, 1, 1, 1, 0, 1, 0, 0, 2, nan, 2, 2, 3, nan, nan, nan, nan, nan, nan, nan, 0.5, 0.5, nan, 0.25]
+    )
     assert group_reward_spread(rewards, 4).tolist() == [False, True, False, False, False, True]
 
 
@@ -81,7 +85,9 @@ def test_resample_trains_only_groups_with_spread_in_full_batches():
     logged = [row for row in trainer.state.log_history if "dynamic_sampling/generation_rounds" in row]
     assert logged
     for row in logged:  # every round of 2 groups; an even prompt is one of the 8 of 16, so rounds > 1 is typical
-        assert row["dynamic_sampling/generated_per_trained"] == pytest.approx(row["dynamic_sampling/generation_rounds"])
+        assert row["dynamic_sampling/generated_per_trained"] == pytest.approx(
+            row["dynamic_sampling/generation_rounds"]
+        )
         assert row["dynamic_sampling/informative_share"] * row["dynamic_sampling/generation_rounds"] >= 1.0 - 1e-6
 
 
@@ -100,7 +106,9 @@ def test_exhausted_sampling_fills_with_a_warning_or_raises(on_exhausted):
     )
     inputs = first_generation_batch(trainer)
     if on_exhausted == "raise":
-        with pytest.raises(DynamicSamplingExhausted, match="dynamic_sampling_max_rounds: after 2 generation rounds only 0"):
+        with pytest.raises(
+            DynamicSamplingExhausted, match="dynamic_sampling_max_rounds: after 2 generation rounds only 0"
+        ):
             trainer._generate_and_score_completions(inputs)
         return
     with warnings.catch_warnings(record=True) as caught:

@@ -30,7 +30,9 @@ def test_two_processes_train_only_informative_whole_groups(two_process_run):
             assert int(prompts[start].split("+")[0]) % 2 == 1  # no zero-spread prompt was kept
             assert max(rewards[group]) > min(rewards[group])
         # the advantages moved with their rows: they are TRL's for the recomputed rewards
-        assert batch_0["advantages"] + batch_1["advantages"] == pytest.approx(grpo_advantages(rewards, GROUP_SIZE), abs=1e-4)
+        assert batch_0["advantages"] + batch_1["advantages"] == pytest.approx(
+            grpo_advantages(rewards, GROUP_SIZE), abs=1e-4
+        )
         tokens = batch_0["mask_tokens"] + batch_1["mask_tokens"]
         assert batch_0["num_items_in_batch"] == batch_1["num_items_in_batch"] == tokens
     assert two_process_run["logged_rounds"] and all(rounds >= 1 for rounds in two_process_run["logged_rounds"])

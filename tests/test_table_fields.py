@@ -163,8 +163,9 @@ def test_estimator_and_sampler_fields_are_yaml_keys_flags_and_grouped_in_help(tm
         parse_train_args(["--dynamic_sampling", "greso", "--greso_step", "1.5", *output])
     with pytest.raises(ConfigError, match=r"dynamic_sampling_on_exhausted.*'skip'"):
         parse_train_args(["--dynamic_sampling_on_exhausted", "skip", *output])
-    from trl_zoo.cli.arguments import TaskArguments
     from trl import ModelConfig
+
+    from trl_zoo.cli.arguments import TaskArguments
 
     groups = field_groups(TaskArguments, GRPOConfig, ModelConfig)
     for name in ESTIMATOR_FIELDS:

@@ -57,7 +57,8 @@ def test_self_teacher_and_k1_reward_kl_are_one_linear_estimator_apart(estimator)
 
 
 def test_token_advantage_is_estimator_advantage_plus_teacher_log_ratio():
-    """A separately built teacher (another tiny model of the same tokenizer): Â_{i,t} = Â_i + λ(log π_T − log π_old)."""
+    """A separately built teacher (another tiny model of the same tokenizer):
+    Â_{i,t} = Â_i + λ(log π_T − log π_old)."""
     coef = 0.3
     teacher_path = tiny.model_dir(seed=5)
     trainer = teacher_trainer(advantage_estimator="grpo", teacher_model=teacher_path, teacher_coef=coef)
@@ -71,7 +72,9 @@ def test_token_advantage_is_estimator_advantage_plus_teacher_log_ratio():
     expected = batch_plain["advantages"].double().unsqueeze(1) * mask + term
     torch.testing.assert_close(batch["advantages"].double(), expected, rtol=1e-4, atol=1e-5)
 
-    only = teacher_trainer(advantage_estimator="grpo", teacher_model=teacher_path, teacher_coef=coef, teacher_only=True)
+    only = teacher_trainer(
+        advantage_estimator="grpo", teacher_model=teacher_path, teacher_coef=coef, teacher_only=True
+    )
     batch_only = generate(only)
     torch.testing.assert_close(batch_only["advantages"].double(), term, rtol=1e-4, atol=1e-5)
 
@@ -126,7 +129,9 @@ def answers_dataset(n: int = 16):
     from datasets import Dataset
 
     a, b = range(10, 10 + n), range(30, 30 + n)
-    return Dataset.from_dict({"prompt": [f"{x}+{y}=" for x, y in zip(a, b)], "answer": [str(x + y) for x, y in zip(a, b)]})
+    return Dataset.from_dict(
+        {"prompt": [f"{x}+{y}=" for x, y in zip(a, b)], "answer": [str(x + y) for x, y in zip(a, b)]}
+    )
 
 
 def base_logps_after(trainer, prompt_texts, batch):
@@ -190,7 +195,9 @@ def test_chat_prompt_template_goes_into_the_last_user_message():
 
     row = {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3?"}], "answer": "5"}
     templated = teacher_prompt("{prompt} (The answer is {answer}.)", row)
-    assert templated == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3? (The answer is 5.)"}]
+    assert templated == [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3? (The answer is 5.)"}
+    ]
     assert row["prompt"][1]["content"] == "2+3?"  # the policy's prompt is untouched
     assert teacher_prompt("{prompt}{answer}", {"prompt": "1+1=", "answer": "2"}) == "1+1=2"
 
@@ -207,7 +214,9 @@ def test_teacher_composes_with_losses(loss_type):
     trainer.train()
     log = next(log for log in trainer.state.log_history if "loss" in log)
     assert math.isfinite(log["loss"]) and abs(log["teacher/log_ratio"]) > 1e-4  # the adapter moved off its base
-    moved = max((p.detach() - before[n]).abs().max().item() for n, p in trainer.model.named_parameters() if n in before)
+    moved = max(
+        (p.detach() - before[n]).abs().max().item() for n, p in trainer.model.named_parameters() if n in before
+    )
     assert moved > 1e-5
 
 

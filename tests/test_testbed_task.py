@@ -111,7 +111,9 @@ def test_bootstrap_caches_the_learned_policy_and_the_habit_once(tmp_path):
     logs = []
     path = bootstrap_scratchpad_policy(task, recipe, cache=tmp_path, log=logs.append)
     learned = tmp_path / recipe.learned_cache_name(task)
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == sorted([path.name, learned.name])
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == sorted(
+        [path.name, learned.name]
+    )
     for entry in (path, learned):
         AutoModelForCausalLM.from_pretrained(entry)
     assert json.loads((path / "bootstrap.json").read_text())["steps"] == 2

@@ -11,10 +11,10 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 from trl import DatasetMixtureConfig, get_dataset
 from trl.scripts.grpo import make_parser as trl_grpo_parser
 
-import trl_zoo.hooks.rewards
 import trl_zoo.cli.train
-from trl_zoo.cli.arguments import ConfigError, parse_train_args
+import trl_zoo.hooks.rewards
 from trl_zoo.cli import main
+from trl_zoo.cli.arguments import ConfigError, parse_train_args
 from trl_zoo.cli.reward_names import resolve_reward, trl_reward_names
 from trl_zoo.cli.train import _load_dataset_splits
 
@@ -202,8 +202,14 @@ def test_test_split_size_holds_out_a_fraction_or_a_count(tmp_path, size, held):
 
 
 def test_a_mixtures_test_files_are_its_held_out_set_and_training_keeps_every_train_row(tmp_path):
-    train_a, test_a = write_jsonl(tmp_path / "a.jsonl", sums(range(0, 50))), write_jsonl(tmp_path / "ta.jsonl", sums(range(200, 205)))
-    train_b, test_b = write_jsonl(tmp_path / "b.jsonl", sums(range(100, 130))), write_jsonl(tmp_path / "tb.jsonl", sums(range(300, 303)))
+    train_a, test_a = (
+        write_jsonl(tmp_path / "a.jsonl", sums(range(0, 50))),
+        write_jsonl(tmp_path / "ta.jsonl", sums(range(200, 205))),
+    )
+    train_b, test_b = (
+        write_jsonl(tmp_path / "b.jsonl", sums(range(100, 130))),
+        write_jsonl(tmp_path / "tb.jsonl", sums(range(300, 303))),
+    )
     entries = [{"path": "json", "data_files": {"train": train_a, "test": test_a}},
                {"path": "json", "data_files": {"train": train_b, "test": test_b}}]
     config = tmp_path / "mix.yaml"
@@ -236,7 +242,9 @@ def test_num_heldout_0_trains_on_every_row_without_a_held_out_evaluation(tmp_pat
     assert summary["steps"] == 1 and summary["heldout_size"] == 0
     assert summary["accuracy_before"] is summary["accuracy_after"] is summary["best_accuracy"] is None
     assert main(["compare", "--losses", "grpo,dapo", *argv[1:-2]]) == 2
-    assert capsys.readouterr().err.strip().endswith("num_heldout: compare ranks runs by held-out accuracy, so it needs a held-out set; drop 0.")
+    assert capsys.readouterr().err.strip().endswith(
+        "num_heldout: compare ranks runs by held-out accuracy, so it needs a held-out set; drop 0."
+    )
 
 
 def test_a_streamed_mixture_holds_out_its_first_rows_and_trains_on_the_rest(tmp_path):

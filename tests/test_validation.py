@@ -27,7 +27,7 @@ def rejection(**overrides) -> str:
     return message
 
 
-# ---------------------------------------------------------------------------------------------------- plugin tables
+# -------------------------------------------------------------------------------------------------- plugin tables
 UNKNOWN_NAMES = {  # table -> (config field, misspelled name, closest match)
     "losses": ("loss_type", "gpso", "gspo"),
     "aggregations": ("loss_aggregation", "sequence_means", "sequence_mean"),
@@ -50,10 +50,12 @@ def test_unknown_plugin_name_lists_the_closest_and_the_known_names(table):
 
 
 def test_a_name_with_no_close_match_still_lists_the_known_names():
-    assert rejection(loss_type="zzzz") == f"loss_type: unknown loss 'zzzz'. Known: {', '.join(TABLES['losses'].names())}."
+    assert rejection(loss_type="zzzz") == (
+        f"loss_type: unknown loss 'zzzz'. Known: {', '.join(TABLES['losses'].names())}."
+    )
 
 
-# ---------------------------------------------------------------------------------------------------- impossible values
+# -------------------------------------------------------------------------------------------------- impossible values
 IMPOSSIBLE = [
     # (field the message must start with, overrides, a phrase of the fix)
     ("num_generations", dict(num_generations=1), "num_generations ≥ 2"),
@@ -111,12 +113,17 @@ IMPOSSIBLE = [
     ("epsilon", dict(loss_type="gspo", epsilon=0.0, num_iterations=2), "use epsilon > 0"),
     ("fp16", dict(fp16=True), "set fp16=False"),
     # a sequence-level loss under a token-sum normaliser weights each sequence by its length
-    ("loss_aggregation", dict(loss_type="gspo", loss_aggregation="token_mean_global"), "allow_sequence_loss_token_sum"),
+    (
+        "loss_aggregation", dict(loss_type="gspo", loss_aggregation="token_mean_global"),
+        "allow_sequence_loss_token_sum",
+    ),
     ("loss_aggregation", dict(loss_type="gmpo", loss_aggregation="constant"), "use 'sequence_mean'"),
 ]
 
 
-@pytest.mark.parametrize("field, overrides, fix", IMPOSSIBLE, ids=[f"{case[0]}-{i}" for i, case in enumerate(IMPOSSIBLE)])
+@pytest.mark.parametrize(
+    "field, overrides, fix", IMPOSSIBLE, ids=[f"{case[0]}-{i}" for i, case in enumerate(IMPOSSIBLE)]
+)
 def test_impossible_value_names_the_field_and_the_fix(field, overrides, fix):
     message = rejection(**overrides)
     assert message.startswith(f"{field}:"), message
@@ -150,7 +157,7 @@ def test_boundary_values_are_accepted(overrides):
         assert getattr(config, name) == value
 
 
-# ---------------------------------------------------------------------------------------------------- contradictions
+# -------------------------------------------------------------------------------------------------- contradictions
 CONTRADICTIONS = [
     # (overrides, the fields the one-line message must name, one side changed: a config that builds)
     (dict(beta=0.0, kl_placement="reward"), ("kl_placement", "beta"), dict(beta=0.04)),
@@ -196,7 +203,7 @@ def test_contradictions_fail_when_the_config_is_built_before_any_model_loads(
     assert loaded == []
 
 
-# ---------------------------------------------------------------------------------------------------- other entry points
+# -------------------------------------------------------------------------------------------------- other entry points
 def test_misspelled_field_is_a_type_error_naming_it():
     with pytest.raises(TypeError, match="lose_type"):
         trl_zoo.GRPOConfig(**tiny.config_kwargs(lose_type="gspo"))
@@ -256,7 +263,7 @@ def test_cispo_cap_warning_shows_once_when_the_trainer_validates_the_config_agai
     assert sum("epsilon_high=0.2" in str(warning.message) for warning in caught) == 1
 
 
-# ---------------------------------------------------------------------------------------------------- training set
+# -------------------------------------------------------------------------------------------------- training set
 def dataset_rejection(dataset, **overrides) -> str:
     with pytest.raises(ValueError) as error:
         tiny.make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, dataset=dataset, **overrides)
@@ -298,7 +305,7 @@ def test_max_completion_length_below_one_is_an_error():
     assert message.startswith("max_completion_length: must be ≥ 1"), message
 
 
-# ---------------------------------------------------------------------------------------------------- declarations
+# -------------------------------------------------------------------------------------------------- declarations
 def test_declarations_are_checked_at_registration_naming_the_entry():
     losses = trl_zoo.Registry("loss", spec_type=trl_zoo.LossSpec)
     with pytest.raises(ValueError, match=r"^loss 'typo_loss': aggregation: unknown aggregation 'token_mean_globl'\. "
@@ -313,7 +320,7 @@ def test_declarations_are_checked_at_registration_naming_the_entry():
     assert losses.get("fine").spec.aggregation == "constant"
 
 
-# ---------------------------------------------------------------------------------------------------- plugin fields
+# -------------------------------------------------------------------------------------------------- plugin fields
 @pytest.fixture
 def scaled_loss(monkeypatch):
     """A loss with a hyperparameter of its own, in the loss table for one test."""

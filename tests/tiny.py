@@ -64,7 +64,9 @@ def config_kwargs(**overrides):
     return kwargs
 
 
-def make_trainer(trainer_cls, config_cls, seed: int = 0, peft_config=None, reward_funcs=None, dataset=None, **overrides):
+def make_trainer(
+    trainer_cls, config_cls, seed: int = 0, peft_config=None, reward_funcs=None, dataset=None, **overrides
+):
     torch.manual_seed(seed)
     args = config_cls(**config_kwargs(**overrides))
     return trainer_cls(

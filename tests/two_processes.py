@@ -64,7 +64,9 @@ def _run_worker(command: list[str], output: Path) -> dict:
             result = subprocess.run(
                 command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S + 60
             )
-            report = f"exit code {result.returncode}\nstdout:\n{result.stdout[-2000:]}\nstderr:\n{result.stderr[-4000:]}"
+            report = (
+                f"exit code {result.returncode}\nstdout:\n{result.stdout[-2000:]}\nstderr:\n{result.stderr[-4000:]}"
+            )
         except subprocess.TimeoutExpired as stalled:
             result, report = None, f"stalled; stderr:\n{_text(stalled.stderr)[-4000:]}"
         if output.exists():

@@ -18,9 +18,9 @@ def register_loss(name: str, *, description: str, source: str = "", override=Fal
     are `LossSpec` fields (aggregation, sequence_level, ...); the others keep their defaults, as `LOSSES.register`
     and a bare function registered through the `trl_zoo.losses` entry point do. An `aggregation` that is not in
     the aggregation table fails here, not at the first training step."""
-    aggregation = declarations.get("aggregation")
-    if aggregation is not None and aggregation not in AGGREGATIONS:
-        raise ValueError(AGGREGATIONS.unknown_message(aggregation, f"register_loss({name!r}): aggregation"))
+    aggregation_name = declarations.get("aggregation")
+    if aggregation_name is not None and aggregation_name not in AGGREGATIONS:
+        raise ValueError(AGGREGATIONS.unknown_message(aggregation_name, f"register_loss({name!r}): aggregation"))
     return LOSSES.register(name, description=description, source=source, override=override, **declarations)
 
 

@@ -1,5 +1,5 @@
-"""Moved to `trl_zoo/cli/compare.py` (the command line's folder). `import trl_zoo.compare` still works: it is the same module
-object as `trl_zoo.cli.compare`, so what is patched through either name is patched for both."""
+"""Moved to `trl_zoo/cli/compare.py` (the command line's folder). `import trl_zoo.compare` still works: it is the same
+module object as `trl_zoo.cli.compare`, so what is patched through either name is patched for both."""
 
 import sys
 

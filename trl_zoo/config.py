@@ -57,7 +57,8 @@ def _help(text: str, default=None, choices=None):
 # TRL's fields that enter the loss or the sampling; with trl_zoo's own fields they must be finite when set.
 TRL_LOSS_FIELDS = (
     "epsilon", "epsilon_high", "delta", "beta", "temperature", "top_p", "top_entropy_quantile",
-    "sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
+    "sapo_temperature_pos", "sapo_temperature_neg", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+    "vespo_lambda_neg",
 )
 
 
@@ -402,14 +403,15 @@ class GRPOConfig(TRLGRPOConfig):
     def _check_contradictions(self, entry):
         """Settings that are each valid but cannot work together; every message names both sides."""
         check_teacher_options(self)
-        aggregation = self.loss_aggregation or entry.spec.aggregation
+        aggregation_name = self.loss_aggregation or entry.spec.aggregation
         if (
             entry.spec.sequence_level
-            and AGGREGATIONS.get(aggregation).name in ("token_mean_local", "token_mean_global", "token_sum_over_max_length")
+            and AGGREGATIONS.get(aggregation_name).name
+            in ("token_mean_local", "token_mean_global", "token_sum_over_max_length")
             and not self.allow_sequence_loss_token_sum
         ):
             raise ValueError(
-                f"loss_aggregation: {aggregation!r} weights each sequence of the sequence-level loss "
+                f"loss_aggregation: {aggregation_name!r} weights each sequence of the sequence-level loss "
                 f"{self.loss_type!r} by its length; use 'sequence_mean', or set allow_sequence_loss_token_sum=True."
             )
         if self.beta == 0.0:

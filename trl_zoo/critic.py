@@ -252,6 +252,7 @@ def explained_variance(values: Tensor, targets: Tensor, mask: Tensor) -> float:
 
 
 def positive_example_nll(logps: Tensor, mask: Tensor, positive: Tensor) -> Tensor:
-    """−Σ_{i∈T} Σ_t m log π(y_{i,t}) / Σ_{i∈T} Σ_t m, T the rows with ``positive``; 0 (in the graph) when T is empty."""
+    """−Σ_{i∈T} Σ_t m log π(y_{i,t}) / Σ_{i∈T} Σ_t m, T the rows with ``positive``; 0 (in the graph) when T is
+    empty."""
     weights = mask.to(logps.dtype) * positive.to(logps.dtype).reshape(-1, 1)
     return -(logps * weights).sum() / weights.sum().clamp(min=1.0)

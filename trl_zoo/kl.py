@@ -28,7 +28,9 @@ from .registry import KL_ESTIMATORS
 Tensor = torch.Tensor
 
 
-@KL_ESTIMATORS.register("k1", description="d = log π_θ − log π_ref (unbiased, may be negative)", source="Schulman 2020")
+@KL_ESTIMATORS.register(
+    "k1", description="d = log π_θ − log π_ref (unbiased, may be negative)", source="Schulman 2020"
+)
 def k1(logps: Tensor, ref_logps: Tensor) -> Tensor:
     return logps - ref_logps
 

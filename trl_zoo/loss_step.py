@@ -12,8 +12,8 @@
 Its seams for the hooks above it (`hooks/`): `_policy_forward(model, inputs) -> PolicyForward`, the one policy
 forward of the loss, returning a typed result that hooks extend (router statistics, zero-advantage skipping and the
 critic's hidden states override it; none writes into `inputs`), `_policy_loss(model, inputs) -> (loss,
-PolicyForward)`, the policy loss with the forward it came from (the critic adds its terms from it), `_policy_batch`, and
-`_on_optimizer_step(step: OptimizerStep)`, the one per-optimizer-step seam. It runs at three points of every
+PolicyForward)`, the policy loss with the forward it came from (the critic adds its terms from it), `_policy_batch`,
+and `_on_optimizer_step(step: OptimizerStep)`, the one per-optimizer-step seam. It runs at three points of every
 optimizer step, in this order, and within a point the base first, then the layers from the innermost out (each
 override calls `super()` first):
 
@@ -36,7 +36,6 @@ import enum
 import math
 import weakref
 from dataclasses import dataclass, field
-
 from typing import Any
 
 import torch
@@ -294,7 +293,9 @@ class PolicyLossStep:
             coef = self.entropy_coef
         if self.use_adaptive_entropy and mode == "train":
             stats = torch.stack([(entropies * effective_mask).sum(), effective_mask.sum()]).detach()
-            self._entropy_window_stats = stats if self._entropy_window_stats is None else self._entropy_window_stats + stats
+            self._entropy_window_stats = (
+                stats if self._entropy_window_stats is None else self._entropy_window_stats + stats
+            )
         return coef * entropy
 
     def _update_entropy_coefficient(self):

@@ -1,5 +1,5 @@
-"""Moved to `trl_zoo/cli/model_card.py` (the command line's folder). `import trl_zoo.model_card` still works: it is the same module
-object as `trl_zoo.cli.model_card`, so what is patched through either name is patched for both."""
+"""Moved to `trl_zoo/cli/model_card.py` (the command line's folder). `import trl_zoo.model_card` still works: it is the
+same module object as `trl_zoo.cli.model_card`, so what is patched through either name is patched for both."""
 
 import sys
 

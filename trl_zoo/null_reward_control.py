@@ -1,5 +1,6 @@
-"""Moved to `trl_zoo/cli/null_reward_control.py` (the command line's folder). `import trl_zoo.null_reward_control` still works: it is the same module
-object as `trl_zoo.cli.null_reward_control`, so what is patched through either name is patched for both."""
+"""Moved to `trl_zoo/cli/null_reward_control.py` (the command line's folder). `import trl_zoo.null_reward_control`
+still works: it is the same module object as `trl_zoo.cli.null_reward_control`, so what is patched through either name
+is patched for both."""
 
 import sys
 

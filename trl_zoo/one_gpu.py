@@ -1,5 +1,5 @@
-"""Moved to `trl_zoo/cli/one_gpu.py` (the command line's folder). `import trl_zoo.one_gpu` still works: it is the same module
-object as `trl_zoo.cli.one_gpu`, so what is patched through either name is patched for both."""
+"""Moved to `trl_zoo/cli/one_gpu.py` (the command line's folder). `import trl_zoo.one_gpu` still works: it is the same
+module object as `trl_zoo.cli.one_gpu`, so what is patched through either name is patched for both."""
 
 import sys
 

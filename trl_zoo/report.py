@@ -1,5 +1,5 @@
-"""Moved to `trl_zoo/cli/report.py` (the command line's folder). `import trl_zoo.report` still works: it is the same module
-object as `trl_zoo.cli.report`, so what is patched through either name is patched for both."""
+"""Moved to `trl_zoo/cli/report.py` (the command line's folder). `import trl_zoo.report` still works: it is the same
+module object as `trl_zoo.cli.report`, so what is patched through either name is patched for both."""
 
 import sys
 

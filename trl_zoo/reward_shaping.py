@@ -83,7 +83,11 @@ def with_soft_overlong_punishment(reward_funcs, args, positional: tuple, kwargs:
         args.reward_weights = [*args.reward_weights, 1.0]
     positional = list(positional)
     processing_index = 3  # (train_dataset, eval_dataset, processing_class, reward_processing_classes, ...)
-    classes = positional[processing_index] if len(positional) > processing_index else kwargs.get("reward_processing_classes")
+    classes = (
+        positional[processing_index]
+        if len(positional) > processing_index
+        else kwargs.get("reward_processing_classes")
+    )
     if classes is not None:
         classes = [*classes, None] if isinstance(classes, list) else [classes] * len(funcs) + [None]
         if len(positional) > processing_index:

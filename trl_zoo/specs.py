@@ -131,7 +131,8 @@ def warn_inert_clip(name: str, value: float, bound: float, what: str) -> None:
     if value >= bound:
         warnings.warn(
             f"{name}: {value:g} puts {what} at or beyond {bound:.3g}, where the importance ratio is capped "
-            f"(log-ratio ±{MAX_LOG_RATIO:g}), so it never clips: the clip is off; set it below {bound:.3g} to keep one.",
+            f"(log-ratio ±{MAX_LOG_RATIO:g}), so it never clips: the clip is off; set it below {bound:.3g} "
+            "to keep one.",
             stacklevel=3,
         )
 

@@ -75,7 +75,6 @@ from .hooks.teacher import TeacherSignalMixin
 from .loss_step import PolicyLossStep
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
 
-
 _TRL_INIT = inspect.signature(TRLGRPOTrainer.__init__)  # to read a constructor argument given by position or name
 
 

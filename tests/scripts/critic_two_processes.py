@@ -60,13 +60,17 @@ def main(output_path: str, critic_model: str):
         max_steps=3,
         max_completion_length=6,
     )
-    policy = [p for p in trainer.model.parameters() if p.requires_grad and all(p is not c for c in trainer.critic_parameters)]
+    policy = [
+        p for p in trainer.model.parameters() if p.requires_grad and all(p is not c for c in trainer.critic_parameters)
+    ]
     trainer.record = {"critic_before": flat(trainer.critic_parameters), "policy_before": flat(policy)}
     record_first_averaging(trainer.critic, trainer.record)
     trainer.train()
     trainer.record["critic_after"] = flat(trainer.critic_parameters)
     trainer.record["policy_after"] = flat(policy)
-    trainer.record["value_losses"] = [row["critic/value_loss"] for row in trainer.state.log_history if "critic/value_loss" in row]
+    trainer.record["value_losses"] = [
+        row["critic/value_loss"] for row in trainer.state.log_history if "critic/value_loss" in row
+    ]
     per_process = gather_object([trainer.record])
     if trainer.accelerator.is_main_process:
         write_result(
@@ -83,5 +87,6 @@ def main(output_path: str, critic_model: str):
 
 
 if __name__ == "__main__":
-    faulthandler.dump_traceback_later(WORKER_TIMEOUT_S, exit=True)  # a hung rank prints every thread's stack, then exits
+    # a hung rank prints every thread's stack, then exits
+    faulthandler.dump_traceback_later(WORKER_TIMEOUT_S, exit=True)
     main(sys.argv[1], sys.argv[2])

@@ -61,5 +61,6 @@ def main(output_path: str):
 
 
 if __name__ == "__main__":
-    faulthandler.dump_traceback_later(WORKER_TIMEOUT_S, exit=True)  # a hung rank prints every thread's stack, then exits
+    # a hung rank prints every thread's stack, then exits
+    faulthandler.dump_traceback_later(WORKER_TIMEOUT_S, exit=True)
     main(sys.argv[1])

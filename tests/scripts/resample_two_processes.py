@@ -74,13 +74,21 @@ def main(output_path: str):
     trainer.train()
     per_process = gather_object([trainer.recorded])
     if trainer.accelerator.is_main_process:
-        rounds = [row["dynamic_sampling/generation_rounds"] for row in trainer.state.log_history if "dynamic_sampling/generation_rounds" in row]
-        write_result(output_path, {"per_process": per_process, "logged_rounds": rounds, "num_processes": trainer.accelerator.num_processes})
+        rounds = [
+            row["dynamic_sampling/generation_rounds"]
+            for row in trainer.state.log_history
+            if "dynamic_sampling/generation_rounds" in row
+        ]
+        write_result(
+            output_path,
+            {"per_process": per_process, "logged_rounds": rounds, "num_processes": trainer.accelerator.num_processes},
+        )
     # Shut the process group down explicitly: left to interpreter teardown, gloo's threads can abort one rank.
     trainer.accelerator.wait_for_everyone()
     torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
-    faulthandler.dump_traceback_later(WORKER_TIMEOUT_S, exit=True)  # a hung rank prints every thread's stack, then exits
+    # a hung rank prints every thread's stack, then exits
+    faulthandler.dump_traceback_later(WORKER_TIMEOUT_S, exit=True)
     main(sys.argv[1])

@@ -30,10 +30,10 @@ import datasets
 from transformers.utils import logging as transformers_logging
 
 from .. import __version__
+from ..registry import TABLES
 from .arguments import ConfigError, one_line
 from .compare import compare_command
 from .one_gpu import use_one_gpu_unless_launched
-from ..registry import TABLES
 from .train import TrainingInterrupted, train_command
 
 USAGE = "usage: trl-zoo COMMAND [options]\n\n" + "\n\n".join(__doc__.split("\n\n")[1:3])

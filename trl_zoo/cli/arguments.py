@@ -34,9 +34,9 @@ from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
 
 from ..config import GRPOConfig, plugin_fields
-from .preset_lengths import LENGTH_FIELDS, scale_preset_lengths, scaled_lengths_message
 from ..tasks import get_task
 from ..tasks.bootstrap import BootstrapRecipe
+from .preset_lengths import LENGTH_FIELDS, scale_preset_lengths, scaled_lengths_message
 from .train_help import group_help
 
 CONFIG_SUFFIXES = (".yaml", ".yml")
@@ -104,9 +104,9 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
         default="addition",
         metadata={
             "help": "Built-in task (addition, addition3, scratchpad, scratchpad_small, chat_arithmetic, "
-            "chat_arithmetic_medium, chat_arithmetic_hard), used when no dataset_name is given. The addition and scratchpad tasks bootstrap "
-            "a tiny base policy (the bootstrap_* flags apply to the addition tasks); the chat_arithmetic tasks train "
-            "a pretrained chat model, by default the packaged smollm2-135m-instruct."
+            "chat_arithmetic_medium, chat_arithmetic_hard), used when no dataset_name is given. The addition and "
+            "scratchpad tasks bootstrap a tiny base policy (the bootstrap_* flags apply to the addition tasks); the "
+            "chat_arithmetic tasks train a pretrained chat model, by default the packaged smollm2-135m-instruct."
         },
     )
     gguf_file: str | None = field(
@@ -169,7 +169,8 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
         metadata={"help": "Built-in task: then teach it to forget this share of carries (0: no slip habit)."},
     )
     bootstrap_max_steps: int = field(
-        default=BootstrapRecipe.max_steps, metadata={"help": "Built-in task: cap on the base policy's supervised steps."}
+        default=BootstrapRecipe.max_steps,
+        metadata={"help": "Built-in task: cap on the base policy's supervised steps."},
     )
     bootstrap_hidden_size: int = field(
         default=BootstrapRecipe.hidden_size, metadata={"help": "Built-in task: base policy width."}

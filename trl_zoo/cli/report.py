@@ -29,37 +29,36 @@ import math
 from pathlib import Path
 
 from ..tasks.evaluation import format_mean_reward
-from .run_log import TRAIN_METRICS, Run
 from .run_log import (  # noqa: F401  (re-exported: they were this module's before the split)
     METRICS_FILE,
     SUMMARY_FILE,
+    TRAIN_METRICS,
+    Run,
     RunLog,
     TrainLogRecorder,
     load_run,
     read_records,
 )
-from .verdict import (
+from .verdict import (  # noqa: F401  (re-exported: they were this module's before the split)
+    IDENTITY_METRICS,
+    MORE_SEEDS,
     PAIRED_METHOD,
+    T_975,
+    Z_975,
+    PairedDifference,
     _mean,
     _rank_runs,
+    eval_noise_sentence,
+    identical_reason,
     identical_runs,
     identical_sentence,
+    paired_difference,
     paired_differences,
     paired_table,
     seed_winner_sentence,
     single_seed_sentence,
-    winner_sentence,
-)
-from .verdict import (  # noqa: F401  (re-exported: they were this module's before the split)
-    IDENTITY_METRICS,
-    MORE_SEEDS,
-    T_975,
-    Z_975,
-    PairedDifference,
-    eval_noise_sentence,
-    identical_reason,
-    paired_difference,
     t_quantile_975,
+    winner_sentence,
 )
 
 
@@ -247,9 +246,9 @@ def write_report(
         headline(runs, groups),
         f"Held-out accuracy: the share of held-out prompts whose greedy completion earns reward 1 from "
         f"`{reward}`, measured before RL (step 0) and every few steps; with a graded reward (values other than 0 and "
-        "±1) read the mean reward, as accuracy then counts only perfect scores. Final reward, entropy, completion length "
-        f"and clip fraction are the last logged values (TRL averages each over its logging window). {curves} "
-        "Every record: metrics.csv, metrics.jsonl.",
+        "±1) read the mean reward, as accuracy then counts only perfect scores. Final reward, entropy, completion "
+        "length and clip fraction are the last logged values (TRL averages each over its logging window). "
+        f"{curves} Every record: metrics.csv, metrics.jsonl.",
     ]
     path = directory / "results.md"
     path.write_text("\n\n".join(sections) + "\n")

@@ -23,8 +23,8 @@ import inspect
 import os
 import sys
 
-from .arguments import ConfigError, one_line
 from ..tasks.rewards import REWARDS
+from .arguments import ConfigError, one_line
 
 # The factories `trl grpo` (trl/scripts/grpo.py) builds, with the keyword arguments it passes them.
 TRL_GRPO_FACTORY_ARGUMENTS = {"get_soft_overlong_punishment": {"max_completion_len": 1280, "soft_punish_cache": 256}}
@@ -93,7 +93,9 @@ def read_columns(function) -> list[str]:
     except (TypeError, ValueError):
         return []
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [p.name for p in parameters if p.kind in kinds and p.default is p.empty and p.name not in TRL_REWARD_ARGUMENTS]
+    return [
+        p.name for p in parameters if p.kind in kinds and p.default is p.empty and p.name not in TRL_REWARD_ARGUMENTS
+    ]
 
 
 def check_reward_columns(name: str, function, columns) -> None:
@@ -123,12 +125,14 @@ def dotted_reward(path: str):
     try:
         target = getattr(importlib.import_module(module_name), attribute)
     except Exception as error:  # a missing module or attribute, an empty name, or the module failing on import
-        raise ConfigError(f"reward_funcs: cannot import {path!r} ({type(error).__name__}: {one_line(error)}).") from None
+        raise ConfigError(
+            f"reward_funcs: cannot import {path!r} ({type(error).__name__}: {one_line(error)})."
+        ) from None
     fix = "give the path of a function fn(completions, **kwargs) -> list[float | None]"
     if inspect.isclass(target):
         raise ConfigError(
-            f"reward_funcs: {path!r} is a class; {fix}, or build the reward in your module (reward = {attribute}(...)) "
-            f"and give that path."
+            f"reward_funcs: {path!r} is a class; {fix}, or build the reward in your module "
+            f"(reward = {attribute}(...)) and give that path."
         )
     if not callable(target):
         what = "None" if target is None else f"{type(target).__name__} {_short(target)}"

@@ -31,33 +31,35 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback, Tra
 from transformers.trainer_utils import get_last_checkpoint
 from trl import get_peft_config, get_quantization_config
 
-from .arguments import ConfigError, one_line, parse_train_args
 from ..checkpoint_integrity import check_checkpoint
-from .cpu_threads import apply_cpu_threads
 from ..gguf_checkpoint import GGUFError, policy_path
 from ..hooks.prompt_length import PromptTooLongError
 from ..hooks.resume import interrupted_message as resume_interrupted_message
 from ..hooks.resume import last_complete_checkpoint
 from ..hooks.rewards import RewardOutputError
-from .model_card import model_card
-from .null_reward_control import permuted_reward
-from .preset_lengths import completion_room_error, position_limit_of
 from ..registry import LOSSES
-from .report import write_report
-from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run
-from .reward_names import check_reward_columns, heldout_scorer, read_columns, resolve_reward
 from ..tasks import get_task
 from ..tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from ..tasks.chat_arithmetic import ChatArithmeticTask
-from ..tasks.scratchpad import ScratchpadAdditionTask
-from ..tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
 from ..tasks.evaluation import HeldOutAccuracyCallback, HeldOutResult, greedy_evaluation, render_prompt
 from ..tasks.evaluation import format_mean_reward as mean_text
+from ..tasks.scratchpad import ScratchpadAdditionTask
+from ..tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
 from ..trainer import GRPOTrainer
-from .training_data import _conversational_prompts, _load_dataset_splits, column_names
+from .arguments import ConfigError, one_line, parse_train_args
+from .cpu_threads import apply_cpu_threads
+from .model_card import model_card
+from .null_reward_control import permuted_reward
+from .preset_lengths import completion_room_error, position_limit_of
+from .report import write_report
+from .reward_names import check_reward_columns, heldout_scorer, read_columns, resolve_reward
+from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run
 from .training_data import (  # noqa: F401  (re-exported: they were this module's before the split)
     DATA_FILE_BUILDERS,
     STREAMED_HELDOUT,
+    _conversational_prompts,
+    _load_dataset_splits,
+    column_names,
     heldout_count,
     mixture_test_entries,
     split_size,
@@ -298,7 +300,9 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
             model_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
         )
     except (OSError, ValueError) as error:
-        raise ConfigError(f"model_name_or_path: cannot load a tokenizer from {model_path!r} ({one_line(error)}).") from None
+        raise ConfigError(
+            f"model_name_or_path: cannot load a tokenizer from {model_path!r} ({one_line(error)})."
+        ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     conversational = task_args.conversational
@@ -407,7 +411,9 @@ def _heldout_accuracy(heldout, tokenizer, scorer, run_log, task_args, training_a
 
     def record(step: int, result: HeldOutResult):
         if step == 0:
-            graded = "; the reward is graded: accuracy counts completions with reward exactly 1" if result.graded else ""
+            graded = (
+                "; the reward is graded: accuracy counts completions with reward exactly 1" if result.graded else ""
+            )
             log(f"Held-out greedy accuracy before RL: {result.accuracy:.1%}, mean reward "
                 f"{mean_text(result.mean_reward)} ({len(heldout)} prompts{graded}).")
         if training_args.process_index == 0:  # one record per measurement, however many processes measured
@@ -461,12 +467,14 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     elif prepared.checkpoint and accuracy is not None:
         log(f"Held-out greedy accuracy before RL: {accuracy.history[0][1]:.1%} (from the run log).")
     length = (
-        f"{training_args.max_steps} steps" if training_args.max_steps > 0 else f"{training_args.num_train_epochs:g} epochs"
+        f"{training_args.max_steps} steps"
+        if training_args.max_steps > 0
+        else f"{training_args.num_train_epochs:g} epochs"
     )
     no_heldout = "No held-out set (num_heldout 0), so no held-out evaluation. " if accuracy is None else ""
     log(
-        f"{no_heldout}Training with loss_type={training_args.loss_type!r}, {'LoRA' if model_args.use_peft else 'full'} "
-        f"fine-tuning, {length} ..."
+        f"{no_heldout}Training with loss_type={training_args.loss_type!r}, "
+        f"{'LoRA' if model_args.use_peft else 'full'} fine-tuning, {length} ..."
     )
     train_started = time.perf_counter()
     try:

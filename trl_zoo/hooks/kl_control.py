@@ -29,9 +29,9 @@ across a resume).
 from __future__ import annotations
 
 import torch
-from torch.distributed.tensor import DTensor
 from accelerate.state import AcceleratorState
 from accelerate.utils import is_peft_model
+from torch.distributed.tensor import DTensor
 from trl.trainer.callbacks import SyncRefModelCallback
 
 from ..kl import adaptive_kl_coefficient, proportional_kl_coefficient

@@ -181,7 +181,9 @@ class TrainerSamplingSession:
         keys = list(self.rounds[0].batch)
         for scored in self.rounds:
             if list(scored.batch) != keys:
-                raise ValueError(f"dynamic_sampling: rounds returned different batch keys: {keys} vs {list(scored.batch)}.")
+                raise ValueError(
+                    f"dynamic_sampling: rounds returned different batch keys: {keys} vs {list(scored.batch)}."
+                )
         layouts = self._layouts([key for key in keys if key != "num_items_in_batch"])
         batch = {}
         for key, (side, pad_value) in layouts.items():

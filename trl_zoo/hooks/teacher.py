@@ -3,8 +3,9 @@
 With `teacher_model` set, after the estimator has produced the reward advantages Â_i (or Â_{i,t}) of a round, the
 generation seam's `_after_advantages` makes them per token:
 
-    Â_{i,t} ← Â_{i,t} + λ · (log π_T(y_{i,t} | x_i, y_{i,<t}) − log π_old(y_{i,t} | x_i, y_{i,<t}))    (teacher_only=False)
-    Â_{i,t} ← λ · (log π_T(y_{i,t}) − log π_old(y_{i,t}))                                                (teacher_only=True)
+    Â_{i,t} ← Â_{i,t} + λ · (log π_T(y_{i,t} | x_i, y_{i,<t}) − log π_old(y_{i,t} | x_i, y_{i,<t}))
+                                                                                                   (teacher_only=False)
+    Â_{i,t} ← λ · (log π_T(y_{i,t}) − log π_old(y_{i,t}))                                          (teacher_only=True)
 
 λ = `teacher_coef`, zero outside the completion mask. The sign rewards tokens the teacher finds likelier than the
 policy does: the term is −(log π_old − log π_T), the negative per-token reverse-KL sample (k1) of GKD's on-policy
@@ -69,7 +70,9 @@ def check_teacher_options(args) -> None:
     template = args.teacher_prompt_template
     if template is not None:
         if args.teacher_model is None:
-            raise ValueError("teacher_prompt_template: needs a teacher; set teacher_model (a name or path, or 'self').")
+            raise ValueError(
+                "teacher_prompt_template: needs a teacher; set teacher_model (a name or path, or 'self')."
+            )
         template_columns(template)  # a malformed template fails here
     if args.teacher_only and coef == 0:
         raise ValueError("teacher_only: with teacher_coef=0 every advantage is 0; set teacher_coef > 0.")
@@ -191,11 +194,13 @@ def check_same_tokenizer(name: str, policy_tokenizer) -> None:
     try:
         teacher_tokenizer = AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as error:
-        raise ValueError(f"teacher_model: cannot load the tokenizer of {name!r} to compare it with the policy's: {error}")
+        raise ValueError(
+            f"teacher_model: cannot load the tokenizer of {name!r} to compare it with the policy's: {error}"
+        )
     if teacher_tokenizer.get_vocab() != policy_tokenizer.get_vocab():
         raise ValueError(
-            f"teacher_model: {name!r} has a different tokenizer from the policy's (vocabulary or token ids differ), so "
-            f"it cannot score the policy's tokens; use a teacher of the same tokenizer family."
+            f"teacher_model: {name!r} has a different tokenizer from the policy's (vocabulary or token ids differ), "
+            f"so it cannot score the policy's tokens; use a teacher of the same tokenizer family."
         )
 
 

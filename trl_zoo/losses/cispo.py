@@ -22,7 +22,6 @@ from ..specs import PluginField, warn_inert_clip
 from .base import PolicyBatch, PolicyTerm, importance_log_weights, importance_ratio, ratio_metrics
 from .ppo_clip import epsilon_bounds
 
-
 EPSILON_LOW = PluginField(
     "cispo_epsilon_low", float, None,
     "CISPO lower IS-weight clip: the weight is clipped to [1 − cispo_epsilon_low, epsilon_high]. None keeps TRL's "

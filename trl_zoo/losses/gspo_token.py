@@ -10,7 +10,6 @@ token advantages (B, T) let each token carry its own credit while the clip still
 Tests: tests/test_losses_math.py (= GSPO with equal token advantages; per-token advantages), tests/test_numerics.py.
 """
 
-import torch
 
 from ..registry import LOSSES
 from ..specs import check_clipped_objective

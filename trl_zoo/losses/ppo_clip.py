@@ -67,7 +67,9 @@ def validate_dapo(args) -> None:
 _SOURCES = {
     "grpo": ("sequence_mean", "DeepSeekMath, arXiv:2402.03300", "PPO clip, mean of per-sequence token means"),
     "bnpo": ("token_mean_local", "TRL's loss_type, no paper", "PPO clip, token mean over the local micro-batch"),
-    "dr_grpo": ("token_sum_over_max_length", "Dr. GRPO, arXiv:2503.20783", "PPO clip, token sum / (G · max_completion_length)"),
+    "dr_grpo": (
+        "token_sum_over_max_length", "Dr. GRPO, arXiv:2503.20783", "PPO clip, token sum / (G · max_completion_length)",
+    ),
     "dapo": (
         "token_mean_global", "DAPO, arXiv:2503.14476",
         "PPO clip, token mean over the batch; clip-higher needs epsilon_high 0.28 (configs/dapo.yaml)",

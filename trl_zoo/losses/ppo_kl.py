@@ -16,7 +16,6 @@ Tests: tests/test_losses_math.py (the β rule on the step's KL), tests/test_loss
 tests/test_resume.py (β across a resume).
 """
 
-import torch
 
 from ..kl import adaptive_kl_coefficient
 from ..registry import KL_ESTIMATORS, LOSSES

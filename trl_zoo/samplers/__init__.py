@@ -27,8 +27,8 @@ reweight — filter and reweight (docs/formulas.md)
     TRL's split into micro-batches; they contribute no gradient (set `skip_zero_advantage=True` to also skip their
     forward/backward). For losses positively homogeneous in Â (term(c·Â) = c·term(Â) for c > 0: the PPO-clip
     family, CISPO, SAPO, GMPO, GSPO, VESPO, REINFORCE) and per-sequence normalisers (sequence_mean, sequence_sum,
-    token_sum_over_max_length) the generation batch's loss then equals the loss over the kept groups alone; for token means
-    (dapo, bnpo) 1/(1 − p) stands in for the ratio of all tokens to kept tokens, exact when kept and dropped
+    token_sum_over_max_length) the generation batch's loss then equals the loss over the kept groups alone; for token
+    means (dapo, bnpo) 1/(1 − p) stands in for the ratio of all tokens to kept tokens, exact when kept and dropped
     completions have the same mean length.
 
 greso — pre-rollout prompt filtering (GRESO, arXiv:2506.02177), `greso.py`
@@ -47,4 +47,9 @@ and, for resample and greso, `filled_groups`. Without a sampler the trainer logs
 from . import resample  # noqa: F401, I001
 from . import reweight  # noqa: F401
 from . import greso  # noqa: F401
-from .base import DynamicSamplingExhausted, Round, SampledBatch, SamplingSession
+from .base import (  # noqa: F401  (re-exported: the contract a sampler is written against)
+    DynamicSamplingExhausted,
+    Round,
+    SampledBatch,
+    SamplingSession,
+)

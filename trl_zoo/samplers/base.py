@@ -77,7 +77,9 @@ def sampling_metrics(generated_groups: int, informative_groups: int, trained_inf
     return metrics
 
 
-def round_metrics(generated_groups: int, informative_groups: int, trained_informative: int, rounds: int, group_size: int):
+def round_metrics(
+    generated_groups: int, informative_groups: int, trained_informative: int, rounds: int, group_size: int
+):
     metrics = sampling_metrics(generated_groups, informative_groups, trained_informative, group_size)
     metrics["dynamic_sampling/generation_rounds"] = float(rounds)
     return metrics
@@ -91,9 +93,9 @@ def informative_groups(session: SamplingSession, index: int) -> list[tuple[int, 
 # One text, so Python's default filter shows it once a process rather than at every step of a task where the cap is
 # often hit; the count of every step is the metric.
 FILL_WARNING = (
-    "dynamic_sampling: a batch reached dynamic_sampling_max_rounds with fewer prompt groups with reward spread than it "
-    "trains on, so it is filled with zero-spread groups (dynamic_sampling_on_exhausted='fill'). Shown once; the metric "
-    "dynamic_sampling/filled_groups counts them at every step. Raise dynamic_sampling_max_rounds or set "
+    "dynamic_sampling: a batch reached dynamic_sampling_max_rounds with fewer prompt groups with reward spread than "
+    "it trains on, so it is filled with zero-spread groups (dynamic_sampling_on_exhausted='fill'). Shown once; the "
+    "metric dynamic_sampling/filled_groups counts them at every step. Raise dynamic_sampling_max_rounds or set "
     "dynamic_sampling_on_exhausted='raise' to stop instead."
 )
 
@@ -125,7 +127,9 @@ def fill_batch(session: SamplingSession, args, informative: list[tuple[int, int]
 
     batch = session.assemble(picks)
     generated_groups = len(session.rounds) * target
-    metrics = round_metrics(generated_groups, len(informative), target - missing, len(session.rounds), session.group_size)
+    metrics = round_metrics(
+        generated_groups, len(informative), target - missing, len(session.rounds), session.group_size
+    )
     metrics["dynamic_sampling/filled_groups"] = float(missing)
     return SampledBatch(batch, metrics)
 

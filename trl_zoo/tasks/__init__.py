@@ -13,7 +13,8 @@ from .scratchpad import SCRATCHPAD, SCRATCHPAD_SMALL, ScratchpadAdditionTask
 TASKS: dict[str, AdditionTask | ScratchpadAdditionTask | ChatArithmeticTask] = {
     task.name: task
     for task in (
-        ADDITION, ADDITION3, SCRATCHPAD, SCRATCHPAD_SMALL, CHAT_ARITHMETIC, CHAT_ARITHMETIC_MEDIUM, CHAT_ARITHMETIC_HARD,
+        ADDITION, ADDITION3, SCRATCHPAD, SCRATCHPAD_SMALL, CHAT_ARITHMETIC, CHAT_ARITHMETIC_MEDIUM,
+        CHAT_ARITHMETIC_HARD,
     )
 }
 

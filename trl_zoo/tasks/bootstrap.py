@@ -103,7 +103,9 @@ def _encode(tokenizer, task: AdditionTask, pairs, answer=lambda a, b: a + b, wid
     return ids, labels
 
 
-def demonstrations(tokenizer, task: AdditionTask, pairs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def demonstrations(
+    tokenizer, task: AdditionTask, pairs
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids, labels) of the right answers and (ids, labels) of the slipped ones, row-aligned and equally wide."""
     width = task.digits * 2 + 2 + task.max_completion_length  # "a+b=" plus the longest answer and eos
     return (*_encode(tokenizer, task, pairs, width=width), *_encode(tokenizer, task, pairs, slipped_sum, width))
@@ -211,7 +213,9 @@ def _build_policy(task: AdditionTask, recipe: BootstrapRecipe, folder: Path, log
     seconds = time.perf_counter() - started
     log(f"Bootstrapped in {seconds:.1f} s: held-out greedy accuracy {accuracy:.1%}")
 
-    summary = {"task": task.name, "recipe": asdict(recipe), **outcome, "heldout_accuracy": accuracy, "seconds": seconds}
+    summary = {
+        "task": task.name, "recipe": asdict(recipe), **outcome, "heldout_accuracy": accuracy, "seconds": seconds,
+    }
     write_policy(model, tokenizer, folder, {"bootstrap.json": json.dumps(summary, indent=2)})
 
 

@@ -20,8 +20,8 @@ on the few informative prompts (dynamic sampling, GRESO). On the H200 it started
 (benchmarks/results/2026-11-26-h200-real-model-2). The medium level sits between: two-digit differences start at 4 %
 greedy against 20 % for sums (the same 100 random operand pairs, CPU, float32), yet sampled at temperature 1 they are
 right almost as often (1.5 % of 8 samples a question against 2.0 %) and 11 % of the groups of 8 have spread (sums:
-13 %) — a start below 5 % with signal in a tenth of the groups. Word problems (0 % greedy on a first try) were left out: no recipe
-gets a signal there at this model size.
+13 %) — a start below 5 % with signal in a tenth of the groups. Word problems (0 % greedy on a first try) were left
+out: no recipe gets a signal there at this model size.
 
 The default policy is the packaged SmolLM2-135M-Instruct (`smollm2-135m-instruct`, see gguf_checkpoint.py), and
 `preset()` holds the hyperparameters measured on one GPU (LoRA r 16 on every linear layer, 16 prompts × 8

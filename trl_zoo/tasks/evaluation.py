@@ -69,7 +69,9 @@ def decoded_completions(
     completions = []
     try:
         for start in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+            batch = tokenizer(
+                texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+            )
             batch = {key: value.to(device) for key, value in batch.items()}
             output = model.generate(
                 **batch,

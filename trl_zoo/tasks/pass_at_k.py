@@ -1,4 +1,5 @@
-"""Held-out pass@k from n sampled completions per prompt (the unbiased estimator of Chen et al. 2021, arXiv:2107.03374):
+"""Held-out pass@k from n sampled completions per prompt (the unbiased estimator of Chen et al. 2021,
+arXiv:2107.03374):
 
     pass@k = (1/N) Σ_n [ 1 − C(n − c_n, k) / C(n, k) ]        c_n = right completions of prompt n among n samples
 

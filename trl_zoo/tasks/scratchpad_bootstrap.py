@@ -30,7 +30,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..cache_lock import build_once
 from .bootstrap import (
-    cache_root, is_policy_entry, save_policy, supervised_step, time_to_go, warmup_cosine_learning_rate, write_policy,
+    cache_root,
+    is_policy_entry,
+    save_policy,
+    supervised_step,
+    time_to_go,
+    warmup_cosine_learning_rate,
+    write_policy,
 )
 from .evaluation import greedy_accuracy, greedy_completions
 from .scratchpad import SCRATCHPAD, SCRATCHPAD_SMALL, ScratchpadAdditionTask, carried_columns, worked_solution
