@@ -13,10 +13,14 @@ import importlib
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
+    tomllib = pytest.importorskip("tomli")
 
 import trl_zoo
 
