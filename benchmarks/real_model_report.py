@@ -118,14 +118,22 @@ def table(runs: dict[tuple[str, int], Run], names: list[str], seeds: list[int]) 
     return "\n".join(lines)
 
 
-def verdict_lines(runs: dict[tuple[str, int], Run]) -> list[str]:
-    """`trl-zoo compare`'s verdict on one task's configurations: the first by mean held-out accuracy against each
-    other, paired by seed, with a 95 % t-interval (`trl_zoo/cli/verdict.py`)."""
+def compare_groups(runs: dict[tuple[str, int], Run]) -> dict[str, list]:
+    """One task's runs as `trl-zoo compare` reads them: configuration -> its runs over seeds."""
     from trl_zoo.cli import report
 
     groups: dict[str, list] = {}
     for (name, _), run in sorted(runs.items()):
         groups.setdefault(name, []).append(report.load_run(run.folder, name))
+    return groups
+
+
+def verdict_lines(runs: dict[tuple[str, int], Run]) -> list[str]:
+    """`trl-zoo compare`'s verdict on one task's configurations: the first by mean held-out accuracy against each
+    other, paired by seed, with a 95 % t-interval (`trl_zoo/cli/verdict.py`)."""
+    from trl_zoo.cli import report
+
+    groups = compare_groups(runs)
     if len(groups) < 2:
         return []
     return [report.seed_winner_sentence(groups), "", report.paired_table(report.paired_differences(groups))]
@@ -145,9 +153,7 @@ def question_lines(runs: dict[tuple[str, int], Run]) -> list[str]:
     question named; [] when none did."""
     from trl_zoo.cli import report
 
-    groups: dict[str, list] = {}
-    for (name, _), run in sorted(runs.items()):
-        groups.setdefault(name, []).append(report.load_run(run.folder, name))
+    groups = compare_groups(runs)
     asked = [(first, second, text) for first, second, text in QUESTIONS if first in groups and second in groups]
     if not asked:
         return []
