@@ -197,8 +197,12 @@ def figures(runs, seeds, out: Path, prefix: str = "") -> list[str]:
 
     drawn = []
 
+    def ran(names):
+        """The configurations of `names` with a run of some seed, in that order."""
+        return [name for name in names if any((name, seed) in runs for seed in seeds)]
+
     def draw(filename, title, ylabel, groups, key, source="train", compare=True):
-        if compare and sum(any((name, seed) in runs for seed in seeds) for name in groups) < 2:
+        if compare and len(ran(groups)) < 2:
             return  # a comparison needs both sides
         fig, ax = plt.subplots(figsize=(7, 4))
         for index, name in enumerate(groups):
@@ -232,7 +236,7 @@ def figures(runs, seeds, out: Path, prefix: str = "") -> list[str]:
 
     def heldout_panels(filename, title, names):
         """Held-out accuracy of `names` against the step, one panel per seed (each seed its own base policy)."""
-        present = [n for n in names if any((n, seed) in runs for seed in seeds)]
+        present = ran(names)
         if len(present) < 2:
             return
         fig, axes = plt.subplots(1, len(seeds), figsize=(4 * len(seeds), 3.6), sharey=True, squeeze=False)
