@@ -46,6 +46,8 @@ Parts (names for --only):
   from checkpoint-2 to step 4; |loss| differences at steps 3 and 4 between the resumed and the uninterrupted run,
   and whether checkpoint-2 and the final folder load (`peft.AutoPeftModelForCausalLM.from_pretrained`).
 
+--losses: the parity parts' losses (default all four). Several drivers with one loss each may run at once on one
+--out (their run folders differ; runs.jsonl takes one appended line per run; `--only ""` rewrites summary.md).
 --deadline: seconds from the start after which no new run starts and the running one is killed (its folder keeps
 what it wrote); the summary is written from what exists. Several invocations may share one --out (e.g. part by
 part): summary.md covers every run folder there, and the DDP reference runs of the parity parts are run once.
@@ -133,7 +135,7 @@ def launched(part, name, config, out, smoke, steps, accumulation, extra=(), trai
     return Run(part, name, command, env or {}, run_dir)
 
 
-def plan(parts: list[str], out: Path, smoke: bool) -> list[Run]:
+def plan(parts: list[str], out: Path, smoke: bool, losses: list[str] = PARITY_LOSSES) -> list[Run]:
     runs: list[Run] = []
     for part in parts:
         if part == "ddp_speed":
@@ -148,7 +150,7 @@ def plan(parts: list[str], out: Path, smoke: bool) -> list[Run]:
                 runs.append(Run(part, trainer, command, {"CUDA_VISIBLE_DEVICES": "0"}, run_dir))
         elif part in ("fsdp_parity", "zero2_parity", "zero3_parity"):
             other = {"fsdp_parity": "fsdp2", "zero2_parity": "zero2", "zero3_parity": "zero3"}[part]
-            for loss in PARITY_LOSSES:
+            for loss in losses:
                 # the DDP reference runs live in fsdp_parity/ and serve every parity part (run once per --out)
                 # it records its completions, the sharded run replays them: both train on the same batches
                 flags = ["--loss_type", loss, *PARITY_FLAGS, *PARITY_LOSS_FLAGS.get(loss, [])]
@@ -468,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of: {', '.join(PARTS)}")
     parser.add_argument("--deadline", type=float, default=510.0,
                         help="seconds; then no new run starts, the running one is killed")
+    parser.add_argument("--losses", default=",".join(PARITY_LOSSES),
+                        help="the parity parts' losses, comma-separated (several drivers, one loss each, may share "
+                        "one --out at once)")
     parser.add_argument("--list", action="store_true", help="print the commands and exit")
     parser.add_argument("--cpu_smoke", action="store_true", help="2 gloo CPU processes, tiny model and batches")
     parser.add_argument("--smoke_model", choices=["bootstrap", "tiny"], default="bootstrap",
@@ -486,7 +491,10 @@ def main(argv: list[str] | None = None) -> int:
     if zero and not args.list and not deepspeed_importable():
         print(f"[multi_gpu] skipping {', '.join(zero)}: deepspeed is not importable", flush=True)
         parts = [part for part in parts if part not in zero]
-    runs = plan(parts, out, args.cpu_smoke)
+    losses = [loss.strip() for loss in args.losses.split(",") if loss.strip()]
+    if not set(losses) <= set(PARITY_LOSSES):
+        parser.error(f"unknown --losses {sorted(set(losses) - set(PARITY_LOSSES))}; choose from {PARITY_LOSSES}")
+    runs = plan(parts, out, args.cpu_smoke, losses)
     if args.list:
         for run in runs:
             env = " ".join(f"{k}={v}" for k, v in run.env.items())

@@ -100,3 +100,12 @@ def test_parity_rows_say_what_accelerate_really_ran(tmp_path):
     lines = parity_section(tmp_path, "zero2_parity", "zero2")
     alone = next(line for line in lines if line.startswith("| dapo |"))
     assert alone.count("|") == lines[2].count("|") and alone.rstrip(" |").endswith("DEEPSPEED")
+
+
+def test_parity_parts_take_a_subset_of_the_losses(tmp_path):
+    runs = plan(["fsdp_parity", "zero3_parity"], tmp_path, False, ["cispo"])
+    assert [(run.part, run.name) for run in runs] == [
+        ("fsdp_parity", "cispo-ddp"), ("fsdp_parity", "cispo-fsdp2"), ("zero3_parity", "cispo-zero3")]
+    result = subprocess.run([sys.executable, "benchmarks/multi_gpu.py", "--list", "--losses", "grpo,ppo"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "unknown --losses ['ppo']" in result.stderr
