@@ -197,26 +197,36 @@ def cpu_smoke_env(command: list[str]) -> dict[str, str]:
     return {"OMP_NUM_THREADS": "1", **({"DS_ACCELERATOR": "cpu"} if zero else {"ACCELERATE_USE_CPU": "true"})}
 
 
+PORT_TAKEN = "EADDRINUSE"  # torch's rendezvous store could not listen: the free port was taken in the meantime
+PORT_ATTEMPTS = 3
+
+
 def run_one(run: Run, out: Path, smoke: bool, deadline_at: float) -> dict:
+    """Run one process (group) to its end or the deadline. A launch whose rendezvous port was taken between
+    `free_port` and the launcher's bind (another launch on the machine) is started again on a new port, up to
+    PORT_ATTEMPTS times; `port_retries` in the result counts them."""
     log_dir = run.run_dir or out / run.part
     log_dir.mkdir(parents=True, exist_ok=True)
-    command = [str(free_port()) if argument == "PORT" else argument for argument in run.command]
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **run.env}
     if smoke:
         env.pop("CUDA_VISIBLE_DEVICES", None)
         env.update(cpu_smoke_env(run.command))
     started = time.time()
     log_path = log_dir / ("log.txt" if run.run_dir else f"{run.name}.log.txt")
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        try:
-            code = process.wait(timeout=max(1.0, deadline_at - time.time()))
-            status = "ok" if code == 0 else "failed"
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # the launcher and its workers: their own session
-            code, status = process.wait(), "killed at deadline"
-    return {"part": run.part, "run": run.name, "status": status, "rc": code,
+    for attempt in range(PORT_ATTEMPTS):
+        command = [str(free_port()) if argument == "PORT" else argument for argument in run.command]
+        with open(log_path, "w") as log:
+            process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+            try:
+                code = process.wait(timeout=max(1.0, deadline_at - time.time()))
+                status = "ok" if code == 0 else "failed"
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)  # the launcher and its workers: their own session
+                code, status = process.wait(), "killed at deadline"
+        if status != "failed" or "PORT" not in run.command or PORT_TAKEN not in log_path.read_text(errors="replace"):
+            break
+    return {"part": run.part, "run": run.name, "status": status, "rc": code, "port_retries": attempt,
             "seconds": round(time.time() - started, 1), "log": str(log_path.relative_to(out))}
 
 

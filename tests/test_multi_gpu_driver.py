@@ -4,6 +4,7 @@ summariser's group checks read synthetic per-process batches right."""
 import json
 import subprocess
 import sys
+import time
 
 from benchmarks.multi_gpu import REPO, plan, sampling_checks
 
@@ -109,3 +110,28 @@ def test_parity_parts_take_a_subset_of_the_losses(tmp_path):
     result = subprocess.run([sys.executable, "benchmarks/multi_gpu.py", "--list", "--losses", "grpo,ppo"], cwd=REPO,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "unknown --losses ['ppo']" in result.stderr
+
+
+def test_a_launch_whose_port_was_taken_starts_again_on_a_new_port(tmp_path, monkeypatch):
+    """Between `free_port` and the launcher's bind another launch may take the port (EADDRINUSE in torch's
+    rendezvous, seen on a GPU host): the driver starts the run again on a new port, other failures it keeps."""
+    from benchmarks import multi_gpu
+    from benchmarks.multi_gpu import Run, run_one
+    ports = iter([41001, 41002, 41003])
+    monkeypatch.setattr(multi_gpu, "free_port", lambda: next(ports))
+    script = tmp_path / "launch.py"
+    script.write_text(
+        "import sys, pathlib\n"
+        "marker = pathlib.Path(sys.argv[2])\n"
+        "if not marker.exists():\n"
+        "    marker.write_text('1'); print('port:', sys.argv[1], 'EADDRINUSE address already in use'); sys.exit(1)\n"
+        "print('trained on port', sys.argv[1])\n")
+    run = Run("ddp_speed", "zoo-1", [sys.executable, str(script), "PORT", str(tmp_path / "marker")],
+              run_dir=tmp_path / "zoo-1")
+    result = run_one(run, tmp_path, False, time.time() + 60)
+    assert result["status"] == "ok" and result["port_retries"] == 1
+    assert (tmp_path / "zoo-1" / "log.txt").read_text().strip() == "trained on port 41002"
+    failing = Run("ddp_speed", "trl-1", [sys.executable, "-c", "import sys; sys.exit(3)", "PORT"],
+                  run_dir=tmp_path / "trl-1")
+    result = run_one(failing, tmp_path, False, time.time() + 60)
+    assert (result["status"], result["rc"], result["port_retries"]) == ("failed", 3, 0)
