@@ -52,16 +52,15 @@ class ZeroAdvantageSkipMixin:
             warnings.warn("skip_zero_advantage: multimodal inputs are not sliced by row; running the full forward.")
             return super()._policy_forward(model, inputs, compute_entropy)
         advantages = inputs["advantages"]
-        active = (advantages != 0).reshape(advantages.size(0), -1).any(dim=1)
-        if bool(active.all()):
+        batch_size = advantages.size(0)
+        rows = (advantages != 0).reshape(batch_size, -1).any(dim=1).nonzero().flatten()  # the one host sync
+        if rows.numel() == batch_size:
             return super()._policy_forward(model, inputs, compute_entropy)
-        if not bool(active.any()):
-            active[0] = True  # a forward on every process keeps DDP / ZeRO in step; the row adds 0 anyway
-        rows = active.nonzero().flatten()
+        if rows.numel() == 0:
+            rows = rows.new_zeros(1)  # a forward on every process keeps DDP / ZeRO in step; the row adds 0 anyway
         active_inputs = {key: inputs[key][rows] for key in _FORWARD_KEYS}
         forward = super()._policy_forward(model, active_inputs, compute_entropy)
         logps, entropies = forward.logps, forward.entropies
-        batch_size = advantages.size(0)
         old = inputs.get("old_per_token_logps")
         # on-policy batches have no old log-probs: the trainer then uses sg(log π_θ), so any value gives ratio 1
         fill = old.detach() if old is not None else torch.zeros_like(logps[:1]).expand(batch_size, -1)
