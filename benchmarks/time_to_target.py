@@ -88,6 +88,9 @@ TWO_STEPS = ["--steps_per_generation", str(2 * TASK_ACCUMULATION)]
 # 40 steps; decoding 512 rows costs ≈ 1.4× 256)
 FOUR_STEPS = ["--steps_per_generation", str(4 * TASK_ACCUMULATION)]
 COMPILED = ["--compile_generation", "true"]
+# CUDA graphs of the traced decoding without inductor's kernel generation: the compile of 19-38 s (second study) is
+# most of what compiled decoding cost on this ~2-minute task
+CUDAGRAPHS = [*COMPILED, "--compile_generation_backend", "cudagraphs"]
 
 # name -> `trl-zoo train` flags (trl_zoo's trainer); each is the set of config fields a user sets to get it.
 CONTENDERS: dict[str, list[str]] = {
@@ -133,9 +136,12 @@ CONTENDERS: dict[str, list[str]] = {
     # slots, but training-only steps 1.03-1.18 s against 0.75-0.85 s (launch-bound model): 0.67× against 0.62×
     "merged_skip_bucket_two_steps": MERGED + SKIP_BUCKET + TWO_STEPS,
     "merged_compiled_skip_bucket_two_steps": MERGED + COMPILED + SKIP_BUCKET + TWO_STEPS,
+    # the recommended switch with compiled decoding at a fraction of the compile (not yet run on a GPU)
+    "merged_cudagraphs_two_steps": MERGED + CUDAGRAPHS + TWO_STEPS,
 }
-# the recommended single-GPU switch (fourth study: 0.62× TRL's time, 4 seeds) and the merge alone (first study: 0.72×)
-DEFAULT_CONTENDERS = "merged_two_steps,merged"
+# the next study's: the recommended single-GPU switch (fourth study: 0.62× TRL's time, 4 seeds) against the same with
+# compiled decoding that skips inductor's codegen
+DEFAULT_CONTENDERS = "merged_cudagraphs_two_steps,merged_two_steps"
 # tiny settings for --cpu_smoke: the whole pipeline in a few minutes of CPU, not a measurement
 CPU_SMOKE_FLAGS = [
     "--use_cpu", "true", "--bf16", "false", "--num_heldout", "2", "--eval_batch_size", "2",

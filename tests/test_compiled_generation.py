@@ -28,6 +28,10 @@ def test_the_generation_config_is_switched_to_compiled_decoding():
     assert on.generation_config.cache_implementation == "static"
     assert on.generation_config.compile_config._compile_all_devices  # a CPU: transformers compiles only if told
     assert on.generation_config.max_new_tokens == off.generation_config.max_new_tokens
+    default = on.generation_config.compile_config
+    assert (default.backend, default.mode) == ("inductor", "reduce-overhead")  # transformers' CompileConfig()
+    graphs = trainer(True, compile_generation_backend="cudagraphs").generation_config.compile_config
+    assert (graphs.backend, graphs.mode, graphs.fullgraph) == ("cudagraphs", None, default.fullgraph)
 
 
 def greedy(model, config, ids):
@@ -38,11 +42,17 @@ def greedy(model, config, ids):
         return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
 
 
-@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")), reason="inductor compiles C++ on a CPU")
-def test_decoding_runs_compiled_with_the_eager_logits_and_a_step_trains():
+NO_COMPILER = not (shutil.which("c++") or shutil.which("g++"))
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param("inductor", marks=pytest.mark.skipif(NO_COMPILER, reason="inductor compiles C++ on a CPU")),
+    "cudagraphs",  # on a CPU the traced graph runs eagerly (no CUDA graphs): the trace and the plumbing are tested
+])
+def test_decoding_runs_compiled_with_the_eager_logits_and_a_step_trains(backend):
     from torch._dynamo.utils import counters
 
-    on = trainer(True)
+    on = trainer(True, compile_generation_backend=backend)
     model = on.accelerator.unwrap_model(on.model)
     ids = torch.tensor([[5, 9, 12, 7, 3, 11], [4, 8, 8, 2, 6, 10]])
     eager_config = copy.deepcopy(on.generation_config)
@@ -74,3 +84,14 @@ def test_refused_where_it_cannot_work_when_the_config_is_built(overrides, fragme
     with pytest.raises(ValueError, match=r"^compile_generation: not with ") as error:
         GRPOConfig(**tiny.config_kwargs(compile_generation=True, **overrides))
     assert fragment in str(error.value) and str(error.value).endswith("set compile_generation=False.")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"compile_generation_backend": "cudagraphs"},
+     "compile_generation_backend='cudagraphs' has no effect without compile_generation=True; set both or neither."),
+    ({"compile_generation": True, "compile_generation_backend": "aot_eager"}, "compile_generation_backend"),
+])
+def test_the_backend_is_checked_when_the_config_is_built(overrides, message):
+    with pytest.raises(ValueError) as error:
+        GRPOConfig(**tiny.config_kwargs(**overrides))
+    assert message in str(error.value) and "\n" not in str(error.value)

@@ -455,6 +455,8 @@ def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
     assert (training.dynamic_sampling == "greso") == ("--dynamic_sampling" in flags)
     assert training.skip_zero_advantage == ("--skip_zero_advantage" in flags)
     assert training.length_bucketing == ("--length_bucketing" in flags)
+    assert training.compile_generation == ("--compile_generation" in flags)
+    assert training.compile_generation_backend == ("cudagraphs" if "cudagraphs" in flags else "inductor")
     if "--transformers_continuous_batching_config" in flags:
         assert training.transformers_continuous_batching_config["num_blocks"] == 128
 
@@ -470,7 +472,7 @@ def test_cpu_smoke_flags_keep_the_levers():
 
 @pytest.mark.parametrize("contenders", [
     "continuous_batching_bounded", "merged_static_cache", "two_steps_per_generation",
-    "continuous_batching_compiled", "merged_skip_bucket_two_steps",
+    "continuous_batching_compiled", "merged_cudagraphs_two_steps",
 ])
 def test_cpu_smoke_of_the_generation_levers(contenders, tmp_path, capsys):
     """The generation levers run end to end on the CPU, one contender a test (TRL's reference record made up and

@@ -238,6 +238,13 @@ class GRPOConfig(TRLGRPOConfig):
         "not with vLLM or continuous batching; cache_implementation unset or 'static'.",
         False,
     )
+    compile_generation_backend: str = _help(
+        "How compile_generation compiles: 'inductor' (transformers' default CompileConfig: generated kernels and CUDA "
+        "graphs) or 'cudagraphs' (CUDA graphs of the traced decoding only: no kernel generation, a fraction of the "
+        "compile time; on a launch-bound small model the graphs are most of the gain).",
+        "inductor",
+        choices=["inductor", "cudagraphs"],
+    )
     nan_rewards: str = _help(
         "What to do when a reward function returns NaN or ±inf: 'raise' (default) or 'drop' (zero advantage, warn).",
         "raise",
@@ -443,6 +450,11 @@ class GRPOConfig(TRLGRPOConfig):
             ):
                 if active:
                     raise ValueError(f"compile_generation: not with {name} ({why}); set compile_generation=False.")
+        elif self.compile_generation_backend != "inductor":
+            raise ValueError(
+                f"compile_generation_backend={self.compile_generation_backend!r} has no effect without "
+                f"compile_generation=True; set both or neither."
+            )
         if self.merge_adapter_for_generation and self.use_vllm:
             raise ValueError(
                 "merge_adapter_for_generation: not with use_vllm=True (TRL already syncs merged weights to vLLM); "

@@ -2,13 +2,17 @@
 
 transformers compiles a model's decoding forward by itself when `generate` runs with a compileable (static) cache,
 unless the generation config says `disable_compile` (`GenerationMixin._valid_auto_compile_criteria`); its
-`CompileConfig` defaults to `fullgraph=True, mode="reduce-overhead"`, i.e. CUDA graphs, which replace the kernel
-launches that dominate the decoding of a small model. TRL 1.16 builds its generation config with
+`CompileConfig` defaults to inductor with `mode="reduce-overhead"`, i.e. generated kernels and CUDA graphs, which
+replace the kernel launches that dominate the decoding of a small model. TRL 1.16 builds its generation config with
 `disable_compile=True` (`GRPOTrainer.__init__`), so the `model.generate` path never compiles, and passing
 `generation_kwargs={"disable_compile": False}` is a duplicate keyword there. With the field on, this layer sets, on
 the generation config TRL built:
 
     disable_compile = False,  cache_implementation = "static" (when unset),  compile_config = CompileConfig()
+
+`compile_generation_backend="cudagraphs"` sets `CompileConfig(backend="cudagraphs", mode=None)` instead: torch
+traces the decoding and replays it as CUDA graphs without generating kernels (inductor's codegen is most of the
+default's compile time; the graphs remove the kernel launches). On a CPU that backend runs the traced graph eagerly.
 
 The prefill stays eager; the decode forward is compiled once and again for a new shape (after that torch marks the
 length dynamic), so the first generation batches pay the compile. On a CPU transformers compiles only with
@@ -38,6 +42,10 @@ class CompiledGenerationMixin:
         config = self.generation_config
         config.disable_compile = False
         config.cache_implementation = config.cache_implementation or "static"
-        config.compile_config = config.compile_config or CompileConfig()
+        if config.compile_config is None:
+            backend = getattr(self.args, "compile_generation_backend", "inductor")
+            config.compile_config = (
+                CompileConfig() if backend == "inductor" else CompileConfig(backend=backend, mode=None)
+            )
         if self.accelerator.device.type == "cpu":
             config.compile_config._compile_all_devices = True
