@@ -128,12 +128,11 @@ def compare_groups(runs: dict[tuple[str, int], Run]) -> dict[str, list]:
     return groups
 
 
-def verdict_lines(runs: dict[tuple[str, int], Run]) -> list[str]:
-    """`trl-zoo compare`'s verdict on one task's configurations: the first by mean held-out accuracy against each
-    other, paired by seed, with a 95 % t-interval (`trl_zoo/cli/verdict.py`)."""
+def verdict_lines(groups: dict[str, list]) -> list[str]:
+    """`trl-zoo compare`'s verdict on one task's configurations (`compare_groups`): the first by mean held-out
+    accuracy against each other, paired by seed, with a 95 % t-interval (`trl_zoo/cli/verdict.py`)."""
     from trl_zoo.cli import report
 
-    groups = compare_groups(runs)
     if len(groups) < 2:
         return []
     return [report.seed_winner_sentence(groups), "", report.paired_table(report.paired_differences(groups))]
@@ -148,12 +147,11 @@ QUESTIONS = (
 )
 
 
-def question_lines(runs: dict[tuple[str, int], Run]) -> list[str]:
-    """The QUESTIONS whose two configurations both ran on this task, as `trl-zoo compare`'s paired table with the
-    question named; [] when none did."""
+def question_lines(groups: dict[str, list]) -> list[str]:
+    """The QUESTIONS whose two configurations both ran on this task (`compare_groups`), as `trl-zoo compare`'s paired
+    table with the question named; [] when none did."""
     from trl_zoo.cli import report
 
-    groups = compare_groups(runs)
     asked = [(first, second, text) for first, second, text in QUESTIONS if first in groups and second in groups]
     if not asked:
         return []
@@ -276,11 +274,12 @@ def main(argv=None) -> int:
     text = ["# Real model on one GPU: tables"]
     for task in tasks:
         ofit = of_task(runs, task)
+        groups = compare_groups(ofit)
         drawn = figures(ofit, seeds, args.out, prefix="" if len(tasks) == 1 else f"{task}_")
         text += [
             "", f"## {task}", "", table(ofit, configurations(ofit), seeds), "",
-            *verdict_lines(ofit), "",
-            *question_lines(ofit), "",
+            *verdict_lines(groups), "",
+            *question_lines(groups), "",
             "Mechanisms:", *(mechanism_lines(ofit, seeds) or ["- none of the pairs ran on this task"]), "",
             *[f"![{name}]({name})" for name in drawn],
         ]
