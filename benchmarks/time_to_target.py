@@ -52,6 +52,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -91,6 +92,9 @@ COMPILED = ["--compile_generation", "true"]
 # CUDA graphs of the traced decoding without inductor's kernel generation: the compile of 19-38 s (second study) is
 # most of what compiled decoding cost on this ~2-minute task
 CUDAGRAPHS = [*COMPILED, "--compile_generation_backend", "cudagraphs"]
+
+# a contender named NAME + WARM runs NAME's flags with the compile cache NAME's run of the same seed left
+WARM = "_warm_cache"
 
 # name -> `trl-zoo train` flags (trl_zoo's trainer); each is the set of config fields a user sets to get it.
 CONTENDERS: dict[str, list[str]] = {
@@ -138,6 +142,8 @@ CONTENDERS: dict[str, list[str]] = {
     "merged_compiled_skip_bucket_two_steps": MERGED + COMPILED + SKIP_BUCKET + TWO_STEPS,
     # the recommended switch with compiled decoding at a fraction of the compile (not yet run on a GPU)
     "merged_cudagraphs_two_steps": MERGED + CUDAGRAPHS + TWO_STEPS,
+    # the same run again with the compile cache its cold twin left (`compile_cache_dir`): a user's second run
+    "merged_compiled_two_steps" + WARM: MERGED + COMPILED + TWO_STEPS,
 }
 # the next study's: the recommended single-GPU switch (fourth study: 0.62× TRL's time, 4 seeds) against the same with
 # compiled decoding that skips inductor's codegen
@@ -196,9 +202,25 @@ def target_accuracy(before: float, after: float, fraction: float) -> float | Non
 
 
 def run_order(seed_index: int, contenders: list[str]) -> list[str]:
-    """TRL first (it sets the target and budget), then the contenders rotated by the seed's index."""
+    """TRL first (it sets the target and budget), then the contenders rotated by the seed's index; a warm-cache
+    contender right after its cold twin when both run."""
     shift = seed_index % len(contenders) if contenders else 0
-    return [REFERENCE, *contenders[shift:], *contenders[:shift]]
+    rotated = [c for c in [*contenders[shift:], *contenders[:shift]] if not (c.endswith(WARM) and cold_twin(c) in
+                                                                             contenders)]
+    for warm in [c for c in contenders if c.endswith(WARM) and cold_twin(c) in contenders]:
+        rotated.insert(rotated.index(cold_twin(warm)) + 1, warm)
+    return [REFERENCE, *rotated]
+
+
+def cold_twin(name: str) -> str:
+    return name.removesuffix(WARM)
+
+
+def compile_cache_dir(run_dir: Path, name: str) -> Path:
+    """The torch compile cache (TORCHINDUCTOR_CACHE_DIR) of a run in DIR/seed<s>/<name>: DIR/compile_cache/seed<s>/
+    <cold twin>. A run of any other contender empties it first, so compiled decoding is measured cold (what a first
+    run on a machine pays); a warm-cache contender reuses what its cold twin of the same seed left."""
+    return run_dir.parent.parent / "compile_cache" / run_dir.parent.name / cold_twin(name)
 
 
 def first_reaching(curve, target: float | None) -> float | None:
@@ -370,6 +392,10 @@ def run_one(name: str, seed: int, out: Path, args, target, budget, device: str |
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if device is not None:  # --devices: this run sees only its device
         env["CUDA_VISIBLE_DEVICES"] = device
+    cache = compile_cache_dir(out, name)
+    if not name.endswith(WARM):
+        shutil.rmtree(cache, ignore_errors=True)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache.resolve())
     started = time.perf_counter()
     with open(out / "log.txt", "w") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode

@@ -220,7 +220,17 @@ def run_record(instrumentation: Instrumentation, trainer: str, code: int) -> dic
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "versions": {"torch": torch.__version__, "trl": trl.__version__},
+        "compile": compile_counts(),
     }
+
+
+def compile_counts() -> dict:
+    """What torch compiled in this process (compiled decoding): graphs, recompiles, and CUDA-graph skips (a skipped
+    graph runs the traced code without CUDA graphs)."""
+    from torch._dynamo.utils import counters
+
+    return {"unique_graphs": counters["stats"]["unique_graphs"], "recompiles": counters["recompiles"].total(),
+            "cudagraph_skips": counters["inductor"]["cudagraph_skips"]}
 
 
 def main(argv: list[str]) -> int:

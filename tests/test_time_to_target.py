@@ -136,6 +136,43 @@ def test_run_order_reference_first_contenders_rotated():
     assert ttt.run_order(4, names) == ["trl", "b", "c", "a"]
 
 
+def test_a_warm_cache_contender_runs_right_after_its_cold_twin():
+    warm = "b" + ttt.WARM
+    assert ttt.run_order(0, ["a", warm, "b", "c"]) == ["trl", "a", "b", warm, "c"]
+    assert ttt.run_order(2, ["a", "b", "c", warm]) == ["trl", "c", "a", "b", warm]
+    assert ttt.run_order(1, [warm, "a"]) == ["trl", "a", warm]  # without its twin: rotated like any other
+
+
+def test_compiled_runs_start_cold_and_the_warm_twin_reuses_the_cache(tmp_path, monkeypatch):
+    """Every run's TORCHINDUCTOR_CACHE_DIR is DIR/compile_cache/seed<s>/<cold twin>; a cold run finds it empty
+    whatever an earlier run left, the warm contender finds what its twin of the same seed wrote."""
+    cold, warm = "merged_compiled_two_steps", "merged_compiled_two_steps" + ttt.WARM
+    seen = {}
+
+    def run(command, env, **kwargs):
+        name = Path(command[command.index("--output_dir") + 1]).name
+        cache = Path(env["TORCHINDUCTOR_CACHE_DIR"])
+        seen[name] = (cache, sorted(p.name for p in cache.glob("*")) if cache.exists() else [])
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / f"written_by_{name}").touch()
+        curve = [[0, 0.2, 0.0], [2, 0.6, 8.0]]
+        line = {"trainer": "trl" if "trl" == name else "trl_zoo", "exit_code": 0, "steps": 2, "curve": curve,
+                "stop_reason": "max_steps", "time_to_target": 8.0, "accuracy_at_stop": 0.6, "completions": 8,
+                "completion_slots": 32, "peak_memory_gib": None, "training_seconds": 8.0, "step_seconds": [4.0, 4.0],
+                "target": 0.2 + 0.9 * 0.4, "budget_seconds": 16.0}
+        Path(command[command.index("--record") + 1]).write_text(json.dumps(line) + "\n")
+        return SimpleNamespace(returncode=0)
+
+    stale = tmp_path / "compile_cache" / "seed0" / cold
+    stale.mkdir(parents=True)
+    (stale / "left_by_an_earlier_study").touch()
+    monkeypatch.setattr(ttt.subprocess, "run", run)
+    assert ttt.main(["--out", str(tmp_path), "--seeds", "0", "--steps", "2", "--contenders", f"{warm},{cold}"]) == 0
+    assert seen[cold] == (stale, [])
+    assert seen[warm] == (stale, [f"written_by_{cold}"])
+    assert seen["trl"][0] == tmp_path / "compile_cache" / "seed0" / "trl"
+
+
 def record(name, seed, time, accuracy, completions=100, memory=2.0, steps=None):
     return {"name": name, "seed": seed, "time_to_target": time, "accuracy_at_stop": accuracy,
             "completions": completions, "completion_slots": 10 * completions, "peak_memory_gib": memory,

@@ -1,0 +1,225 @@
+"""What compiled decoding costs and saves in TRL's `model.generate` path, per compile configuration, one process each.
+
+`compile_generation` (trl_zoo/hooks/compiled_generation.py) turns on transformers' compiled decoding with a static
+KV cache. This measures, on the real-model task's prompts (or the tiny model on a CPU), for each configuration:
+
+- the first `generate` call (it pays the compile) and the median of the later ones (steady state), in seconds,
+  device synchronised; new tokens per second at the steady state;
+- what torch did: graphs compiled (`unique_graphs`), recompiles, and CUDA-graph skips (`cudagraph_skips`: a
+  configuration that skips its graphs runs the traced decoding without them).
+
+Configurations (`CONFIGS`): `eager` (TRL's default: a dynamic cache, not compiled), `static` (a static cache, not
+compiled), `inductor` (transformers' default `CompileConfig`: generated kernels and CUDA graphs) with a cold
+compile cache, `inductor_warm` (the same, a second process reusing the first one's compile cache: what a user's
+second run on the same machine pays), `cudagraphs` (`compile_generation_backend="cudagraphs"`) and
+`cudagraphs_mutation` (the same with torch's `cudagraph_backend_support_input_mutation` on: the static cache is
+written in place at every step, an input mutation that backend otherwise refuses to capture).
+
+Every call generates exactly `--new_tokens` tokens for `--batch` prompts (EOS suppressed by `min_new_tokens`), the
+prompts of call k being the k-th slice of the task's training questions, so every configuration does the same work.
+
+    python benchmarks/compiled_decoding.py --out DIR [--devices 0,1] [--configs eager,static,inductor,...]
+    python benchmarks/compiled_decoding.py --out DIR --tiny          # CPU smoke: the tiny model, eager and static
+
+Writes DIR/CONFIG.json per configuration and DIR/summary.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# name -> (cache_implementation, CompileConfig kwargs or None for no compile, torch._dynamo.config overrides,
+#          the configuration whose compile cache it reuses or None for a fresh one)
+CONFIGS: dict[str, tuple[str | None, dict | None, dict, str | None]] = {
+    "eager": (None, None, {}, None),
+    "static": ("static", None, {}, None),
+    "inductor": ("static", {}, {}, None),
+    "inductor_warm": ("static", {}, {}, "inductor"),
+    "cudagraphs": ("static", {"backend": "cudagraphs", "mode": None}, {}, None),
+    "cudagraphs_mutation": (
+        "static", {"backend": "cudagraphs", "mode": None}, {"cudagraph_backend_support_input_mutation": True}, None,
+    ),
+}
+TINY_CONFIGS = "eager,static"
+
+
+def load(tiny: bool, device: str):
+    """(model, tokenizer, prompts): the packaged SmolLM2-135M-Instruct in bf16 with the chat template applied to the
+    chat_arithmetic questions, or the tiny model of trl_zoo.tasks.tiny with the arithmetic task's prompts."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if tiny:
+        from trl_zoo.tasks import ADDITION
+        from trl_zoo.tasks.tiny import build_char_tokenizer, build_tiny_causal_lm
+
+        tokenizer = build_char_tokenizer()
+        model = build_tiny_causal_lm(tokenizer)
+        prompts = list(ADDITION.train_dataset()["prompt"])
+    else:
+        from trl_zoo.gguf_checkpoint import policy_path
+        from trl_zoo.tasks import CHAT_ARITHMETIC
+
+        path = policy_path(CHAT_ARITHMETIC.default_model, None)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(device))
+        prompts = [
+            tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+            for q in CHAT_ARITHMETIC.train_dataset()["prompt"]
+        ]
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model.to(device).eval(), tokenizer, prompts
+
+
+def torch_dtype(device: str):
+    import torch
+
+    return torch.bfloat16 if device.startswith("cuda") else torch.float32
+
+
+def measure(name: str, args) -> dict:
+    """One configuration in this process: `args.calls` timed `generate` calls and torch's compile counters."""
+    import torch
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig, GenerationConfig
+
+    cache_implementation, compile_kwargs, dynamo_overrides, _ = CONFIGS[name]
+    for key, value in dynamo_overrides.items():
+        setattr(torch._dynamo.config, key, value)
+    device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
+    torch.manual_seed(0)
+    model, tokenizer, prompts = load(args.tiny, device)
+    config = GenerationConfig(
+        do_sample=True, temperature=1.0, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        cache_implementation=cache_implementation, disable_compile=compile_kwargs is None,
+    )
+    if compile_kwargs is not None:
+        config.compile_config = CompileConfig(**compile_kwargs)
+        if device == "cpu":
+            config.compile_config._compile_all_devices = True
+    seconds = []
+    for call in range(args.calls):
+        batch = [prompts[(call * args.batch + i) % len(prompts)] for i in range(args.batch)]
+        inputs = tokenizer(batch, return_tensors="pt", padding=True).to(device)
+        sync(device)
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(**inputs, generation_config=config)
+        sync(device)
+        seconds.append(time.perf_counter() - start)
+        if out.shape[1] - inputs["input_ids"].shape[1] != args.new_tokens:
+            raise RuntimeError(f"{name}: generated {out.shape[1] - inputs['input_ids'].shape[1]} tokens, "
+                               f"not {args.new_tokens}")
+    steady = statistics.median(seconds[1:]) if len(seconds) > 1 else seconds[0]
+    return {
+        "config": name, "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "batch": args.batch, "new_tokens": args.new_tokens, "call_seconds": seconds,
+        "first_call_seconds": seconds[0], "steady_call_seconds": steady,
+        "tokens_per_second": args.batch * args.new_tokens / steady,
+        "unique_graphs": counters["stats"]["unique_graphs"], "recompiles": counters["recompiles"].total(),
+        "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
+        "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
+    }
+
+
+def sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def summary_table(records: list[dict]) -> str:
+    reference = next((r for r in records if r["config"] == "eager"), None)
+    rows = [
+        "| configuration | first call s | steady call s (median) | × eager steady | new tokens/s | graphs | "
+        "recompiles | CUDA-graph skips |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        if "error" in r:
+            rows.append(f"| {r['config']} | failed: {r['error']} | | | | | | |")
+            continue
+        ratio = f"{r['steady_call_seconds'] / reference['steady_call_seconds']:.2f}" if reference else "–"
+        rows.append(
+            f"| {r['config']} | {r['first_call_seconds']:.2f} | {r['steady_call_seconds']:.3f} | {ratio} | "
+            f"{r['tokens_per_second']:,.0f} | {r['unique_graphs']} | {r['recompiles']} | {r['cudagraph_skips']} |"
+        )
+    return "\n".join(rows)
+
+
+def run_config(name: str, args, out: Path, device: str | None) -> dict:
+    """One configuration in its own process (compile caches and counters start empty), on `device` if given."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = device
+    cache_of = CONFIGS[name][3] or name
+    env["TORCHINDUCTOR_CACHE_DIR"] = str((out / "compile_cache" / cache_of).resolve())
+    command = [sys.executable, __file__, "--one", name, "--out", str(out), "--batch", str(args.batch),
+               "--new_tokens", str(args.new_tokens), "--calls", str(args.calls), *(["--tiny"] if args.tiny else [])]
+    with open(out / f"{name}.log", "w") as log:
+        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
+    path = out / f"{name}.json"
+    if code != 0 or not path.exists():
+        tail = (out / f"{name}.log").read_text().splitlines()[-1:] or ["no output"]
+        return {"config": name, "error": f"exit {code}: {tail[0][:200]}"}
+    return json.loads(path.read_text())
+
+
+def queues_for(names: list[str], devices: int) -> list[list[str]]:
+    """The configurations dealt out to the devices, each to the shortest queue, a warm one after its cold one."""
+    queues: list[list[str]] = [[] for _ in range(devices)]
+    for name in names:
+        cold = CONFIGS[name][3]
+        home = next((q for q in queues if cold in q), None) if cold else None
+        (home if home is not None else min(queues, key=len)).append(name)
+    return queues
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--configs", default=None, help=f"Comma-separated, of {', '.join(CONFIGS)} (default all; "
+                        f"--tiny: {TINY_CONFIGS}).")
+    parser.add_argument("--devices", default=None, help="CUDA devices; the configurations are dealt out in order, "
+                        "one process per device at a time (a *_warm configuration goes after its cold one).")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--new_tokens", type=int, default=64)
+    parser.add_argument("--calls", type=int, default=6)
+    parser.add_argument("--tiny", action="store_true", help="The tiny model on the CPU (a smoke run, no speed claim).")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.one is not None:
+        (out / f"{args.one}.json").write_text(json.dumps(measure(args.one, args)) + "\n")
+        return 0
+    names = [c for c in (args.configs or (TINY_CONFIGS if args.tiny else ",".join(CONFIGS))).split(",") if c]
+    unknown = [c for c in names if c not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"--configs: unknown {unknown}; known: {', '.join(CONFIGS)}")
+    devices = args.devices.split(",") if args.devices else [None]
+    queues = queues_for(names, len(devices))
+    with ThreadPoolExecutor(max_workers=len(devices)) as pool:
+        done = pool.map(lambda k: [run_config(n, args, out, devices[k]) for n in queues[k]], range(len(devices)))
+        by_name = {r["config"]: r for records in done for r in records}
+    table = summary_table([by_name[n] for n in names])
+    (out / "summary.md").write_text(table + "\n")
+    print(table)
+    return 0 if all("error" not in r for r in by_name.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""The compiled-decoding benchmark: its dealing of configurations to devices and one tiny run on the CPU (every call
+generates exactly the tokens asked for; torch's counters are read). No wall-clock asserts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import compiled_decoding as cd
+
+
+def test_configurations_are_dealt_to_the_shortest_queue_warm_after_cold():
+    queues = cd.queues_for(list(cd.CONFIGS), 2)
+    assert queues == [["eager", "inductor", "inductor_warm"], ["static", "cudagraphs", "cudagraphs_mutation"]]
+    assert cd.queues_for(["inductor_warm", "static"], 2) == [["inductor_warm"], ["static"]]  # no cold one: alone
+
+
+def test_tiny_run_on_the_cpu(tmp_path):
+    assert cd.main(["--out", str(tmp_path), "--tiny", "--batch", "3", "--new_tokens", "5", "--calls", "2"]) == 0
+    for name in cd.TINY_CONFIGS.split(","):
+        record = json.loads((tmp_path / f"{name}.json").read_text())
+        assert record["new_tokens"] == 5 and len(record["call_seconds"]) == 2
+        assert record["tokens_per_second"] == 3 * 5 / record["steady_call_seconds"]
+        assert record["unique_graphs"] == 0 and record["cudagraph_skips"] == 0  # nothing compiled
+    summary = (tmp_path / "summary.md").read_text().splitlines()
+    assert [row.split("|")[1].strip() for row in summary[2:]] == ["eager", "static"]
+    assert summary[2].split("|")[4].strip() == "1.00"  # eager against itself
+
+
+def test_unknown_configuration_is_named(tmp_path):
+    with pytest.raises(SystemExit, match="--configs: unknown \\['fast'\\]"):
+        cd.main(["--out", str(tmp_path), "--configs", "eager,fast"])
