@@ -323,6 +323,8 @@ def run_command(name: str, seed: int, out: Path, args, target: float | None, bud
         command += ["--budget_seconds", repr(budget)]
     if name != REFERENCE and args.to_the_end:
         command += ["--to_the_end"]
+    if getattr(args, "profile_blocks", False):
+        command += ["--profile_blocks"]
     command += [
         "--task", args.task, "--seed", str(seed), "--output_dir", str(out), "--overwrite_output_dir", "true",
         "--write_report", "false", "--save_strategy", "no", "--max_steps", str(steps),
@@ -605,6 +607,8 @@ def main(argv=None) -> int:
     parser.add_argument("--fraction", type=float, default=0.9)
     parser.add_argument("--budget_factor", type=float, default=2.0)
     parser.add_argument("--max_steps_factor", type=float, default=1.0)
+    parser.add_argument("--profile_blocks", action="store_true",
+                        help="Every run also records TRL's profiled blocks per step (block_times.py; adds syncs).")
     parser.add_argument("--contenders", default=DEFAULT_CONTENDERS)
     parser.add_argument("--define", action="append", default=[], metavar="NAME='FLAGS'",
                         help="Add a contender for this invocation (repeatable), e.g. a combination of levers.")

@@ -245,8 +245,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--target", type=float, default=None)
     parser.add_argument("--budget_seconds", type=float, default=None)
     parser.add_argument("--to_the_end", action="store_true", help="Reaching the target does not stop the run.")
+    parser.add_argument("--profile_blocks", action="store_true",
+                        help="Also record TRL's profiled blocks per step (benchmarks/block_times.py; adds syncs).")
     args, train_argv = parser.parse_known_args(argv)
     instrumentation = Instrumentation(args.target, args.budget_seconds, args.to_the_end)
+    blocks = None
+    if args.profile_blocks:
+        from benchmarks.block_times import BlockTimes
+
+        blocks = BlockTimes()
+        blocks.install()
     count_into(instrumentation.counts)
     base = trl.GRPOTrainer if args.trainer == "trl" else trl_zoo.cli.train.GRPOTrainer
     trl_zoo.cli.train.GRPOTrainer = instrumentation.trainer_class(base)
@@ -254,6 +262,8 @@ def main(argv: list[str]) -> int:
         torch.cuda.reset_peak_memory_stats()
     code = cli_main(["train", *train_argv])
     record = run_record(instrumentation, args.trainer, code)
+    if blocks is not None:
+        record["block_seconds"] = blocks.as_record()
     Path(args.record).parent.mkdir(parents=True, exist_ok=True)
     with open(args.record, "a") as handle:
         handle.write(json.dumps(record) + "\n")
