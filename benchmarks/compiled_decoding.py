@@ -13,7 +13,10 @@ compiled), `inductor` (transformers' default `CompileConfig`: generated kernels 
 compile cache, `inductor_warm` (the same, a second process reusing the first one's compile cache: what a user's
 second run on the same machine pays), `cudagraphs` (`compile_generation_backend="cudagraphs"`) and
 `cudagraphs_mutation` (the same with torch's `cudagraph_backend_support_input_mutation` on: the static cache is
-written in place at every step, an input mutation that backend otherwise refuses to capture).
+written in place at every step, an input mutation that backend may refuse to capture), and `eager_peft`,
+`inductor_peft`, `inductor_peft_warm`: the model as the trainer generates with `merge_adapter_for_generation` (a
+LoRA adapter merged into the weights, train mode, generating through the PEFT wrapper), to tell the wrapper's cost
+from the decoding's.
 
 Every call generates exactly `--new_tokens` tokens for `--batch` prompts (EOS suppressed by `min_new_tokens`), the
 prompts of call k being the k-th slice of the task's training questions, so every configuration does the same work.
@@ -35,20 +38,30 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# name -> (cache_implementation, CompileConfig kwargs or None for no compile, torch._dynamo.config overrides,
-#          the configuration whose compile cache it reuses or None for a fresh one)
-CONFIGS: dict[str, tuple[str | None, dict | None, dict, str | None]] = {
-    "eager": (None, None, {}, None),
-    "static": ("static", None, {}, None),
-    "inductor": ("static", {}, {}, None),
-    "inductor_warm": ("static", {}, {}, "inductor"),
-    "cudagraphs": ("static", {"backend": "cudagraphs", "mode": None}, {}, None),
-    "cudagraphs_mutation": (
-        "static", {"backend": "cudagraphs", "mode": None}, {"cudagraph_backend_support_input_mutation": True}, None,
+class Config(NamedTuple):
+    cache_implementation: str | None
+    compile: dict | None  # CompileConfig's keyword arguments; None: not compiled
+    dynamo: dict = {}  # torch._dynamo.config overrides
+    warm_from: str | None = None  # the configuration whose compile cache it reuses (None: a fresh, empty one)
+    peft: bool = False  # as the trainer generates: a LoRA adapter (r 16, every linear layer) merged, train mode
+
+
+CONFIGS: dict[str, Config] = {
+    "eager": Config(None, None),
+    "static": Config("static", None),
+    "inductor": Config("static", {}),
+    "inductor_warm": Config("static", {}, warm_from="inductor"),
+    "cudagraphs": Config("static", {"backend": "cudagraphs", "mode": None}),
+    "cudagraphs_mutation": Config(
+        "static", {"backend": "cudagraphs", "mode": None}, {"cudagraph_backend_support_input_mutation": True}
     ),
+    "eager_peft": Config(None, None, peft=True),
+    "inductor_peft": Config("static", {}, peft=True),
+    "inductor_peft_warm": Config("static", {}, warm_from="inductor_peft", peft=True),
 }
 TINY_CONFIGS = "eager,static"
 
@@ -82,6 +95,17 @@ def load(tiny: bool, device: str):
     return model.to(device).eval(), tokenizer, prompts
 
 
+def merged_adapter_model(model):
+    """The model as trl_zoo's trainer generates with `merge_adapter_for_generation`: wrapped in a LoRA adapter (r 16,
+    every linear layer, the real-model task's preset), the adapter merged into the weights, in train mode."""
+    from peft import LoraConfig, get_peft_model
+
+    peft_model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
+                                                  task_type="CAUSAL_LM"))
+    peft_model.merge_adapter()
+    return peft_model.train()
+
+
 def torch_dtype(device: str):
     import torch
 
@@ -94,12 +118,15 @@ def measure(name: str, args) -> dict:
     from torch._dynamo.utils import counters
     from transformers import CompileConfig, GenerationConfig
 
-    cache_implementation, compile_kwargs, dynamo_overrides, _ = CONFIGS[name]
-    for key, value in dynamo_overrides.items():
+    config_of = CONFIGS[name]
+    cache_implementation, compile_kwargs = config_of.cache_implementation, config_of.compile
+    for key, value in config_of.dynamo.items():
         setattr(torch._dynamo.config, key, value)
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     torch.manual_seed(0)
     model, tokenizer, prompts = load(args.tiny, device)
+    if config_of.peft:
+        model = merged_adapter_model(model)
     config = GenerationConfig(
         do_sample=True, temperature=1.0, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
@@ -165,7 +192,7 @@ def run_config(name: str, args, out: Path, device: str | None) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
-    cache_of = CONFIGS[name][3] or name
+    cache_of = CONFIGS[name].warm_from or name
     env["TORCHINDUCTOR_CACHE_DIR"] = str((out / "compile_cache" / cache_of).resolve())
     command = [sys.executable, __file__, "--one", name, "--out", str(out), "--batch", str(args.batch),
                "--new_tokens", str(args.new_tokens), "--calls", str(args.calls), *(["--tiny"] if args.tiny else [])]
@@ -182,7 +209,7 @@ def queues_for(names: list[str], devices: int) -> list[list[str]]:
     """The configurations dealt out to the devices, each to the shortest queue, a warm one after its cold one."""
     queues: list[list[str]] = [[] for _ in range(devices)]
     for name in names:
-        cold = CONFIGS[name][3]
+        cold = CONFIGS[name].warm_from
         home = next((q for q in queues if cold in q), None) if cold else None
         (home if home is not None else min(queues, key=len)).append(name)
     return queues

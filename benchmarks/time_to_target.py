@@ -38,6 +38,11 @@ rerun unless `--retry_failed`. `--deadline_minutes M` starts no run whose estima
 flags, a contender's from TRL's measured run of its seed) would end past M minutes and exits 3, so a piece ends
 between runs; `--plan_minutes` prints the runs, their estimates, the pieces and what fits.
 
+Compiled decoding is measured cold: every run starts with an empty torch compile cache of its own
+(`compile_cache_dir`), except a contender named NAME + "_warm_cache", which runs NAME's flags right after NAME with
+the cache NAME's run of the same seed left (a user's second run on the same machine). `--profile_blocks` adds TRL's
+profiled blocks per step to every record (`block_times.py`; it synchronises the device, so steps slow a little).
+
 Every run's JSON line goes to DIR/records.jsonl (and DIR/seed<s>/<name>/record.jsonl); the summary (`summary_table`)
 to DIR/summary.md: per contender over seeds the median and range of time to target (a run that did not reach it counts
 as +∞ in the median), the median and range of its ratio to TRL's time on the same seed, how many seeds reached the
@@ -140,14 +145,16 @@ CONTENDERS: dict[str, list[str]] = {
     # slots, but training-only steps 1.03-1.18 s against 0.75-0.85 s (launch-bound model): 0.67× against 0.62×
     "merged_skip_bucket_two_steps": MERGED + SKIP_BUCKET + TWO_STEPS,
     "merged_compiled_skip_bucket_two_steps": MERGED + COMPILED + SKIP_BUCKET + TWO_STEPS,
-    # the recommended switch with compiled decoding at a fraction of the compile (not yet run on a GPU)
+    # compiled decoding without inductor's kernels. Fifth study: 10-13 s of compiling, decoding 0.62× eager (inductor
+    # 0.33×): 0.69× TRL's time, between cold inductor (0.85×) and no compile (0.62×)
     "merged_cudagraphs_two_steps": MERGED + CUDAGRAPHS + TWO_STEPS,
-    # the same run again with the compile cache its cold twin left (`compile_cache_dir`): a user's second run
+    # the same run again with the compile cache its cold twin left (`compile_cache_dir`): a user's second run.
+    # Fifth study: 0.57× (0.54-0.83), the best median so far
     "merged_compiled_two_steps" + WARM: MERGED + COMPILED + TWO_STEPS,
 }
-# the next study's: the recommended single-GPU switch (fourth study: 0.62× TRL's time, 4 seeds) against the same with
-# compiled decoding that skips inductor's codegen
-DEFAULT_CONTENDERS = "merged_cudagraphs_two_steps,merged_two_steps"
+# the next study's: the recommended switch (0.62× in the fourth and fifth studies) against it compiled, cold and
+# with the cache warm (fifth study: 0.85× and 0.57×)
+DEFAULT_CONTENDERS = "merged_two_steps,merged_compiled_two_steps,merged_compiled_two_steps_warm_cache"
 # tiny settings for --cpu_smoke: the whole pipeline in a few minutes of CPU, not a measurement
 CPU_SMOKE_FLAGS = [
     "--use_cpu", "true", "--bf16", "false", "--num_heldout", "2", "--eval_batch_size", "2",

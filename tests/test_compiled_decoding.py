@@ -11,8 +11,11 @@ from benchmarks import compiled_decoding as cd
 
 
 def test_configurations_are_dealt_to_the_shortest_queue_warm_after_cold():
-    queues = cd.queues_for(list(cd.CONFIGS), 2)
-    assert queues == [["eager", "inductor", "inductor_warm"], ["static", "cudagraphs", "cudagraphs_mutation"]]
+    names = ["eager", "static", "inductor", "inductor_warm", "cudagraphs", "cudagraphs_mutation"]
+    assert cd.queues_for(names, 2) == [["eager", "inductor", "inductor_warm"],
+                                       ["static", "cudagraphs", "cudagraphs_mutation"]]
+    assert cd.queues_for(["inductor_peft", "eager", "inductor_peft_warm", "static"], 2) == [
+        ["inductor_peft", "inductor_peft_warm"], ["eager", "static"]]
     assert cd.queues_for(["inductor_warm", "static"], 2) == [["inductor_warm"], ["static"]]  # no cold one: alone
 
 
@@ -26,6 +29,18 @@ def test_tiny_run_on_the_cpu(tmp_path):
     summary = (tmp_path / "summary.md").read_text().splitlines()
     assert [row.split("|")[1].strip() for row in summary[2:]] == ["eager", "static"]
     assert summary[2].split("|")[4].strip() == "1.00"  # eager against itself
+
+
+def test_the_trainers_generation_model_merged_adapter_in_train_mode(tmp_path):
+    """eager_peft generates through the PEFT wrapper with the adapter merged (the trainer's state while generating
+    with merge_adapter_for_generation)."""
+    assert cd.main(["--out", str(tmp_path), "--tiny", "--configs", "eager_peft", "--batch", "2", "--new_tokens", "3",
+                    "--calls", "1"]) == 0
+    from trl_zoo.tasks.tiny import build_char_tokenizer, build_tiny_causal_lm
+
+    model = cd.merged_adapter_model(build_tiny_causal_lm(build_char_tokenizer()))
+    lora_layers = [m for m in model.modules() if hasattr(m, "merged") and hasattr(m, "lora_A")]
+    assert model.training and lora_layers and all(m.merged for m in lora_layers)
 
 
 def test_unknown_configuration_is_named(tmp_path):

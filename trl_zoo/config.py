@@ -234,14 +234,15 @@ class GRPOConfig(TRLGRPOConfig):
     )
     compile_generation: bool = _help(
         "Compile the decoding of TRL's model.generate with a static KV cache (transformers' compiled decoding, CUDA "
-        "graphs on a GPU), which TRL turns off (disable_compile=True). The first generation batches pay the compile; "
-        "not with vLLM or continuous batching; cache_implementation unset or 'static'.",
+        "graphs on a GPU), which TRL turns off (disable_compile=True). The first generation batch pays the compile "
+        "(135 M model on an H200: ~25 s the first time, ~8 s once torch's compile cache holds it), then decoding "
+        "runs ~3x faster; not with vLLM or continuous batching; cache_implementation unset or 'static'.",
         False,
     )
     compile_generation_backend: str = _help(
         "How compile_generation compiles: 'inductor' (transformers' default CompileConfig: generated kernels and CUDA "
-        "graphs) or 'cudagraphs' (CUDA graphs of the traced decoding only: no kernel generation, a fraction of the "
-        "compile time; on a launch-bound small model the graphs are most of the gain).",
+        "graphs) or 'cudagraphs' (CUDA graphs of the traced decoding only, no kernel generation: on a 135 M model "
+        "about 12 s of compiling instead of ~30 s cold, but decoding at 0.62x eager's time instead of 0.33x).",
         "inductor",
         choices=["inductor", "cudagraphs"],
     )

@@ -11,8 +11,12 @@ the generation config TRL built:
     disable_compile = False,  cache_implementation = "static" (when unset),  compile_config = CompileConfig()
 
 `compile_generation_backend="cudagraphs"` sets `CompileConfig(backend="cudagraphs", mode=None)` instead: torch
-traces the decoding and replays it as CUDA graphs without generating kernels (inductor's codegen is most of the
-default's compile time; the graphs remove the kernel launches). On a CPU that backend runs the traced graph eagerly.
+traces the decoding and replays it as CUDA graphs without generating kernels. On a CPU that backend runs the traced
+graph eagerly.
+
+Measured (benchmarks/compiled_decoding.py; SmolLM2-135M, 256 × 64 tokens, H200): decoding takes 0.33× eager's time
+with inductor, after a first call of 31.5 s (9.0 s with the compile cache a previous process left), and 0.62× with
+"cudagraphs", after 12.2 s: the graphs remove the launches, inductor's fused kernels most of the rest.
 
 The prefill stays eager; the decode forward is compiled once and again for a new shape (after that torch marks the
 length dynamic), so the first generation batches pay the compile. On a CPU transformers compiles only with
