@@ -1,4 +1,4 @@
-"""What compiled decoding costs and saves in TRL's `model.generate` path, per compile configuration, one process each.
+"""What compiled decoding costs and saves in TRL's `model.generate` path, per configuration, one process each.
 
 `compile_generation` (trl_zoo/hooks/compiled_generation.py) turns on transformers' compiled decoding with a static
 KV cache. This measures, on the real-model task's prompts (or the tiny model on a CPU), for each configuration:
@@ -16,7 +16,8 @@ second run on the same machine pays), `cudagraphs` (`compile_generation_backend=
 written in place at every step, an input mutation that backend may refuse to capture), and `eager_peft`,
 `inductor_peft`, `inductor_peft_warm`: the model as the trainer generates with `merge_adapter_for_generation` (a
 LoRA adapter merged into the weights, train mode, generating through the PEFT wrapper), to tell the wrapper's cost
-from the decoding's.
+from the decoding's; `eager_peft_fp32`, `inductor_peft_fp32`: the same in float32, TRL's default dtype (TRL
+generates outside the training step's autocast, so its decoding runs in the weights' dtype).
 
 Every call generates exactly `--new_tokens` tokens for `--batch` prompts (EOS suppressed by `min_new_tokens`), the
 prompts of call k being the k-th slice of the task's training questions, so every configuration does the same work.
@@ -48,6 +49,7 @@ class Config(NamedTuple):
     dynamo: dict = {}  # torch._dynamo.config overrides
     warm_from: str | None = None  # the configuration whose compile cache it reuses (None: a fresh, empty one)
     peft: bool = False  # as the trainer generates: a LoRA adapter (r 16, every linear layer) merged, train mode
+    dtype: str | None = None  # the weights' dtype; None: bfloat16 on a GPU, float32 on the CPU
 
 
 CONFIGS: dict[str, Config] = {
@@ -62,11 +64,14 @@ CONFIGS: dict[str, Config] = {
     "eager_peft": Config(None, None, peft=True),
     "inductor_peft": Config("static", {}, peft=True),
     "inductor_peft_warm": Config("static", {}, warm_from="inductor_peft", peft=True),
+    # the trainer's generation with TRL's default dtype (ModelConfig.dtype "float32"; generation runs outside autocast)
+    "eager_peft_fp32": Config(None, None, peft=True, dtype="float32"),
+    "inductor_peft_fp32": Config("static", {}, peft=True, dtype="float32"),
 }
 TINY_CONFIGS = "eager,static"
 
 
-def load(tiny: bool, device: str):
+def load(tiny: bool, device: str, dtype: str | None = None):
     """(model, tokenizer, prompts): the packaged SmolLM2-135M-Instruct in bf16 with the chat template applied to the
     chat_arithmetic questions, or the tiny model of trl_zoo.tasks.tiny with the arithmetic task's prompts."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -84,7 +89,7 @@ def load(tiny: bool, device: str):
 
         path = policy_path(CHAT_ARITHMETIC.default_model, None)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(device))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(device, dtype))
         prompts = [
             tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
             for q in CHAT_ARITHMETIC.train_dataset()["prompt"]
@@ -106,9 +111,11 @@ def merged_adapter_model(model):
     return peft_model.train()
 
 
-def torch_dtype(device: str):
+def torch_dtype(device: str, dtype: str | None = None):
     import torch
 
+    if dtype is not None:
+        return getattr(torch, dtype)
     return torch.bfloat16 if device.startswith("cuda") else torch.float32
 
 
@@ -124,7 +131,7 @@ def measure(name: str, args) -> dict:
         setattr(torch._dynamo.config, key, value)
     device = "cuda" if torch.cuda.is_available() and not args.tiny else "cpu"
     torch.manual_seed(0)
-    model, tokenizer, prompts = load(args.tiny, device)
+    model, tokenizer, prompts = load(args.tiny, device, config_of.dtype)
     if config_of.peft:
         model = merged_adapter_model(model)
     config = GenerationConfig(

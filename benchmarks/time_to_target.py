@@ -97,6 +97,10 @@ COMPILED = ["--compile_generation", "true"]
 # CUDA graphs of the traced decoding without inductor's kernel generation: the compile of 19-38 s (second study) is
 # most of what compiled decoding cost on this ~2-minute task
 CUDAGRAPHS = [*COMPILED, "--compile_generation_backend", "cudagraphs"]
+# the frozen base loaded in bf16 (TRL's own ModelConfig field; its default is float32). TRL generates outside the
+# training step's autocast, so with the default every decoding matmul runs in fp32: the step breakdown measured the
+# compiled `generate` inside training at 2.4× the bf16 decoding alone. The LoRA adapter stays fp32 (peft's default).
+BF16 = ["--dtype", "bfloat16"]
 
 # a contender named NAME + WARM runs NAME's flags with the compile cache NAME's run of the same seed left
 WARM = "_warm_cache"
@@ -151,10 +155,16 @@ CONTENDERS: dict[str, list[str]] = {
     # the same run again with the compile cache its cold twin left (`compile_cache_dir`): a user's second run.
     # Fifth study: 0.57× (0.54-0.83), the best median so far
     "merged_compiled_two_steps" + WARM: MERGED + COMPILED + TWO_STEPS,
+    # TRL's own dtype field alone (what TRL gains from it too), then with the recommended switch, and compiled
+    "bf16": BF16,
+    "merged_bf16_two_steps": MERGED + BF16 + TWO_STEPS,
+    "merged_bf16_compiled_two_steps": MERGED + BF16 + COMPILED + TWO_STEPS,
+    "merged_bf16_compiled_two_steps" + WARM: MERGED + BF16 + COMPILED + TWO_STEPS,
 }
-# the next study's: the recommended switch (0.62× in the fourth and fifth studies) against it compiled, cold and
-# with the cache warm (fifth study: 0.85× and 0.57×)
-DEFAULT_CONTENDERS = "merged_two_steps,merged_compiled_two_steps,merged_compiled_two_steps_warm_cache"
+# the next study's: the recommended switch (0.62× in the fourth and fifth studies) against it with the base in bf16,
+# uncompiled and compiled (cold, warm): not yet run on a GPU
+DEFAULT_CONTENDERS = ("merged_two_steps,merged_bf16_two_steps,merged_bf16_compiled_two_steps,"
+                      "merged_bf16_compiled_two_steps_warm_cache")
 # tiny settings for --cpu_smoke: the whole pipeline in a few minutes of CPU, not a measurement
 CPU_SMOKE_FLAGS = [
     "--use_cpu", "true", "--bf16", "false", "--num_heldout", "2", "--eval_batch_size", "2",

@@ -480,9 +480,10 @@ def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
     """Each contender is a set of fields a user sets: they parse into trl_zoo's GRPOConfig, with the values meant."""
     from trl_zoo.arguments import parse_train_args
 
-    _, training, _ = parse_train_args(["--task", "chat_arithmetic", "--output_dir", str(tmp_path / "out"),
-                                       *ttt.contender_flags(name)], log=lambda *a: None)
+    _, training, model = parse_train_args(["--task", "chat_arithmetic", "--output_dir", str(tmp_path / "out"),
+                                           *ttt.contender_flags(name)], log=lambda *a: None)
     flags = ttt.CONTENDERS[name]
+    assert model.dtype == ("bfloat16" if "--dtype" in flags else "float32")  # TRL's ModelConfig default: float32
     assert training.merge_adapter_for_generation == ("--merge_adapter_for_generation" in flags)
     assert training.use_transformers_continuous_batching == ("--use_transformers_continuous_batching" in flags)
     assert training.cache_implementation == ("static" if "--cache_implementation" in flags else None)
@@ -509,7 +510,7 @@ def test_cpu_smoke_flags_keep_the_levers():
 
 @pytest.mark.parametrize("contenders", [
     "continuous_batching_bounded", "merged_static_cache", "two_steps_per_generation",
-    "continuous_batching_compiled", "merged_cudagraphs_two_steps",
+    "continuous_batching_compiled", "merged_cudagraphs_two_steps", "merged_bf16_two_steps",
 ])
 def test_cpu_smoke_of_the_generation_levers(contenders, tmp_path, capsys):
     """The generation levers run end to end on the CPU, one contender a test (TRL's reference record made up and
