@@ -101,6 +101,9 @@ CUDAGRAPHS = [*COMPILED, "--compile_generation_backend", "cudagraphs"]
 # training step's autocast, so with the default every decoding matmul runs in fp32: the step breakdown measured the
 # compiled `generate` inside training at 2.4× the bf16 decoding alone. The LoRA adapter stays fp32 (peft's default).
 BF16 = ["--dtype", "bfloat16"]
+# the weights left in fp32, the decoding under the training forward's bf16 autocast (trl_zoo's generation_autocast)
+# (bf16 is the GPU default already; said here because the field refuses to run without mixed precision)
+AUTOCAST = ["--bf16", "true", "--generation_autocast", "true"]
 
 # a contender named NAME + WARM runs NAME's flags with the compile cache NAME's run of the same seed left
 WARM = "_warm_cache"
@@ -160,6 +163,9 @@ CONTENDERS: dict[str, list[str]] = {
     "merged_bf16_two_steps": MERGED + BF16 + TWO_STEPS,
     "merged_bf16_compiled_two_steps": MERGED + BF16 + COMPILED + TWO_STEPS,
     "merged_bf16_compiled_two_steps" + WARM: MERGED + BF16 + COMPILED + TWO_STEPS,
+    "merged_autocast_two_steps": MERGED + AUTOCAST + TWO_STEPS,
+    "merged_autocast_compiled_two_steps": MERGED + AUTOCAST + COMPILED + TWO_STEPS,
+    "merged_autocast_compiled_two_steps" + WARM: MERGED + AUTOCAST + COMPILED + TWO_STEPS,
 }
 # the next study's: the recommended switch (0.62× in the fourth and fifth studies) against it with the base in bf16,
 # uncompiled and compiled (cold, warm): not yet run on a GPU
@@ -346,9 +352,18 @@ def run_command(name: str, seed: int, out: Path, args, target: float | None, bud
         "--task", args.task, "--seed", str(seed), "--output_dir", str(out), "--overwrite_output_dir", "true",
         "--write_report", "false", "--save_strategy", "no", "--max_steps", str(steps),
         "--eval_every_steps", str(args.eval_every), "--eval_batch_size", str(args.eval_batch_size), *flags[2:],
-        *args.extra,
+        *(smoke_extra(args.extra, flags) if getattr(args, "cpu_smoke", False) else args.extra),
     ]
     return command
+
+
+def smoke_extra(extra: list[str], flags: list[str]) -> list[str]:
+    """--cpu_smoke's flags for a run: `--bf16 false` left out for a contender that generates under autocast
+    (generation_autocast refuses to run without mixed precision; bf16 autocast runs on a CPU too)."""
+    if "--generation_autocast" not in flags or "--bf16" not in extra:
+        return list(extra)
+    at = extra.index("--bf16")
+    return extra[:at] + extra[at + 2:]
 
 
 # what a run's output_dir holds besides its records (≈ 23 MB a run: the LoRA adapter, the tokenizer), deleted after

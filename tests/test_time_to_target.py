@@ -480,9 +480,10 @@ def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
     """Each contender is a set of fields a user sets: they parse into trl_zoo's GRPOConfig, with the values meant."""
     from trl_zoo.arguments import parse_train_args
 
-    _, training, model = parse_train_args(["--task", "chat_arithmetic", "--output_dir", str(tmp_path / "out"),
-                                           *ttt.contender_flags(name)], log=lambda *a: None)
     flags = ttt.CONTENDERS[name]
+    cpu = ["--use_cpu", "true"] if "--bf16" in flags else []  # bf16 without a GPU: TrainingArguments asks for it
+    _, training, model = parse_train_args(["--task", "chat_arithmetic", "--output_dir", str(tmp_path / "out"),
+                                           *ttt.contender_flags(name), *cpu], log=lambda *a: None)
     assert model.dtype == ("bfloat16" if "--dtype" in flags else "float32")  # TRL's ModelConfig default: float32
     assert training.merge_adapter_for_generation == ("--merge_adapter_for_generation" in flags)
     assert training.use_transformers_continuous_batching == ("--use_transformers_continuous_batching" in flags)
@@ -494,6 +495,7 @@ def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
     assert training.skip_zero_advantage == ("--skip_zero_advantage" in flags)
     assert training.length_bucketing == ("--length_bucketing" in flags)
     assert training.compile_generation == ("--compile_generation" in flags)
+    assert training.generation_autocast == ("--generation_autocast" in flags)
     assert training.compile_generation_backend == ("cudagraphs" if "cudagraphs" in flags else "inductor")
     if "--transformers_continuous_batching_config" in flags:
         assert training.transformers_continuous_batching_config["num_blocks"] == 128
@@ -511,6 +513,7 @@ def test_cpu_smoke_flags_keep_the_levers():
 @pytest.mark.parametrize("contenders", [
     "continuous_batching_bounded", "merged_static_cache", "two_steps_per_generation",
     "continuous_batching_compiled", "merged_cudagraphs_two_steps", "merged_bf16_two_steps",
+    "merged_autocast_two_steps",
 ])
 def test_cpu_smoke_of_the_generation_levers(contenders, tmp_path, capsys):
     """The generation levers run end to end on the CPU, one contender a test (TRL's reference record made up and

@@ -232,6 +232,13 @@ class GRPOConfig(TRLGRPOConfig):
         "needs a PEFT adapter, no vLLM, no quantized base, no ZeRO-3/FSDP.",
         False,
     )
+    generation_autocast: bool = _help(
+        "Generate under the training forward's mixed precision (accelerate's autocast, bf16 or fp16). TRL generates "
+        "outside autocast, so with float32 weights (TRL's default dtype) every decoding matmul runs in fp32 while the "
+        "old log-probs and the loss run in bf16. Weights untouched; needs bf16 or fp16; not with vLLM or continuous "
+        "batching.",
+        False,
+    )
     compile_generation: bool = _help(
         "Compile the decoding of TRL's model.generate with a static KV cache (transformers' compiled decoding, CUDA "
         "graphs on a GPU), which TRL turns off (disable_compile=True). The first generation batch pays the compile "
@@ -456,6 +463,15 @@ class GRPOConfig(TRLGRPOConfig):
                 f"compile_generation_backend={self.compile_generation_backend!r} has no effect without "
                 f"compile_generation=True; set both or neither."
             )
+        if self.generation_autocast:
+            for name, active, why in (
+                ("bf16=False and fp16=False", not (self.bf16 or self.fp16), "no mixed precision to generate under"),
+                ("use_vllm", self.use_vllm, "vLLM generates in its own dtype"),
+                ("use_transformers_continuous_batching", self.use_transformers_continuous_batching,
+                 "TRL casts the model for continuous batching itself"),
+            ):
+                if active:
+                    raise ValueError(f"generation_autocast: not with {name} ({why}); set generation_autocast=False.")
         if self.merge_adapter_for_generation and self.use_vllm:
             raise ValueError(
                 "merge_adapter_for_generation: not with use_vllm=True (TRL already syncs merged weights to vLLM); "

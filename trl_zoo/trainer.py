@@ -28,6 +28,8 @@ composition of one-concept layers, each overriding TRL's methods (or a seam of o
                              (`ScoredRound`) handed to ordered hook points
     MergedGenerationMixin    LoRA merged into the weights while TRL generates   hooks/merged_generation.py
                              (`merge_adapter_for_generation`)
+    AutocastGenerationMixin  TRL's generation under the training forward's      hooks/autocast_generation.py
+                             mixed precision (`generation_autocast`)
     CompiledGenerationMixin  TRL's `model.generate` decoding compiled with a       hooks/compiled_generation.py
                              static cache (`compile_generation`)
     trl.GRPOTrainer
@@ -58,6 +60,7 @@ from .config import GRPOConfig, to_zoo_config
 from .dataset_values import check_prompts
 from .gguf_checkpoint import policy_path
 from .hooks.advantages import AdvantageMixin
+from .hooks.autocast_generation import AutocastGenerationMixin
 from .hooks.compiled_generation import CompiledGenerationMixin
 from .hooks.critic import CriticMixin
 from .hooks.generation import GenerationMixin
@@ -179,6 +182,7 @@ class GRPOTrainer(
     ModelObjectMixin,
     GenerationMixin,
     MergedGenerationMixin,
+    AutocastGenerationMixin,
     CompiledGenerationMixin,
     TRLGRPOTrainer,
 ):

@@ -1,0 +1,32 @@
+"""Trainer hook: TRL's generation under the training forward's mixed precision (`generation_autocast`).
+
+TRL computes the old log-probs and the loss under accelerate's autocast (`_get_per_token_logps_and_entropies`), but
+generates outside it: `Trainer.training_step` calls `_prepare_inputs` before its autocast context, and accelerate's
+autocast wrapper sits on the wrapped model's `forward`, which `model.generate` does not call. With float32 weights
+(TRL's default `ModelConfig.dtype`) every decoding matmul therefore runs in fp32, while every other forward of the
+step runs in bf16 (or fp16). With the field on, this layer runs TRL's `_generate_single_turn` inside
+`accelerator.autocast()`:
+
+    decoding:  fp32 weights, fp32 matmuls   →   fp32 weights, bf16 matmuls (the training forward's precision)
+
+The weights are not touched (no copy, no cast in place); the sampler then computes as the old log-probs and the
+loss do, so their mismatch shrinks rather than grows. Compiled decoding (`compile_generation`) traces the decoding
+under the same autocast.
+
+Refused when the config is built (`config.py`): without bf16 or fp16 (no mixed precision to apply), with vLLM (its
+own dtype) and with TRL's continuous batching (TRL casts the model for it itself).
+
+Tests: tests/test_autocast_generation.py.
+"""
+
+from __future__ import annotations
+
+
+class AutocastGenerationMixin:
+    """Wraps TRL's `_generate_single_turn` in `accelerator.autocast()` when `generation_autocast` is on."""
+
+    def _generate_single_turn(self, *args, **kwargs):
+        if not getattr(self.args, "generation_autocast", False):
+            return super()._generate_single_turn(*args, **kwargs)
+        with self.accelerator.autocast():
+            return super()._generate_single_turn(*args, **kwargs)
