@@ -17,7 +17,9 @@ written in place at every step, an input mutation that backend may refuse to cap
 `inductor_peft`, `inductor_peft_warm`: the model as the trainer generates with `merge_adapter_for_generation` (a
 LoRA adapter merged into the weights, train mode, generating through the PEFT wrapper), to tell the wrapper's cost
 from the decoding's; `eager_peft_fp32`, `inductor_peft_fp32`: the same in float32, TRL's default dtype (TRL
-generates outside the training step's autocast, so its decoding runs in the weights' dtype).
+generates outside the training step's autocast, so its decoding runs in the weights' dtype);
+`eager_peft_fp32_autocast`, `inductor_peft_fp32_autocast`: float32 weights decoding under bf16 autocast, what
+`generation_autocast` does.
 
 Every call generates exactly `--new_tokens` tokens for `--batch` prompts (EOS suppressed by `min_new_tokens`), the
 prompts of call k being the k-th slice of the task's training questions, so every configuration does the same work.
@@ -50,6 +52,7 @@ class Config(NamedTuple):
     warm_from: str | None = None  # the configuration whose compile cache it reuses (None: a fresh, empty one)
     peft: bool = False  # as the trainer generates: a LoRA adapter (r 16, every linear layer) merged, train mode
     dtype: str | None = None  # the weights' dtype; None: bfloat16 on a GPU, float32 on the CPU
+    autocast: bool = False  # generate under bf16 autocast (trl_zoo's generation_autocast)
 
 
 CONFIGS: dict[str, Config] = {
@@ -67,6 +70,9 @@ CONFIGS: dict[str, Config] = {
     # the trainer's generation with TRL's default dtype (ModelConfig.dtype "float32"; generation runs outside autocast)
     "eager_peft_fp32": Config(None, None, peft=True, dtype="float32"),
     "inductor_peft_fp32": Config("static", {}, peft=True, dtype="float32"),
+    # the same under `generation_autocast`: float32 weights, bf16 autocast
+    "eager_peft_fp32_autocast": Config(None, None, peft=True, dtype="float32", autocast=True),
+    "inductor_peft_fp32_autocast": Config("static", {}, peft=True, dtype="float32", autocast=True),
 }
 TINY_CONFIGS = "eager,static"
 
@@ -149,7 +155,7 @@ def measure(name: str, args) -> dict:
         inputs = tokenizer(batch, return_tensors="pt", padding=True).to(device)
         sync(device)
         start = time.perf_counter()
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(device, dtype=torch.bfloat16, enabled=config_of.autocast):
             out = model.generate(**inputs, generation_config=config)
         sync(device)
         seconds.append(time.perf_counter() - start)

@@ -167,10 +167,10 @@ CONTENDERS: dict[str, list[str]] = {
     "merged_autocast_compiled_two_steps": MERGED + AUTOCAST + COMPILED + TWO_STEPS,
     "merged_autocast_compiled_two_steps" + WARM: MERGED + AUTOCAST + COMPILED + TWO_STEPS,
 }
-# the next study's: the recommended switch (0.62× in the fourth and fifth studies) against it with the base in bf16,
-# uncompiled and compiled (cold, warm): not yet run on a GPU
-DEFAULT_CONTENDERS = ("merged_two_steps,merged_bf16_two_steps,merged_bf16_compiled_two_steps,"
-                      "merged_bf16_compiled_two_steps_warm_cache")
+# the next study's: the recommended switch (0.62× in the fourth and fifth studies) against it decoding under the
+# training forward's bf16 autocast (the weights untouched), uncompiled and compiled (cold, warm): not yet run on a GPU
+DEFAULT_CONTENDERS = ("merged_two_steps,merged_autocast_two_steps,merged_autocast_compiled_two_steps,"
+                      "merged_autocast_compiled_two_steps_warm_cache")
 # tiny settings for --cpu_smoke: the whole pipeline in a few minutes of CPU, not a measurement
 CPU_SMOKE_FLAGS = [
     "--use_cpu", "true", "--bf16", "false", "--num_heldout", "2", "--eval_batch_size", "2",

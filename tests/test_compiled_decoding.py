@@ -34,8 +34,8 @@ def test_tiny_run_on_the_cpu(tmp_path):
 def test_the_trainers_generation_model_merged_adapter_in_train_mode(tmp_path):
     """eager_peft generates through the PEFT wrapper with the adapter merged (the trainer's state while generating
     with merge_adapter_for_generation)."""
-    assert cd.main(["--out", str(tmp_path), "--tiny", "--configs", "eager_peft", "--batch", "2", "--new_tokens", "3",
-                    "--calls", "1"]) == 0
+    assert cd.main(["--out", str(tmp_path), "--tiny", "--configs", "eager_peft,eager_peft_fp32_autocast", "--batch",
+                    "2", "--new_tokens", "3", "--calls", "1"]) == 0
     from trl_zoo.tasks.tiny import build_char_tokenizer, build_tiny_causal_lm
 
     model = cd.merged_adapter_model(build_tiny_causal_lm(build_char_tokenizer()))
