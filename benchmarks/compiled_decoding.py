@@ -45,7 +45,10 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
 class Config(NamedTuple):
+    """One configuration of the decoding measured (see the module docstring)."""
+
     cache_implementation: str | None
     compile: dict | None  # CompileConfig's keyword arguments; None: not compiled
     dynamo: dict = {}  # torch._dynamo.config overrides
