@@ -9,9 +9,10 @@ step runs in bf16 (or fp16). With the field on, this layer runs TRL's `_generate
 
     decoding:  fp32 weights, fp32 matmuls   →   fp32 weights, bf16 matmuls (the training forward's precision)
 
-The weights are not touched (no copy, no cast in place); the sampler then computes as the old log-probs and the
-loss do, so their mismatch shrinks rather than grows. Compiled decoding (`compile_generation`) traces the decoding
-under the same autocast.
+The weights are not touched (no copy, no cast in place); the sampler then computes at the precision of the old
+log-probs and the loss. It is not the same computation (one token at a time with a KV cache against whole
+sequences), so the sampled distribution still differs from the one the loss scores by rounding, as it does in fp32.
+Compiled decoding (`compile_generation`) traces the decoding under the same autocast.
 
 Refused when the config is built (`config.py`): without bf16 or fp16 (no mixed precision to apply), with vLLM (its
 own dtype) and with TRL's continuous batching (TRL casts the model for it itself).
