@@ -228,10 +228,10 @@ def run_order(seed_index: int, contenders: list[str]) -> list[str]:
     """TRL first (it sets the target and budget), then the contenders rotated by the seed's index; a warm-cache
     contender right after its cold twin when both run."""
     shift = seed_index % len(contenders) if contenders else 0
-    rotated = [c for c in [*contenders[shift:], *contenders[:shift]] if not (c.endswith(WARM) and cold_twin(c) in
-                                                                             contenders)]
-    for warm in [c for c in contenders if c.endswith(WARM) and cold_twin(c) in contenders]:
-        rotated.insert(rotated.index(cold_twin(warm)) + 1, warm)
+    warm = [c for c in contenders if c.endswith(WARM) and cold_twin(c) in contenders]
+    rotated = [c for c in [*contenders[shift:], *contenders[:shift]] if c not in warm]
+    for name in warm:
+        rotated.insert(rotated.index(cold_twin(name)) + 1, name)
     return [REFERENCE, *rotated]
 
 

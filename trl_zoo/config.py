@@ -106,6 +106,14 @@ def _with_table_fields(cls):
     return cls
 
 
+def refuse_conflicts(field: str, conflicts) -> None:
+    """Raise a one-line ValueError for the first (setting, active, why) of `conflicts` that is active: the boolean
+    `field` cannot work with that setting."""
+    for name, active, why in conflicts:
+        if active:
+            raise ValueError(f"{field}: not with {name} ({why}); set {field}=False.")
+
+
 @dataclass
 @_with_table_fields
 class GRPOConfig(TRLGRPOConfig):
@@ -449,29 +457,25 @@ class GRPOConfig(TRLGRPOConfig):
         if self.length_bucketing:
             check_length_bucketing(entry, self)
         if self.compile_generation:
-            for name, active, why in (
+            refuse_conflicts("compile_generation", (
                 ("use_vllm", self.use_vllm, "vLLM compiles its own decoding"),
                 ("use_transformers_continuous_batching", self.use_transformers_continuous_batching,
                  "set the compile options of transformers_continuous_batching_config instead"),
                 ("cache_implementation", self.cache_implementation not in (None, "static"),
                  f"{self.cache_implementation!r} is not a compileable cache; leave it unset or use 'static'"),
-            ):
-                if active:
-                    raise ValueError(f"compile_generation: not with {name} ({why}); set compile_generation=False.")
+            ))
         elif self.compile_generation_backend != "inductor":
             raise ValueError(
                 f"compile_generation_backend={self.compile_generation_backend!r} has no effect without "
                 f"compile_generation=True; set both or neither."
             )
         if self.generation_autocast:
-            for name, active, why in (
+            refuse_conflicts("generation_autocast", (
                 ("bf16=False and fp16=False", not (self.bf16 or self.fp16), "no mixed precision to generate under"),
                 ("use_vllm", self.use_vllm, "vLLM generates in its own dtype"),
                 ("use_transformers_continuous_batching", self.use_transformers_continuous_batching,
                  "TRL casts the model for continuous batching itself"),
-            ):
-                if active:
-                    raise ValueError(f"generation_autocast: not with {name} ({why}); set generation_autocast=False.")
+            ))
         if self.merge_adapter_for_generation and self.use_vllm:
             raise ValueError(
                 "merge_adapter_for_generation: not with use_vllm=True (TRL already syncs merged weights to vLLM); "
