@@ -49,3 +49,30 @@ def test_trl_decodes_in_the_weights_dtype_and_the_field_in_the_training_precisio
 def test_refused_where_it_cannot_work(overrides, fragment):
     with pytest.raises(ValueError, match=f"generation_autocast: not with {fragment}"):
         GRPOConfig(**tiny.config_kwargs(generation_autocast=True, **overrides))
+
+
+@pytest.mark.parametrize("static", [{"compile_generation": True}, {"cache_implementation": "static"}])
+def test_static_cache_refused_only_where_transformers_mixes_the_dtypes(monkeypatch, static):
+    import transformers
+
+    kwargs = tiny.config_kwargs(generation_autocast=True, bf16=True, **static)
+    monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    refusal = r"generation_autocast: not with a static KV cache .*upgrade transformers to >= 5\.24"
+    with pytest.raises(ValueError, match=refusal):
+        GRPOConfig(**kwargs)
+    monkeypatch.setattr(transformers, "__version__", "5.24.0")
+    assert GRPOConfig(**kwargs).generation_autocast
+
+
+def test_static_cache_under_autocast_decodes_where_allowed():
+    """The combination the refusal guards: bf16 autocast, a static cache, LoRA; one step trains (transformers
+    >= 5.24: keys and values each in their own dtype)."""
+    from trl_zoo.hooks.autocast_generation import static_cache_refuses_mixed_dtypes
+
+    if static_cache_refuses_mixed_dtypes():
+        pytest.skip("this transformers refuses the combination (tested above)")
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    trainer = tiny.make_trainer(GRPOTrainer, GRPOConfig, peft_config=lora, max_steps=1, bf16=True,
+                                generation_autocast=True, cache_implementation="static")
+    trainer.train()
+    assert trainer.state.global_step == 1

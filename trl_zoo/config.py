@@ -31,6 +31,7 @@ import torch
 from trl import GRPOConfig as TRLGRPOConfig
 
 from . import advantages, aggregation, critic, kl, losses, samplers  # noqa: F401  (the tables the help lists)
+from .hooks.autocast_generation import STATIC_CACHE_MIXED_DTYPES, static_cache_refuses_mixed_dtypes
 from .hooks.length_bucketing import check_length_bucketing
 from .hooks.skip_zero_advantage import check_zero_advantage_skip
 from .hooks.teacher import check_teacher_options
@@ -475,6 +476,11 @@ class GRPOConfig(TRLGRPOConfig):
                 ("use_vllm", self.use_vllm, "vLLM generates in its own dtype"),
                 ("use_transformers_continuous_batching", self.use_transformers_continuous_batching,
                  "TRL casts the model for continuous batching itself"),
+                ("a static KV cache (compile_generation or cache_implementation='static')",
+                 (self.compile_generation or self.cache_implementation == "static")
+                 and static_cache_refuses_mixed_dtypes(),
+                 f"transformers < {STATIC_CACHE_MIXED_DTYPES} allocates autocast's bf16 values in the fp32 keys' "
+                 f"dtype and fails in index_copy_; upgrade transformers to >= {STATIC_CACHE_MIXED_DTYPES}"),
             ))
         if self.merge_adapter_for_generation and self.use_vllm:
             raise ValueError(

@@ -15,12 +15,27 @@ sequences), so the sampled distribution still differs from the one the loss scor
 Compiled decoding (`compile_generation`) traces the decoding under the same autocast.
 
 Refused when the config is built (`config.py`): without bf16 or fp16 (no mixed precision to apply), with vLLM (its
-own dtype) and with TRL's continuous batching (TRL casts the model for it itself).
+own dtype), with TRL's continuous batching (TRL casts the model for it itself), and with a static KV cache
+(`compile_generation`, `cache_implementation="static"`) under transformers < 5.24: under autocast the keys leave
+the rotary embedding in fp32 (the fp32 residual stream's cos/sin) while the values stay bf16, and those versions'
+`StaticLayer` allocates both in the keys' dtype, so the first cache update fails in `index_copy_` (measured on an
+H200 with transformers 5.17); 5.24 allocates each in its own dtype.
 
 Tests: tests/test_autocast_generation.py.
 """
 
 from __future__ import annotations
+
+import transformers
+from packaging.version import Version
+
+# the first transformers whose StaticLayer allocates the values in their own dtype, not the keys'
+STATIC_CACHE_MIXED_DTYPES = Version("5.24")
+
+
+def static_cache_refuses_mixed_dtypes() -> bool:
+    """Whether the installed transformers' static KV cache fails on the fp32 keys and bf16 values of autocast."""
+    return Version(transformers.__version__).release < STATIC_CACHE_MIXED_DTYPES.release
 
 
 class AutocastGenerationMixin:
