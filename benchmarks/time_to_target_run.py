@@ -188,7 +188,9 @@ def time_to_target(curve: list[tuple[int, float, float]], target: float | None) 
 
 
 def run_record(instrumentation: Instrumentation, trainer: str, code: int) -> dict:
-    """The run's JSON line: clock, evaluation time, stop, curve, counts, peak memory, device."""
+    """The run's JSON line: clock, evaluation time, stop, curve, counts, peak memory, device, versions."""
+    import peft
+    import transformers
     import trl
 
     stop = instrumentation.stop
@@ -219,7 +221,8 @@ def run_record(instrumentation: Instrumentation, trainer: str, code: int) -> dic
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "versions": {"torch": torch.__version__, "trl": trl.__version__},
+        "versions": {"torch": torch.__version__, "trl": trl.__version__, "transformers": transformers.__version__,
+                     "peft": peft.__version__},
         "compile": compile_counts(),
     }
 

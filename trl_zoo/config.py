@@ -245,7 +245,8 @@ class GRPOConfig(TRLGRPOConfig):
         "Generate under the training forward's mixed precision (accelerate's autocast, bf16 or fp16). TRL generates "
         "outside autocast, so with float32 weights (TRL's default dtype) every decoding matmul runs in fp32 while the "
         "old log-probs and the loss run in bf16. Weights untouched; needs bf16 or fp16; not with vLLM or continuous "
-        "batching.",
+        "batching. Pays with compile_generation (135 M model on an H200: compiled decoding 0.59 s instead of 1.07 s "
+        "in fp32), which it needs transformers >= 5.24 for.",
         False,
     )
     compile_generation: bool = _help(
