@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from benchmarks import time_to_target as ttt
-from benchmarks.time_to_target_run import TargetStop, stop_decision, time_to_target
+from benchmarks.time_to_target_run import TargetStop, compile_counts, stop_decision, time_to_target
 
 
 def test_target_rule():
@@ -605,3 +605,14 @@ def test_the_figures_legend_names_every_run_also_one_the_last_seed_lacks(tmp_pat
     figure.draw(records, tmp_path / "f.png")
     legend = drawn[0].axes[-1].get_legend()
     assert [text.get_text() for text in legend.get_texts()] == ["trl", "compiled", "merged"]
+
+
+def test_compile_counts_time_the_phases_of_what_was_compiled():
+    import torch
+
+    before = compile_counts()
+    double = torch.compile(lambda x: x.cos() * 2, backend="eager")
+    assert torch.allclose(double(torch.ones(3)), torch.ones(3).cos() * 2)
+    after = compile_counts()
+    assert after["unique_graphs"] == before["unique_graphs"] + 1
+    assert after["seconds"]["bytecode_tracing"] > before["seconds"].get("bytecode_tracing", 0.0)
