@@ -169,6 +169,10 @@ CONTENDERS: dict[str, list[str]] = {
     "merged_autocast_two_steps": MERGED + AUTOCAST + TWO_STEPS,
     "merged_autocast_compiled_two_steps": MERGED + AUTOCAST + COMPILED + TWO_STEPS,
     "merged_autocast_compiled_two_steps" + WARM: MERGED + AUTOCAST + COMPILED + TWO_STEPS,
+    # one optimizer step per generation batch (on-policy: no old log-probs): in the sixth study the two-steps runs
+    # needed one generation batch more than TRL on 3 of 4 seeds. Not yet run on a GPU
+    "merged_autocast_compiled": MERGED + AUTOCAST + COMPILED,
+    "merged_autocast_compiled" + WARM: MERGED + AUTOCAST + COMPILED,
 }
 # the recommended switch (0.62× in the fourth and fifth studies) and the fastest recipe so far (sixth study: compiled
 # decoding under the step's bf16 autocast, 0.87× cold, 0.54× with a warm compile cache)
