@@ -31,7 +31,7 @@ import torch
 from trl import GRPOConfig as TRLGRPOConfig
 
 from . import advantages, aggregation, critic, kl, losses, samplers  # noqa: F401  (the tables the help lists)
-from .hooks.autocast_generation import STATIC_CACHE_MIXED_DTYPES, static_cache_refuses_mixed_dtypes
+from .hooks.autocast_generation import MIXED_DTYPE_STATIC_CACHE_SINCE, static_cache_fails_on_mixed_dtypes
 from .hooks.length_bucketing import check_length_bucketing
 from .hooks.skip_zero_advantage import check_zero_advantage_skip
 from .hooks.teacher import check_teacher_options
@@ -245,8 +245,8 @@ class GRPOConfig(TRLGRPOConfig):
         "Generate under the training forward's mixed precision (accelerate's autocast, bf16 or fp16). TRL generates "
         "outside autocast, so with float32 weights (TRL's default dtype) every decoding matmul runs in fp32 while the "
         "old log-probs and the loss run in bf16. Weights untouched; needs bf16 or fp16; not with vLLM or continuous "
-        "batching. Pays with compile_generation (135 M model on an H200: compiled decoding 0.59 s instead of 1.07 s "
-        "in fp32), which it needs transformers >= 5.24 for.",
+        "batching. It pays off with compile_generation (135 M model on an H200: compiled decoding 0.59 s instead of "
+        "1.07 s in fp32); that pair needs transformers >= 5.24.",
         False,
     )
     compile_generation: bool = _help(
@@ -479,9 +479,9 @@ class GRPOConfig(TRLGRPOConfig):
                  "TRL casts the model for continuous batching itself"),
                 ("a static KV cache (compile_generation or cache_implementation='static')",
                  (self.compile_generation or self.cache_implementation == "static")
-                 and static_cache_refuses_mixed_dtypes(),
-                 f"transformers < {STATIC_CACHE_MIXED_DTYPES} allocates autocast's bf16 values in the fp32 keys' "
-                 f"dtype and fails in index_copy_; upgrade transformers to >= {STATIC_CACHE_MIXED_DTYPES}"),
+                 and static_cache_fails_on_mixed_dtypes(),
+                 f"transformers < {MIXED_DTYPE_STATIC_CACHE_SINCE} allocates autocast's bf16 values in the fp32 keys' "
+                 f"dtype and fails in index_copy_; upgrade transformers to >= {MIXED_DTYPE_STATIC_CACHE_SINCE}"),
             ))
         if self.merge_adapter_for_generation and self.use_vllm:
             raise ValueError(

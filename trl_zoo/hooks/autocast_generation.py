@@ -36,12 +36,12 @@ import transformers
 from packaging.version import Version
 
 # the first transformers whose StaticLayer allocates the values in their own dtype, not the keys'
-STATIC_CACHE_MIXED_DTYPES = Version("5.24")
+MIXED_DTYPE_STATIC_CACHE_SINCE = Version("5.24")
 
 
-def static_cache_refuses_mixed_dtypes() -> bool:
+def static_cache_fails_on_mixed_dtypes() -> bool:
     """Whether the installed transformers' static KV cache fails on the fp32 keys and bf16 values of autocast."""
-    return Version(transformers.__version__).release < STATIC_CACHE_MIXED_DTYPES.release
+    return Version(transformers.__version__).release < MIXED_DTYPE_STATIC_CACHE_SINCE.release
 
 
 class AutocastGenerationMixin:
