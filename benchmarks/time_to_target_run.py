@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
-from benchmarks.real_model_run import StepTimer  # noqa: E402
+from benchmarks.real_model_run import StepTimer, versions  # noqa: E402
 
 
 def stop_decision(clock: float, budget: float | None, accuracy: float | None, target: float | None) -> str | None:
@@ -189,10 +189,6 @@ def time_to_target(curve: list[tuple[int, float, float]], target: float | None) 
 
 def run_record(instrumentation: Instrumentation, trainer: str, code: int) -> dict:
     """The run's JSON line: clock, evaluation time, stop, curve, counts, peak memory, device, versions."""
-    import peft
-    import transformers
-    import trl
-
     stop = instrumentation.stop
     curve = stop.curve if stop is not None else []
     reached = time_to_target(curve, instrumentation.target)
@@ -221,8 +217,7 @@ def run_record(instrumentation: Instrumentation, trainer: str, code: int) -> dic
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "versions": {"torch": torch.__version__, "trl": trl.__version__, "transformers": transformers.__version__,
-                     "peft": peft.__version__},
+        "versions": versions(),
         "compile": compile_counts(),
     }
 
