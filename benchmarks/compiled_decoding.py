@@ -5,8 +5,9 @@ KV cache. This measures, on the real-model task's prompts (or the tiny model on 
 
 - the first `generate` call (it pays the compile) and the median of the later ones (steady state), in seconds,
   device synchronised; new tokens per second at the steady state;
-- what torch did: graphs compiled (`unique_graphs`), recompiles, and CUDA-graph skips (`cudagraph_skips`: a
-  configuration that skips its graphs runs the traced decoding without them).
+- what torch did (benchmarks/compile_counts.py): graphs compiled (`unique_graphs`), recompiles, CUDA-graph skips
+  (`cudagraph_skips`: a configuration that skips its graphs runs the traced decoding without them) and seconds per
+  compile phase.
 
 Configurations (`CONFIGS`): `eager` (TRL's default: a dynamic cache, not compiled), `static` (a static cache, not
 compiled), `inductor` (transformers' default `CompileConfig`: generated kernels and CUDA graphs) with a cold
@@ -131,8 +132,9 @@ def torch_dtype(device: str, dtype: str | None = None):
 def measure(name: str, args) -> dict:
     """One configuration in this process: `args.calls` timed `generate` calls and torch's compile counters."""
     import torch
-    from torch._dynamo.utils import counters
     from transformers import CompileConfig, GenerationConfig
+
+    from benchmarks.compile_counts import compile_counts
 
     config_of = CONFIGS[name]
     cache_implementation, compile_kwargs = config_of.cache_implementation, config_of.compile
@@ -171,8 +173,7 @@ def measure(name: str, args) -> dict:
         "batch": args.batch, "new_tokens": args.new_tokens, "call_seconds": seconds,
         "first_call_seconds": seconds[0], "steady_call_seconds": steady,
         "tokens_per_second": args.batch * args.new_tokens / steady,
-        "unique_graphs": counters["stats"]["unique_graphs"], "recompiles": counters["recompiles"].total(),
-        "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
+        **compile_counts(),
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
     }
 

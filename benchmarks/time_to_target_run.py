@@ -47,6 +47,7 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
+from benchmarks.compile_counts import compile_counts  # noqa: E402
 from benchmarks.real_model_run import StepTimer, versions  # noqa: E402
 
 
@@ -220,18 +221,6 @@ def run_record(instrumentation: Instrumentation, trainer: str, code: int) -> dic
         "versions": versions(),
         "compile": compile_counts(),
     }
-
-
-def compile_counts() -> dict:
-    """What torch compiled in this process (compiled decoding): graphs, recompiles, CUDA-graph skips (a skipped graph
-    runs the traced code without CUDA graphs), and seconds per compile phase (dynamo's `compile_times`: tracing,
-    guards, the backend's compile or cache load), which tell where a compiled run's first step goes."""
-    from torch._dynamo.utils import compile_times, counters
-
-    phases, seconds = compile_times(repr="csv", aggregate=True)
-    return {"unique_graphs": counters["stats"]["unique_graphs"], "recompiles": counters["recompiles"].total(),
-            "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
-            "seconds": {phase: round(float(value), 3) for phase, value in zip(phases, seconds)}}
 
 
 def main(argv: list[str]) -> int:
