@@ -26,38 +26,33 @@ from contextlib import contextmanager
 
 import torch
 
+from ..speed_recipe import set_by, turn_off
+
 
 def merge_refusal(model, args, accelerator) -> str | None:
-    """Why `merge_adapter_for_generation` cannot work for this trainer, or None."""
+    """Why `merge_adapter_for_generation` cannot work for this trainer, or None (naming `speed_recipe` when that
+    set the field)."""
+    field, fix = set_by(args, "merge_adapter_for_generation"), turn_off(args, "merge_adapter_for_generation")
     if args.use_vllm:
-        return (
-            "merge_adapter_for_generation: not with use_vllm=True (TRL already syncs merged weights to vLLM); "
-            "set it False."
-        )
+        return f"{field}: not with use_vllm=True (TRL already syncs merged weights to vLLM); {fix}."
     try:
         from peft import PeftModel
     except ImportError:  # pragma: no cover - peft is a dependency of the LoRA path
         PeftModel = None
     unwrapped = accelerator.unwrap_model(model) if accelerator is not None else model
     if PeftModel is None or not isinstance(unwrapped, PeftModel):
-        return (
-            "merge_adapter_for_generation: the policy has no PEFT adapter to merge; pass a peft_config or set it "
-            "False."
-        )
+        return f"{field}: the policy has no PEFT adapter to merge; pass a peft_config or {fix}."
     base = unwrapped.get_base_model()
     if getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False) or getattr(
         base, "quantization_method", None
     ) or getattr(getattr(base, "config", None), "quantization_config", None):
-        return (
-            "merge_adapter_for_generation: the base model is quantized (merging into its weights is lossy); set it "
-            "False."
-        )
+        return f"{field}: the base model is quantized (merging into its weights is lossy); {fix}."
     state = getattr(accelerator, "state", None)
     deepspeed = getattr(state, "deepspeed_plugin", None)
     if deepspeed is not None and getattr(deepspeed, "zero_stage", 0) == 3:
-        return "merge_adapter_for_generation: not with DeepSpeed ZeRO-3 (sharded weights); set it False."
+        return f"{field}: not with DeepSpeed ZeRO-3 (sharded weights); {fix}."
     if getattr(accelerator, "is_fsdp2", False) or getattr(state, "fsdp_plugin", None) is not None:
-        return "merge_adapter_for_generation: not with FSDP (sharded weights); set it False."
+        return f"{field}: not with FSDP (sharded weights); {fix}."
     return None
 
 

@@ -1,0 +1,124 @@
+"""speed_recipe: the fields each recipe sets are those of the time-to-target contenders the README measured, a
+steps_per_generation or generation_batch_size the user gives wins, a recipe that cannot work is refused in one line
+naming it, and a LoRA run under the recipe trains two optimizer steps per generation batch with the adapter merged
+while generating."""
+
+from __future__ import annotations
+
+import pytest
+from peft import LoraConfig
+
+from benchmarks.time_to_target import CONTENDERS
+from tests import tiny
+from trl_zoo import GRPOConfig, GRPOTrainer
+from trl_zoo.cli.arguments import parse_train_args
+from trl_zoo.hooks import autocast_generation
+from trl_zoo.speed_recipe import SPEED_RECIPES
+
+RECIPE_FIELDS = ("merge_adapter_for_generation", "compile_generation", "generation_autocast",
+                 "steps_per_generation", "generation_batch_size")
+# the recipe and the contender of the README's table it stands for
+MEASURED_AS = {"lora": "merged_two_steps", "lora_compiled": "merged_autocast_compiled_two_steps"}
+needs_mixed_dtype_static_cache = pytest.mark.skipif(
+    autocast_generation.static_cache_fails_on_mixed_dtypes(),
+    reason="generation_autocast with compiled decoding needs transformers >= 5.24",
+)
+
+
+def fields_of(training_args) -> dict:
+    return {name: getattr(training_args, name) for name in RECIPE_FIELDS}
+
+
+@pytest.mark.parametrize("recipe", [
+    "lora", pytest.param("lora_compiled", marks=needs_mixed_dtype_static_cache),
+])
+def test_a_recipe_sets_the_fields_of_the_contender_it_was_measured_as(recipe, tmp_path):
+    task = ["--task", "chat_arithmetic", "--output_dir", str(tmp_path / "run"), "--bf16", "true", "--use_cpu", "true"]
+    _, by_recipe, _ = parse_train_args([*task, "--speed_recipe", recipe])
+    _, by_flags, _ = parse_train_args([*task, *CONTENDERS[MEASURED_AS[recipe]]])
+    assert fields_of(by_recipe) == fields_of(by_flags)
+    assert by_recipe.steps_per_generation == 2 * by_recipe.gradient_accumulation_steps == 8
+    assert by_recipe.generation_batch_size == 2 * 128  # two optimizer steps of the task's 128 completions
+    assert by_recipe.merge_adapter_for_generation
+
+
+def test_recipes_set_only_their_listed_fields():
+    plain = GRPOConfig(**tiny.config_kwargs(gradient_accumulation_steps=3))
+    recipe = GRPOConfig(**tiny.config_kwargs(gradient_accumulation_steps=3, speed_recipe="lora"))
+    changed = {name for name in RECIPE_FIELDS if getattr(plain, name) != getattr(recipe, name)}
+    assert changed == {*SPEED_RECIPES["lora"], "steps_per_generation", "generation_batch_size"}
+    assert (plain.steps_per_generation, recipe.steps_per_generation) == (3, 6)
+    assert recipe.generation_batch_size == 2 * plain.generation_batch_size
+
+
+@pytest.mark.parametrize("given, expected_steps", [
+    ({"steps_per_generation": 3}, 3),
+    ({"generation_batch_size": 8 * 3}, 3),  # 8 rows a micro-batch on one process
+])
+def test_a_steps_per_generation_or_generation_batch_size_the_user_gives_wins(given, expected_steps):
+    config = GRPOConfig(**tiny.config_kwargs(gradient_accumulation_steps=2, speed_recipe="lora", **given))
+    assert config.steps_per_generation == expected_steps and config.merge_adapter_for_generation
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    ({"speed_recipe": "fast"}, "speed_recipe: got 'fast'; choose one of 'lora', 'lora_compiled' or None"),
+    ({"speed_recipe": "lora", "use_vllm": True}, "speed_recipe='lora': not with use_vllm=True"),
+    ({"speed_recipe": "lora", "use_transformers_continuous_batching": True},
+     "speed_recipe='lora': not with use_transformers_continuous_batching=True"),
+    ({"speed_recipe": "lora_compiled", "bf16": False, "fp16": False},
+     "speed_recipe='lora_compiled': decodes under bf16 or fp16 autocast"),
+    ({"speed_recipe": "lora_compiled", "bf16": True, "cache_implementation": "dynamic"},
+     "cache_implementation='dynamic'; leave it unset, or use speed_recipe='lora'"),
+])
+def test_a_recipe_that_cannot_work_is_one_line_naming_it(overrides, fragment):
+    with pytest.raises(ValueError) as error:
+        GRPOConfig(**tiny.config_kwargs(**overrides))
+    message = str(error.value)
+    assert fragment in message and "\n" not in message
+
+
+def test_the_compiled_recipe_names_the_transformers_upgrade_where_it_fails(monkeypatch):
+    monkeypatch.setattr(autocast_generation, "static_cache_fails_on_mixed_dtypes", lambda: True)
+    with pytest.raises(ValueError, match=r"speed_recipe='lora_compiled': compiled decoding under autocast needs "
+                                         r"transformers >= 5\.24; upgrade transformers, or use speed_recipe='lora'"):
+        GRPOConfig(**tiny.config_kwargs(speed_recipe="lora_compiled", bf16=True))
+    assert GRPOConfig(**tiny.config_kwargs(speed_recipe="lora")).merge_adapter_for_generation  # 'lora' still works
+
+
+def test_without_an_adapter_the_trainer_names_the_recipe_and_its_fix():
+    with pytest.raises(ValueError) as error:
+        tiny.make_trainer(GRPOTrainer, GRPOConfig, speed_recipe="lora", max_steps=1)
+    assert str(error.value) == (
+        "merge_adapter_for_generation (set by speed_recipe='lora'): the policy has no PEFT adapter to merge; pass a "
+        "peft_config or unset speed_recipe."
+    )
+
+
+def test_a_lora_run_under_the_recipe_generates_once_per_two_optimizer_steps_merged(monkeypatch):
+    from trl_zoo.hooks import merged_generation
+
+    merges = []
+    real = merged_generation.merged_adapter
+
+    def counted(peft_model):
+        merges.append(peft_model)
+        return real(peft_model)
+
+    monkeypatch.setattr(merged_generation, "merged_adapter", counted)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    trainer = tiny.make_trainer(GRPOTrainer, GRPOConfig, peft_config=lora, speed_recipe="lora", max_steps=4,
+                                per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    batches = []
+    generate = trainer._generate_and_score_completions
+
+    def counted_batches(inputs):
+        batch = generate(inputs)
+        batches.append(len(batch["completion_ids"]))
+        return batch
+
+    trainer._generate_and_score_completions = counted_batches
+    trainer.train()
+    assert trainer.state.global_step == 4
+    assert batches == [16, 16]  # two generation batches of 2 steps × 2 micro-batches × 4 rows for 4 steps
+    assert len(merges) == 2  # merged once per generation batch
+    assert "old_per_token_logps" in trainer._buffered_inputs[0]  # the second step is off-policy: TRL's ratio
