@@ -33,7 +33,7 @@ SPEED_RECIPES: dict[str, dict[str, bool]] = {
     "lora": {"merge_adapter_for_generation": True},
     "lora_compiled": {"merge_adapter_for_generation": True, "compile_generation": True, "generation_autocast": True},
 }
-GENERATIONS_PER_STEP = 2  # optimizer steps per generation batch: steps_per_generation = 2 · accumulation
+OPTIMIZER_STEPS_PER_GENERATION = 2  # steps_per_generation = 2 · gradient_accumulation_steps
 
 
 def apply_speed_recipe(config) -> None:
@@ -50,7 +50,7 @@ def apply_speed_recipe(config) -> None:
     for field, value in SPEED_RECIPES[name].items():
         setattr(config, field, value)
     if config.steps_per_generation is None and config.generation_batch_size is None:
-        config.steps_per_generation = GENERATIONS_PER_STEP * config.gradient_accumulation_steps
+        config.steps_per_generation = OPTIMIZER_STEPS_PER_GENERATION * config.gradient_accumulation_steps
 
 
 def recipe_refusal(config) -> str | None:
@@ -79,17 +79,10 @@ def recipe_refusal(config) -> str | None:
     return None
 
 
-def set_by(args, field: str) -> str:
-    """How a refusal names `field`: the field, and the recipe that set it if one did."""
+def refusal_words(args, field: str) -> tuple[str, str]:
+    """How a refusal of `field` names it and the fix it names: with the recipe that set it and "unset
+    speed_recipe", else the field alone and "set it False"."""
     recipe = getattr(args, "speed_recipe", None)
     if recipe is not None and field in SPEED_RECIPES.get(recipe, {}):
-        return f"{field} (set by speed_recipe={recipe!r})"
-    return field
-
-
-def turn_off(args, field: str) -> str:
-    """The fix a refusal of `field` names: unset the recipe that set it, or set the field False."""
-    recipe = getattr(args, "speed_recipe", None)
-    if recipe is not None and field in SPEED_RECIPES.get(recipe, {}):
-        return "unset speed_recipe"
-    return "set it False"
+        return f"{field} (set by speed_recipe={recipe!r})", "unset speed_recipe"
+    return field, "set it False"

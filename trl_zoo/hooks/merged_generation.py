@@ -26,13 +26,13 @@ from contextlib import contextmanager
 
 import torch
 
-from ..speed_recipe import set_by, turn_off
+from ..speed_recipe import refusal_words
 
 
 def merge_refusal(model, args, accelerator) -> str | None:
     """Why `merge_adapter_for_generation` cannot work for this trainer, or None (naming `speed_recipe` when that
     set the field)."""
-    field, fix = set_by(args, "merge_adapter_for_generation"), turn_off(args, "merge_adapter_for_generation")
+    field, fix = refusal_words(args, "merge_adapter_for_generation")
     if args.use_vllm:
         return f"{field}: not with use_vllm=True (TRL already syncs merged weights to vLLM); {fix}."
     try:
