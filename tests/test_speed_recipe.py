@@ -60,27 +60,45 @@ def test_a_steps_per_generation_or_generation_batch_size_the_user_gives_wins(giv
     assert config.steps_per_generation == expected_steps and config.merge_adapter_for_generation
 
 
-@pytest.mark.parametrize("overrides, fragment", [
-    ({"speed_recipe": "fast"}, "speed_recipe: got 'fast'; choose one of 'lora', 'lora_compiled' or None"),
-    ({"speed_recipe": "lora", "use_vllm": True}, "speed_recipe='lora': not with use_vllm=True"),
-    ({"speed_recipe": "lora", "use_transformers_continuous_batching": True},
-     "speed_recipe='lora': not with use_transformers_continuous_batching=True"),
+@pytest.mark.parametrize("overrides, message", [
+    ({"speed_recipe": "fast"}, "speed_recipe: got 'fast'; choose one of 'lora', 'lora_compiled' or None."),
+    ({"speed_recipe": "lora", "use_vllm": True},
+     "merge_adapter_for_generation (set by speed_recipe='lora'): not with use_vllm=True (TRL already syncs merged "
+     "weights to vLLM); unset speed_recipe."),
     ({"speed_recipe": "lora_compiled", "bf16": False, "fp16": False},
-     "speed_recipe='lora_compiled': decodes under bf16 or fp16 autocast"),
+     "generation_autocast (set by speed_recipe='lora_compiled'): not with bf16=False and fp16=False (no mixed "
+     "precision to generate under); unset speed_recipe."),
     ({"speed_recipe": "lora_compiled", "bf16": True, "cache_implementation": "dynamic"},
-     "cache_implementation='dynamic'; leave it unset, or use speed_recipe='lora'"),
+     "compile_generation (set by speed_recipe='lora_compiled'): not with cache_implementation ('dynamic' is not a "
+     "compileable cache; leave it unset or use 'static'); unset speed_recipe."),
 ])
-def test_a_recipe_that_cannot_work_is_one_line_naming_it(overrides, fragment):
+def test_a_recipe_that_cannot_work_is_one_line_naming_it(overrides, message):
     with pytest.raises(ValueError) as error:
         GRPOConfig(**tiny.config_kwargs(**overrides))
-    message = str(error.value)
-    assert fragment in message and "\n" not in message
+    assert str(error.value) == message
+
+
+def test_a_field_set_by_hand_keeps_its_own_fix():
+    with pytest.raises(ValueError) as error:
+        GRPOConfig(**tiny.config_kwargs(merge_adapter_for_generation=True, use_vllm=True))
+    assert str(error.value).startswith("merge_adapter_for_generation: not with use_vllm=True")
+    assert str(error.value).endswith("; set one of them False.") and "speed_recipe" not in str(error.value)
+
+
+def test_the_lora_recipe_works_with_continuous_batching():
+    """The merge wraps both of TRL's transformers generation paths (the `merged_continuous_batching_bounded`
+    contender ran them together), so the recipe does not refuse TRL's continuous batching."""
+    config = GRPOConfig(**tiny.config_kwargs(speed_recipe="lora", use_transformers_continuous_batching=True))
+    assert config.merge_adapter_for_generation and config.use_transformers_continuous_batching
 
 
 def test_the_compiled_recipe_names_the_transformers_upgrade_where_it_fails(monkeypatch):
-    monkeypatch.setattr(autocast_generation, "static_cache_fails_on_mixed_dtypes", lambda: True)
-    with pytest.raises(ValueError, match=r"speed_recipe='lora_compiled': compiled decoding under autocast needs "
-                                         r"transformers >= 5\.24; upgrade transformers, or use speed_recipe='lora'"):
+    import transformers
+
+    monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    refusal = (r"^generation_autocast \(set by speed_recipe='lora_compiled'\): not with a static KV cache .*"
+               r"upgrade transformers to >= 5\.24\); unset speed_recipe\.$")
+    with pytest.raises(ValueError, match=refusal):
         GRPOConfig(**tiny.config_kwargs(speed_recipe="lora_compiled", bf16=True))
     assert GRPOConfig(**tiny.config_kwargs(speed_recipe="lora")).merge_adapter_for_generation  # 'lora' still works
 

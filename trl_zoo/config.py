@@ -37,7 +37,7 @@ from .hooks.skip_zero_advantage import check_zero_advantage_skip
 from .hooks.teacher import check_teacher_options
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
 from .specs import PluginField, validate_settings
-from .speed_recipe import SPEED_RECIPES, apply_speed_recipe
+from .speed_recipe import SPEED_RECIPES, apply_speed_recipe, refusal_words
 
 
 def _names(table) -> str:
@@ -108,12 +108,13 @@ def _with_table_fields(cls):
     return cls
 
 
-def refuse_conflicts(field: str, conflicts) -> None:
+def refuse_conflicts(config, field: str, conflicts) -> None:
     """Raise a one-line ValueError for the first (setting, active, why) of `conflicts` that is active: the boolean
-    `field` cannot work with that setting."""
+    `field` cannot work with that setting (naming the speed_recipe that set the field, if one did)."""
+    label, fix = refusal_words(config, field, fix=f"set {field}=False")
     for name, active, why in conflicts:
         if active:
-            raise ValueError(f"{field}: not with {name} ({why}); set {field}=False.")
+            raise ValueError(f"{label}: not with {name} ({why}); {fix}.")
 
 
 @dataclass
@@ -470,7 +471,7 @@ class GRPOConfig(TRLGRPOConfig):
         if self.length_bucketing:
             check_length_bucketing(entry, self)
         if self.compile_generation:
-            refuse_conflicts("compile_generation", (
+            refuse_conflicts(self, "compile_generation", (
                 ("use_vllm", self.use_vllm, "vLLM compiles its own decoding"),
                 ("use_transformers_continuous_batching", self.use_transformers_continuous_batching,
                  "set the compile options of transformers_continuous_batching_config instead"),
@@ -483,7 +484,7 @@ class GRPOConfig(TRLGRPOConfig):
                 f"compile_generation=True; set both or neither."
             )
         if self.generation_autocast:
-            refuse_conflicts("generation_autocast", (
+            refuse_conflicts(self, "generation_autocast", (
                 ("bf16=False and fp16=False", not (self.bf16 or self.fp16), "no mixed precision to generate under"),
                 ("use_vllm", self.use_vllm, "vLLM generates in its own dtype"),
                 ("use_transformers_continuous_batching", self.use_transformers_continuous_batching,
@@ -495,10 +496,8 @@ class GRPOConfig(TRLGRPOConfig):
                  f"dtype and fails in index_copy_; upgrade transformers to >= {MIXED_DTYPE_STATIC_CACHE_SINCE}"),
             ))
         if self.merge_adapter_for_generation and self.use_vllm:
-            raise ValueError(
-                "merge_adapter_for_generation: not with use_vllm=True (TRL already syncs merged weights to vLLM); "
-                "set one of them False."
-            )
+            label, fix = refusal_words(self, "merge_adapter_for_generation", fix="set one of them False")
+            raise ValueError(f"{label}: not with use_vllm=True (TRL already syncs merged weights to vLLM); {fix}.")
 
     def _validate_reward_decoupling(self):
         """GDPO (`normalize_then_sum`) runs the estimator once per reward function: what has no per-function form."""

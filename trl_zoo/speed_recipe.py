@@ -19,10 +19,10 @@ equal to TRL's; README, "Time to TRL's accuracy"):
                                          repeated runs. Needs transformers >= 5.24 and bf16 or fp16.
 
 A value the user gives for `steps_per_generation` or `generation_batch_size` wins; the boolean fields are set on.
-Refused (one line naming `speed_recipe`) where a recipe cannot work from the config alone: vLLM (it generates with
-its own engine and weights), TRL's continuous batching, and for "lora_compiled" no mixed precision, a cache
-implementation other than "static", or transformers < 5.24. What needs the model (a PEFT adapter, an unquantized
-base, no ZeRO-3 or FSDP) is refused by the trainer, naming the recipe (hooks/merged_generation.py).
+A recipe that cannot work stops at the refusals of the fields it set, and those name the recipe and say "unset
+speed_recipe" (`refusal_words`): the config's (vLLM; for the compiled fields continuous batching, no mixed
+precision, a cache other than "static", transformers < 5.24) and the trainer's (no PEFT adapter, a quantized base,
+ZeRO-3, FSDP). "lora" works with TRL's continuous batching: the merge wraps both transformers generation paths.
 
 Tests: tests/test_speed_recipe.py.
 """
@@ -37,52 +37,22 @@ OPTIMIZER_STEPS_PER_GENERATION = 2  # steps_per_generation = 2 · gradient_accum
 
 
 def apply_speed_recipe(config) -> None:
-    """Fill in the fields of `config.speed_recipe` (before TRL's `__post_init__` derives the batch sizes); raise
-    one line for a recipe that cannot work with the config's other fields."""
+    """Fill in the fields of `config.speed_recipe` (before TRL's `__post_init__` derives the batch sizes)."""
     name = config.speed_recipe
     if name is None:
         return
     if name not in SPEED_RECIPES:
         raise ValueError(f"speed_recipe: got {name!r}; choose one of {', '.join(map(repr, SPEED_RECIPES))} or None.")
-    refusal = recipe_refusal(config)
-    if refusal:
-        raise ValueError(refusal)
     for field, value in SPEED_RECIPES[name].items():
         setattr(config, field, value)
     if config.steps_per_generation is None and config.generation_batch_size is None:
         config.steps_per_generation = OPTIMIZER_STEPS_PER_GENERATION * config.gradient_accumulation_steps
 
 
-def recipe_refusal(config) -> str | None:
-    """Why `config.speed_recipe` cannot work with the config's other fields, or None."""
-    from .hooks.autocast_generation import MIXED_DTYPE_STATIC_CACHE_SINCE, static_cache_fails_on_mixed_dtypes
-
-    name = config.speed_recipe
-    if config.use_vllm:
-        return (f"speed_recipe={name!r}: not with use_vllm=True (vLLM generates with its own engine and weights); "
-                f"unset one of them.")
-    if config.use_transformers_continuous_batching:
-        return (f"speed_recipe={name!r}: not with use_transformers_continuous_batching=True (it merges nothing and "
-                f"compiles by its own config); unset one of them.")
-    if name == "lora_compiled":
-        bf16 = not config.fp16 if config.bf16 is None else config.bf16  # TRL's default, set in its __post_init__
-        if not (bf16 or config.fp16):
-            return ("speed_recipe='lora_compiled': decodes under bf16 or fp16 autocast, but bf16 and fp16 are both "
-                    "False; set one of them True, or use speed_recipe='lora'.")
-        if config.cache_implementation not in (None, "static"):
-            return (f"speed_recipe='lora_compiled': compiles the decoding with a static KV cache, but "
-                    f"cache_implementation={config.cache_implementation!r}; leave it unset, or use "
-                    f"speed_recipe='lora'.")
-        if static_cache_fails_on_mixed_dtypes():
-            return (f"speed_recipe='lora_compiled': compiled decoding under autocast needs transformers >= "
-                    f"{MIXED_DTYPE_STATIC_CACHE_SINCE}; upgrade transformers, or use speed_recipe='lora'.")
-    return None
-
-
-def refusal_words(args, field: str) -> tuple[str, str]:
-    """How a refusal of `field` names it and the fix it names: with the recipe that set it and "unset
-    speed_recipe", else the field alone and "set it False"."""
+def refusal_words(args, field: str, fix: str = "set it False") -> tuple[str, str]:
+    """How a refusal of the boolean `field` names it and the fix it names: with the recipe that set it and "unset
+    speed_recipe", else the field alone and `fix`."""
     recipe = getattr(args, "speed_recipe", None)
     if recipe is not None and field in SPEED_RECIPES.get(recipe, {}):
         return f"{field} (set by speed_recipe={recipe!r})", "unset speed_recipe"
-    return field, "set it False"
+    return field, fix
