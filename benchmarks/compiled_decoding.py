@@ -5,7 +5,7 @@ KV cache. This measures, on the real-model task's prompts (or the tiny model on 
 
 - the first `generate` call (it pays the compile) and the median of the later ones (steady state), in seconds,
   device synchronised; new tokens per second at the steady state;
-- what torch did (benchmarks/compile_counts.py): graphs compiled (`unique_graphs`), recompiles, CUDA-graph skips
+- what torch did (benchmarks/lib/compile_counts.py): graphs compiled (`unique_graphs`), recompiles, CUDA-graph skips
   (`cudagraph_skips`: a configuration that skips its graphs runs the traced decoding without them) and seconds per
   compile phase.
 
@@ -94,7 +94,7 @@ def load(tiny: bool, device: str, dtype: str | None = None):
         model = build_tiny_causal_lm(tokenizer)
         prompts = list(ADDITION.train_dataset()["prompt"])
     else:
-        from trl_zoo.gguf_checkpoint import policy_path
+        from trl_zoo.io.gguf_checkpoint import policy_path
         from trl_zoo.tasks import CHAT_ARITHMETIC
 
         path = policy_path(CHAT_ARITHMETIC.default_model, None)
@@ -134,7 +134,7 @@ def measure(name: str, args) -> dict:
     import torch
     from transformers import CompileConfig, GenerationConfig
 
-    from benchmarks.compile_counts import compile_counts
+    from benchmarks.lib.compile_counts import compile_counts
 
     config_of = CONFIGS[name]
     cache_implementation, compile_kwargs = config_of.cache_implementation, config_of.compile

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_zoo.gguf_checkpoint import policy_path
+from trl_zoo.io.gguf_checkpoint import policy_path
 from trl_zoo.tasks import get_task
 from trl_zoo.tasks.pass_at_k import default_ks, pass_at_ks, sampled_right_counts
 from trl_zoo.tasks.rewards import final_number_reward

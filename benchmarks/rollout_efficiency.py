@@ -69,7 +69,7 @@ def instrument(trainer, counts: Counts, group_size: int):
     from trl import GRPOTrainer as TRLGRPOTrainer
 
     from trl_zoo.hooks.generation import GenerationMixin
-    from trl_zoo.loss_step import PolicyLossStep
+    from trl_zoo.hooks.loss_step import PolicyLossStep
 
     generate = TRLGRPOTrainer._generate_and_score_completions
 
@@ -120,7 +120,7 @@ def instrument(trainer, counts: Counts, group_size: int):
 def run_one(config_name: str, seed: int, args) -> dict:
     from peft import LoraConfig
 
-    import benchmarks.harness  # noqa: F401  (datasets' fingerprinting patch)
+    import benchmarks.lib.harness  # noqa: F401  (datasets' fingerprinting patch)
     import trl_zoo
     from trl_zoo.cli.arguments import quickstart_preset
     from trl_zoo.tasks import get_task
@@ -234,7 +234,7 @@ def main(argv=None):
                         "(counts do not depend on it; timings do: keep 1 to time)")
     args = parser.parse_args(argv)
     if args.bootstrap:
-        import benchmarks.harness  # noqa: F401  (datasets' fingerprinting patch)
+        import benchmarks.lib.harness  # noqa: F401  (datasets' fingerprinting patch)
         from trl_zoo.tasks import get_task
         from trl_zoo.tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 

@@ -24,7 +24,7 @@ from datasets import Dataset
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trl_zoo  # noqa: E402
-from trl_zoo.model_inputs import forward_inputs  # noqa: E402
+from trl_zoo.hooks.model_inputs import forward_inputs  # noqa: E402
 from trl_zoo.tasks.tiny import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
 
 

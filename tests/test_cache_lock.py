@@ -1,4 +1,4 @@
-"""One process builds a cache entry; the others wait for it (`trl_zoo/cache_lock.py`).
+"""One process builds a cache entry; the others wait for it (`trl_zoo/io/cache_lock.py`).
 
 The race of issue 27: the processes of `accelerate launch` all bootstrapped the quickstart's policy into the same
 folder at once. The process group already existed, so transformers wrote the model's files only on rank 0; when
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.two_processes import REPO, launch_two_processes
-from trl_zoo.cache_lock import build_once, lock_path
+from trl_zoo.io.cache_lock import build_once, lock_path
 from trl_zoo.tasks.bootstrap import is_policy_entry
 
 

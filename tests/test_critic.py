@@ -26,7 +26,7 @@ from trl_zoo.critic import (
     token_rewards,
     value_targets,
 )
-from trl_zoo.critic_component import CRITIC_FILE, VALUE_ADAPTER, check_critic_distribution
+from trl_zoo.hooks.critic_component import CRITIC_FILE, VALUE_ADAPTER, check_critic_distribution
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 ARGS = SimpleNamespace(

@@ -1,12 +1,7 @@
-"""The package's folders show its layers (the command line in `trl_zoo/cli/`, the samplers in `trl_zoo/samplers/`),
-and every import path that existed before the moves still works: a moved module is the same module object under its
-old name (what a test or a user patches through either name is patched for both), `trl_zoo.sampling` re-exports what
-it had, a module split at its seams (`cli/report.py`, `cli/train.py`) still gives every public name it had (the same
-object; a patch belongs where the caller looks the name up), and `python -m trl_zoo.cli` and the `trl-zoo` console
-script still start the command line.
-
-Every module's tests are findable from its path: tests/test_<module stem>.py exists, or the module's docstring has a
-line starting "Tests:" that names the test files exercising it, each of which exists."""
+"""The command line is reachable as the console script and as `python -m trl_zoo.cli`; a command-line module split
+at its seams (`cli/report.py`, `cli/train.py`) still gives every public name it had; every module's tests are findable
+from its path: tests/test_<module stem>.py exists, or the module's docstring has a line starting "Tests:" that names
+the test files exercising it, each of which exists. (The layers and the import graph: tests/test_import_layers.py.)"""
 
 import ast
 import importlib
@@ -25,18 +20,6 @@ except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
 import trl_zoo
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI_MODULES = ("arguments", "compare", "cpu_threads", "model_card", "null_reward_control", "one_gpu",
-               "preset_lengths", "report", "reward_names", "train", "train_help")
-
-
-@pytest.mark.parametrize("name", CLI_MODULES)
-def test_a_moved_command_line_module_keeps_its_old_import_path(name):
-    old = importlib.import_module(f"trl_zoo.{name}")
-    assert old is importlib.import_module(f"trl_zoo.cli.{name}")
-    assert (ROOT / "trl_zoo" / "cli" / f"{name}.py").exists()
-    assert len((ROOT / "trl_zoo" / f"{name}.py").read_text().splitlines()) < 10  # the old file is only the alias
-
-
 # A command-line module split at its seams -> the modules that now hold the parts it gave away.
 SPLIT_MODULES = {"report": ("run_log", "verdict"), "train": ("training_data",)}
 
@@ -61,16 +44,9 @@ def test_a_split_module_still_gives_every_public_name_it_had(name):
         assert names
         missing = [moved for moved in names if getattr(old, moved, None) is not getattr(module, moved)]
         assert not missing, f"trl_zoo.cli.{name} no longer gives {missing} (now in trl_zoo.cli.{part})"
-    assert importlib.import_module(f"trl_zoo.{name}") is old  # and the older path still aliases it
 
 
-def test_the_samplers_folder_and_the_old_sampler_paths():
-    import trl_zoo.greso
-    import trl_zoo.samplers.greso
-    from trl_zoo.sampling import DynamicSamplingExhausted, Round, fill_batch, resample, reweight  # noqa: F401
-
-    assert trl_zoo.greso is trl_zoo.samplers.greso
-    assert Round is trl_zoo.samplers.base.Round
+def test_each_sampler_lives_in_its_own_file_of_the_samplers_folder():
     for name in ("resample", "reweight", "greso"):
         assert trl_zoo.SAMPLERS.get(name).fn.__module__ == f"trl_zoo.samplers.{name}"
 
@@ -85,10 +61,8 @@ def test_the_console_script_and_python_m_still_reach_the_command_line():
 
 
 def needs_no_tests_line(path: Path, docstring: str) -> bool:
-    """An alias left where a module moved from, or a package's `__init__.py` / `__main__.py` with no function or class
-    of its own (re-exports, `sys.exit(main())`)."""
-    if docstring.startswith("Moved to"):
-        return True
+    """A package's `__init__.py` / `__main__.py` with no function or class of its own (re-exports,
+    `sys.exit(main())`)."""
     trivial = not re.search(r"^\s*(async\s+)?(def|class)\s", path.read_text(), flags=re.MULTILINE)
     return path.name in ("__init__.py", "__main__.py") and trivial
 

@@ -12,7 +12,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 import trl_zoo
 from tests.scripts.resample_two_processes import half_constant_reward
 from tests.tiny import make_trainer, perturb
-from trl_zoo.batch_layout import trim_padding
+from trl_zoo.hooks.batch_layout import trim_padding
 from trl_zoo.hooks.length_bucketing import SLOTS, SLOTS_UNBUCKETED, check_length_bucketing, token_slots
 from trl_zoo.registry import AGGREGATIONS, LOSSES
 

@@ -13,7 +13,7 @@ import torch
 import trl_zoo
 from tests.tiny import TEST_OUTPUT_DIR
 from trl_zoo.aggregation import AggregationContext
-from trl_zoo.loss_step import StepMeans
+from trl_zoo.hooks.loss_step import StepMeans
 from trl_zoo.losses.base import PolicyBatch
 from trl_zoo.losses.clip_cov import token_covariance
 from trl_zoo.losses.ppo_kl import BETA, MEASURED_KL

@@ -1,5 +1,5 @@
-"""trl_zoo/model_inputs.py: the policy forward's inputs, the multimodal pass-through, the loss mask, and TRL's tool
-mask through every loss. Tool-call output tokens (tool_mask 0: text a tool wrote into the completion) are not the
+"""trl_zoo/hooks/model_inputs.py: the policy forward's inputs, the multimodal pass-through, the loss mask, and TRL's
+tool mask through every loss. Tool-call output tokens (tool_mask 0: text a tool wrote into the completion) are not the
 policy's: they reach neither TRL's losses (parity with `trl.GRPOTrainer` on the same batch) nor any loss of the
 table (the behaviour log-probs at those positions change nothing, where at the other positions they do)."""
 
@@ -12,7 +12,7 @@ import trl
 import trl_zoo
 from tests.test_parity import TRL_LOSSES
 from tests.tiny import make_trainer, perturb, relative_error
-from trl_zoo.model_inputs import MULTIMODAL_KEYS, forward_inputs, is_multimodal, loss_mask
+from trl_zoo.hooks.model_inputs import MULTIMODAL_KEYS, forward_inputs, is_multimodal, loss_mask
 
 
 def small_batch(**extra):

@@ -46,7 +46,7 @@ def test_skip_drops_the_update_and_warns(nan_loss, caplog):
     )
     before = {}
 
-    class Snapshot(trl_zoo.loss_step.TrainerCallback):
+    class Snapshot(trl_zoo.hooks.loss_step.TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             before[state.global_step] = [p.detach().clone() for p in trainer.model.parameters()]
 

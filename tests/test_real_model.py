@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from trl_zoo.cli import main
-from trl_zoo.gguf_checkpoint import PACKAGED_MODELS, GGUFError, dense_checkpoint, packaged_gguf, policy_path
+from trl_zoo.io.gguf_checkpoint import PACKAGED_MODELS, GGUFError, dense_checkpoint, packaged_gguf, policy_path
 
 PACKAGED = PACKAGED_MODELS["smollm2-135m-instruct"]
 if PACKAGED.locate() is None or importlib.util.find_spec("gguf") is None:

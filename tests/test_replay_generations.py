@@ -1,4 +1,4 @@
-"""benchmarks/real_model_run.py's replay: a run that replays a recorded run's completions trains on the same batch
+"""benchmarks/lib/real_model_run.py's replay: a run that replays a recorded run's completions trains on the same batch
 (same completions, same loss and gradient norm at step 1), and a replay whose prompts differ stops with one line."""
 
 import json
@@ -6,15 +6,15 @@ import json
 import pytest
 import trl
 
-import trl_zoo.train
-from benchmarks import real_model_run
+import trl_zoo.cli.train
+from benchmarks.lib import real_model_run
 from tests.tiny import digit_reward, model_dir
 
 
 @pytest.fixture
 def run(monkeypatch, tmp_path):
     # main() installs its instrumented trainer class and sets its environment variable: undone after the test
-    monkeypatch.setattr(trl_zoo.train, "GRPOTrainer", trl_zoo.train.GRPOTrainer)
+    monkeypatch.setattr(trl_zoo.cli.train, "GRPOTrainer", trl_zoo.cli.train.GRPOTrainer)
     monkeypatch.setenv(real_model_run.RECORD_ENV, "")
     monkeypatch.setattr(real_model_run, "GENERATIONS", dict(real_model_run.GENERATIONS))
     # a reward with spread from the completions' text (the tiny random model never writes the right number)

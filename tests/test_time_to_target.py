@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from benchmarks import time_to_target as ttt
-from benchmarks.time_to_target_run import TargetStop, compile_counts, stop_decision, time_to_target
+from benchmarks.lib.time_to_target_run import TargetStop, compile_counts, stop_decision, time_to_target
 
 
 def test_target_rule():
@@ -478,7 +478,7 @@ def test_define_adds_a_contender():
 @pytest.mark.parametrize("name", sorted(ttt.CONTENDERS))
 def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
     """Each contender is a set of fields a user sets: they parse into trl_zoo's GRPOConfig, with the values meant."""
-    from trl_zoo.arguments import parse_train_args
+    from trl_zoo.cli.arguments import parse_train_args
 
     flags = ttt.CONTENDERS[name]
     cpu = ["--use_cpu", "true"] if "--bf16" in flags else []  # bf16 without a GPU: TrainingArguments asks for it

@@ -29,7 +29,7 @@ VAPO (Yue et al. 2025, arXiv:2504.05118) adds, each an option:
 ``gae`` is registered in the advantage table; it reads the generation-time values from ``AdvantageInputs.values``
 (declared with ``needs=("values",)``) and optionally whitens the token advantages over the batch (mean 0, std 1 over
 completion tokens, NaN rows left out), as PPO implementations do. The critic itself (its weights, value passes,
-loss, optimizer group) is `trl_zoo/critic_component.py`; the trainer calls it from `trl_zoo/hooks/critic.py`.
+loss, optimizer group) is `trl_zoo/hooks/critic_component.py`; the trainer calls it from `trl_zoo/hooks/critic.py`.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ class Registry:
         except ValueError as error:  # a malformed PluginField
             raise ValueError(f"{self.kind} {name!r}: {error}") from None
         try:
-            spec.check()
+            spec.check(TABLES)
         except ValueError as error:
             raise ValueError(f"{self.kind} {name!r}: {error}") from None
         self._entries[name] = Entry(name, fn, description.strip(), source, spec)

@@ -178,8 +178,9 @@ def check_clipped_objective(args) -> None:
 class Spec:
     """No declarations (aggregations, KL estimators)."""
 
-    def check(self) -> None:
-        """Raise a ValueError for declarations that cannot work (called at registration)."""
+    def check(self, tables) -> None:
+        """Raise a ValueError for declarations that cannot work. Called at registration with the plugin tables
+        (`registry.TABLES`), which the registry hands in: a spec never imports the registry."""
 
 
 @dataclass(frozen=True)
@@ -196,12 +197,10 @@ class LossSpec:
     validate: Callable[[Any], None] = check_clip_range  # raise ValueError for settings this loss cannot use
     fields: tuple[PluginField, ...] = ()  # its own hyperparameters
 
-    def check(self) -> None:
-        from . import aggregation  # noqa: F401  (fills the aggregation table)
-        from .registry import AGGREGATIONS
-
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError("aggregation: " + AGGREGATIONS.unknown_message(self.aggregation))
+    def check(self, tables) -> None:
+        aggregations = tables["aggregations"]
+        if self.aggregation not in aggregations:
+            raise ValueError("aggregation: " + aggregations.unknown_message(self.aggregation))
         _check_fields(self.fields)
 
 
@@ -215,7 +214,7 @@ class AdvantageSpec:
     validate: Callable[[Any], None] = no_checks  # raise ValueError for settings this estimator cannot use
     fields: tuple[PluginField, ...] = ()  # its own hyperparameters
 
-    def check(self) -> None:
+    def check(self, tables) -> None:
         unknown = [need for need in self.needs if need not in ADVANTAGE_NEEDS]
         if isinstance(self.needs, str) or unknown:
             raise ValueError(
@@ -231,5 +230,5 @@ class SamplerSpec:
     validate: Callable[[Any], None] = no_checks  # raise ValueError for settings this sampler cannot use
     fields: tuple[PluginField, ...] = ()  # its own hyperparameters
 
-    def check(self) -> None:
+    def check(self, tables) -> None:
         _check_fields(self.fields)

@@ -58,7 +58,6 @@ from trl.trainer.utils import get_config_model_id
 
 from .config import GRPOConfig, to_zoo_config
 from .dataset_values import check_prompts
-from .gguf_checkpoint import policy_path
 from .hooks.advantages import AdvantageMixin
 from .hooks.autocast_generation import AutocastGenerationMixin
 from .hooks.compiled_generation import CompiledGenerationMixin
@@ -66,6 +65,7 @@ from .hooks.critic import CriticMixin
 from .hooks.generation import GenerationMixin
 from .hooks.kl_control import KLControlMixin
 from .hooks.length_bucketing import LengthBucketingMixin
+from .hooks.loss_step import PolicyLossStep
 from .hooks.merged_generation import MergedGenerationMixin
 from .hooks.model_object import ModelObjectMixin
 from .hooks.prompt_length import PromptLengthMixin
@@ -75,7 +75,7 @@ from .hooks.router import RouterStatsMixin
 from .hooks.sampling import DynamicSamplingMixin
 from .hooks.skip_zero_advantage import ZeroAdvantageSkipMixin
 from .hooks.teacher import TeacherSignalMixin
-from .loss_step import PolicyLossStep
+from .io.gguf_checkpoint import policy_path
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
 
 _TRL_INIT = inspect.signature(TRLGRPOTrainer.__init__)  # to read a constructor argument given by position or name

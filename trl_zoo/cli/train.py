@@ -31,12 +31,12 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback, Tra
 from transformers.trainer_utils import get_last_checkpoint
 from trl import get_peft_config, get_quantization_config
 
-from ..checkpoint_integrity import check_checkpoint
-from ..gguf_checkpoint import GGUFError, policy_path
+from ..hooks.checkpoint_integrity import check_checkpoint
 from ..hooks.prompt_length import PromptTooLongError
 from ..hooks.resume import interrupted_message as resume_interrupted_message
 from ..hooks.resume import last_complete_checkpoint
 from ..hooks.rewards import RewardOutputError
+from ..io.gguf_checkpoint import GGUFError, policy_path
 from ..registry import LOSSES
 from ..tasks import get_task
 from ..tasks.bootstrap import BootstrapRecipe, bootstrap_policy

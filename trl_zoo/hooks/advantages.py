@@ -38,9 +38,9 @@ from accelerate.utils import is_peft_model
 from trl.trainer.utils import add_fused_lm_head
 
 from ..advantages import AdvantageInputs, reward_decoupled_advantages, score_sq_norms
-from ..model_inputs import forward_inputs, is_multimodal, loss_mask
 from ..registry import ADVANTAGES
 from .generation import ScoredRound, row_chunks
+from .model_inputs import forward_inputs, is_multimodal, loss_mask
 from .trl_access import replace_logged_advantages, restored, swapped
 
 _FUSED_OUTPUTS_WITH_SQUARES = ("log_probs", "entropy", "log_sum_sq_probs")

@@ -1,10 +1,10 @@
 """Trainer hook: a learned critic V(s_t) for PPO with GAE and VAPO, at the trainer's hook points.
 
 Active when the advantage estimator declares ``needs=("values",)`` (``advantage_estimator="gae"``): the constructor
-then builds the critic, `trl_zoo.critic_component.Critic` (its own LoRA adapter and head, or a head, on the policy's
-shared frozen base; its weights, passes, loss and optimizer group are described there), as ``self.critic``; without
-such an estimator ``self.critic`` is None and every hook point is the trainer's. The formulas are in
-`trl_zoo/critic.py`. The hook points:
+then builds the critic, `trl_zoo.hooks.critic_component.Critic` (its own LoRA adapter and head, or a head, on the
+policy's shared frozen base; its weights, passes, loss and optimizer group are described there), as
+``self.critic``; without such an estimator ``self.critic`` is None and every hook point is the trainer's.
+The formulas are in `trl_zoo/critic.py`. The hook points:
 
 Generation side (the generation seam's hook points around the advantage hook's `_replace_advantages`): before it
 (`_before_advantages`), a no-grad value pass (`_generation_pass("critic_values")`) stores ``old_values`` (B, T) in the
@@ -36,10 +36,10 @@ from dataclasses import replace
 
 import torch
 
-from ..critic_component import VALUE_HEAD, Critic, check_saved_mode
-from ..loss_step import OptimizerStep, StepPhase
 from ..registry import ADVANTAGES
+from .critic_component import VALUE_HEAD, Critic, check_saved_mode
 from .generation import ScoredRound
+from .loss_step import OptimizerStep, StepPhase
 from .trl_access import swapped
 
 

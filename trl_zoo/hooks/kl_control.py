@@ -35,8 +35,8 @@ from torch.distributed.tensor import DTensor
 from trl.trainer.callbacks import SyncRefModelCallback
 
 from ..kl import adaptive_kl_coefficient, proportional_kl_coefficient
-from ..loss_step import OptimizerStep, StepPhase
-from ..model_inputs import loss_mask
+from .loss_step import OptimizerStep, StepPhase
+from .model_inputs import loss_mask
 
 REF_ADAPTER = "ref"  # the adapter name TRL's reference pass looks for
 

@@ -11,7 +11,7 @@ whole batch. Right after TRL has built that buffer, this hook re-cuts it:
    Inside a block the rows are sorted by length ℓ_i = Σ prompt_mask_i + Σ completion_mask_i and cut again into g
    micro-batches of the same size.
 2. Each micro-batch then drops its prompt columns that are left padding in every row and its completion columns
-   beyond its longest completion, in every per-token tensor (layouts from `trl_zoo.batch_layout`), respecting
+   beyond its longest completion, in every per-token tensor (layouts from `trl_zoo.hooks.batch_layout`), respecting
    `pad_to_multiple_of`.
 
 The buffer is replaced in place, so the micro-batch `_prepare_inputs` returns, the ones later micro-steps and
@@ -54,9 +54,9 @@ import math
 
 import torch
 
-from ..batch_layout import batch_layouts, trim_padding
 from ..losses.base import PolicyBatch
 from ..registry import ADVANTAGES, AGGREGATIONS
+from .batch_layout import batch_layouts, trim_padding
 from .skip_zero_advantage import _equal_to_rounding
 from .trl_access import set_generation_buffer
 

@@ -25,8 +25,8 @@ true``) takes the newest *complete* ``checkpoint-N`` folder: transformers' ``_sa
 them all), so a folder without it is a save that was interrupted; it is skipped with a one-line warning.
 
 Before transformers loads anything, the checkpoint's files are checked for truncation
-(``trl_zoo/checkpoint_integrity.py``): a corrupt one raises `CorruptCheckpointError`, one line naming the file and
-an earlier intact checkpoint, instead of an error deep in torch or safetensors.
+(``trl_zoo/hooks/checkpoint_integrity.py``): a corrupt one raises `CorruptCheckpointError`, one line naming the file
+and an earlier intact checkpoint, instead of an error deep in torch or safetensors.
 
 Ctrl-C: a ``KeyboardInterrupt`` during ``train()`` propagates unchanged, after one line on stderr with the step
 reached and the last complete checkpoint (``interrupt_notice = False`` turns the line off for callers that print
@@ -44,7 +44,7 @@ import torch
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..checkpoint_integrity import check_checkpoint
+from .checkpoint_integrity import check_checkpoint
 from .trl_access import set_generation_buffer
 
 STATE_FILE = "trl_zoo_state.pt"

@@ -26,8 +26,8 @@ from dataclasses import replace
 
 import torch
 
-from ..model_inputs import forward_inputs
-from ..moe import RouterLogpsRecorder, find_routers
+from .model_inputs import forward_inputs
+from .moe import RouterLogpsRecorder, find_routers
 
 
 class RouterStatsMixin:

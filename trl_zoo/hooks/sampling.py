@@ -30,10 +30,10 @@ from accelerate.utils import gather_object
 from datasets import IterableDataset
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
-from ..batch_layout import batch_layouts, trim_padding
-from ..model_inputs import loss_mask
 from ..registry import SAMPLERS
 from ..samplers.base import Round, group_reward_spread, sampling_metrics
+from .batch_layout import batch_layouts, trim_padding
+from .model_inputs import loss_mask
 
 PROMPT_BATCHES_DRAWN = "dynamic_sampling/prompt_batches_drawn"  # zoo_state key: position in the prompt stream
 
@@ -128,7 +128,7 @@ def _too_small_message(prompts_per_batch: int) -> str:
 
 
 class TrainerSamplingSession:
-    """The `SamplingSession` of one training generation batch (see `trl_zoo.sampling.SamplingSession`)."""
+    """The `SamplingSession` of one training generation batch (see `trl_zoo.samplers.base.SamplingSession`)."""
 
     def __init__(self, trainer, generate, first_inputs):
         self.trainer = trainer
@@ -201,7 +201,7 @@ class TrainerSamplingSession:
         return batch
 
     def _layouts(self, keys) -> dict[str, tuple[str, object]]:
-        """key -> (side, pad value), see `trl_zoo.batch_layout.batch_layouts`."""
+        """key -> (side, pad value), see `trl_zoo.hooks.batch_layout.batch_layouts`."""
         return batch_layouts(
             [scored.batch for scored in self.rounds],
             keys,

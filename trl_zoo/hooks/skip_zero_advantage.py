@@ -21,7 +21,7 @@ from dataclasses import replace
 import torch
 
 from ..losses.base import PolicyBatch
-from ..model_inputs import is_multimodal
+from .model_inputs import is_multimodal
 
 _FORWARD_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")  # what the text forward reads
 

@@ -54,8 +54,8 @@ from transformers import AutoTokenizer
 from trl.models import prepare_deepspeed, prepare_fsdp
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path, disable_dropout_in_model
 
-from ..model_inputs import forward_inputs, loss_mask
 from .generation import ScoredRound
+from .model_inputs import forward_inputs, loss_mask
 
 SELF_TEACHER = "self"
 

@@ -4,6 +4,7 @@ one file here (and its test)."""
 import importlib
 import pkgutil
 
+from .. import aggregation  # noqa: F401  (fills the aggregation table the losses' specs are checked against)
 from .base import PolicyBatch, PolicyTerm, importance_log_weights
 
 for _module in pkgutil.iter_modules(__path__):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -33,12 +32,12 @@ from pathlib import Path
 
 import torch
 
-from ..cache_lock import build_once
+from ..io.cache_lock import build_once
+from ..io.policy_cache import cache_root, write_policy
 from .arithmetic import AdditionTask
 from .evaluation import greedy_accuracy, greedy_completions
 from .tiny import build_char_tokenizer, build_tiny_causal_lm
 
-CACHE_ENV = "TRL_ZOO_CACHE"
 _FORMAT_VERSION = 2  # bump when the bootstrap procedure changes, so stale caches are not reused
 
 
@@ -77,8 +76,6 @@ class BootstrapRecipe:
         )
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "trl_zoo")
 
 
 def slipped_sum(a: int, b: int) -> int:
@@ -250,30 +247,3 @@ def supervised_step(model, optimizer, ids, labels, pad_token_id: int, learning_r
 def is_policy_entry(folder: Path) -> bool:
     """Whether `folder` holds a finished policy: its model config and its bootstrap record (written last)."""
     return (folder / "config.json").is_file() and (folder / "bootstrap.json").is_file()
-
-
-def save_policy(model, tokenizer, target: Path, log: Callable = print) -> Path:
-    """Save model and tokenizer as the cache entry `target` unless it exists (written once, atomically)."""
-    has_model = lambda folder: (folder / "config.json").is_file()  # noqa: E731
-    return build_once(target, lambda staging: write_policy(model, tokenizer, staging), has_model, log)
-
-
-def write_policy(model, tokenizer, folder: Path, extra_files: dict[str, str] | None = None):
-    """Write model, tokenizer and `extra_files` (name: text) into `folder`, from whichever process calls it.
-
-    Once a distributed process group exists (`accelerate launch` creates it while parsing the arguments, before any
-    bootstrap), transformers' `save_pretrained` writes a model's files on rank 0 only; a cache entry may be built by
-    any rank, so the model is saved as rank 0 would save it. The model's config is checked to be there."""
-    device = next(model.parameters()).device
-    model.cpu()
-    model.should_save_on_this_rank = lambda is_main_process: is_main_process
-    try:
-        model.save_pretrained(folder)
-    finally:
-        del model.should_save_on_this_rank
-        model.to(device)
-    tokenizer.save_pretrained(folder)
-    for name, text in (extra_files or {}).items():
-        (folder / name).write_text(text)
-    if not (folder / "config.json").is_file():
-        raise RuntimeError(f"save_pretrained wrote no config.json into {folder}; the cache entry is not written.")

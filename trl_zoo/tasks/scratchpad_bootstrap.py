@@ -28,16 +28,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..cache_lock import build_once
-from .bootstrap import (
-    cache_root,
-    is_policy_entry,
-    save_policy,
-    supervised_step,
-    time_to_go,
-    warmup_cosine_learning_rate,
-    write_policy,
-)
+from ..io.cache_lock import build_once
+from ..io.policy_cache import cache_root, save_policy, write_policy
+from .bootstrap import is_policy_entry, supervised_step, time_to_go, warmup_cosine_learning_rate
 from .evaluation import greedy_accuracy, greedy_completions
 from .scratchpad import SCRATCHPAD, SCRATCHPAD_SMALL, ScratchpadAdditionTask, carried_columns, worked_solution
 from .tiny import build_char_tokenizer, build_tiny_causal_lm

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cache_lock import build_once
-from .tasks.bootstrap import cache_root, write_policy
+from .policy_cache import cache_root, write_policy
 
 
 class GGUFError(ValueError):

@@ -66,8 +66,8 @@ from accelerate.utils import DistributedType, is_peft_model
 from torch.nn.parallel import DistributedDataParallel
 from trl.models.utils import disable_gradient_checkpointing
 
-from .critic import ValueHead, clipped_value_loss, explained_variance, policy_gae, positive_example_nll, value_targets
-from .hooks.generation import ScoredRound, row_chunks
+from ..critic import ValueHead, clipped_value_loss, explained_variance, policy_gae, positive_example_nll, value_targets
+from .generation import ScoredRound, row_chunks
 from .loss_step import PolicyForward
 from .model_inputs import forward_inputs, is_multimodal, loss_mask
 

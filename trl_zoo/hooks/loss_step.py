@@ -43,8 +43,8 @@ from torch.distributed.tensor import DTensor
 from transformers import TrainerCallback
 from transformers.utils import logging
 
-from .aggregation import AggregationContext
-from .losses.base import PolicyBatch, importance_log_weights, importance_ratio
+from ..aggregation import AggregationContext
+from ..losses.base import PolicyBatch, importance_log_weights, importance_ratio
 from .model_inputs import forward_inputs, loss_mask
 
 logger = logging.get_logger(__name__)
