@@ -37,7 +37,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 import trl_zoo  # noqa: E402
-from benchmarks.loss_hyperparameters import HYPERPARAMETERS  # noqa: E402
+from benchmarks.lib.loss_hyperparameters import HYPERPARAMETERS  # noqa: E402
 from trl_zoo.aggregation import AggregationContext  # noqa: E402
 from trl_zoo.cli import main as cli_main  # noqa: E402
 from trl_zoo.losses.base import PolicyBatch  # noqa: E402

@@ -4,8 +4,8 @@ dynamic sampling and the critic under DDP, checkpoint save and resume.
     python benchmarks/multi_gpu.py --out DIR [--only a,b] [--deadline SECONDS] [--list] [--cpu_smoke]
 
 Every measured run is its own process: `accelerate launch --config_file configs/accelerate/<config>.yaml
---num_processes 2 --mixed_precision bf16 benchmarks/real_model_run.py [--trainer trl] <trl-zoo train flags>` (the
-one-GPU runs: plain `python benchmarks/real_model_run.py` with CUDA_VISIBLE_DEVICES=0). real_model_run.py writes
+--num_processes 2 --mixed_precision bf16 benchmarks/lib/real_model_run.py [--trainer trl] <trl-zoo train flags>` (the
+one-GPU runs: plain `python benchmarks/lib/real_model_run.py` with CUDA_VISIBLE_DEVICES=0). real_model_run.py writes
 costs.rank{r}.json per process (step times, peak memory, log history, parameter checksums, trained batches).
 Each run's folder is DIR/<part>/<run>, with the run's console output in log.txt; DIR/runs.jsonl has one line per
 run (exit code, seconds, status) and DIR/summary.md one table per part, rewritten after every run.
@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RUN_SCRIPT = "benchmarks/real_model_run.py"
+RUN_SCRIPT = "benchmarks/lib/real_model_run.py"
 PARTS = ["ddp_speed", "one_gpu_speed", "fsdp_parity", "sampling_ddp", "critic_ddp", "checkpoint", "zero2_parity",
          "zero3_parity"]
 PARITY_LOSSES = ["grpo", "dapo", "gspo", "cispo"]

@@ -1,5 +1,5 @@
 """What a set of `trl-zoo train` options costs per optimizer step: step time and peak GPU memory against the same run
-without them, each configuration its own process (`benchmarks/real_model_run.py`), interleaved in every repeat.
+without them, each configuration its own process (`benchmarks/lib/real_model_run.py`), interleaved in every repeat.
 
     python benchmarks/option_cost.py --out DIR --repeats 3 --steps 12 \\
         --base "--task chat_arithmetic_medium --model_name_or_path smollm2-135m-instruct" \\
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RUN_SCRIPT = REPO / "benchmarks" / "real_model_run.py"
+RUN_SCRIPT = REPO / "benchmarks" / "lib" / "real_model_run.py"
 BASE = "base"
 WARM_UP_STEPS = 2  # steps 1..2 of every run are left out of its step time
 

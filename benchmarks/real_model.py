@@ -4,7 +4,7 @@ depend on what else runs; step times taken this way are not speed comparisons �
 
     python benchmarks/real_model.py --plan easy --out results/real-model [--parallel 14] [--deadline 560]
 
-Plans (each run: `benchmarks/real_model_run.py`, 3 seeds unless --seeds):
+Plans (each run: `benchmarks/lib/real_model_run.py`, 3 seeds unless --seeds):
     easy      chat_arithmetic: grpo, dr_grpo, dapo, gspo, cispo, sapo; the null-reward control (grpo, rewards
               shuffled); dapo with ε_high 0.2 (named
               dapo_symmetric, but `--loss_type dapo` alone has ε_high 0.2 too: the same run); TRL's GRPOTrainer with
@@ -94,7 +94,7 @@ def command(task: str, flags: list[str], seed: int, out: Path, extra: list[str],
     rest = flags[2:] if trainer else flags
     start = ["--resume_from_checkpoint", "true"] if resume else ["--overwrite_output_dir", "true"]
     return [
-        sys.executable, "benchmarks/real_model_run.py", *trainer, "--task", task, "--seed", str(seed),
+        sys.executable, "benchmarks/lib/real_model_run.py", *trainer, "--task", task, "--seed", str(seed),
         "--output_dir", str(out), *start, "--write_report", "false", *rest, *extra,
     ]
 

@@ -41,7 +41,7 @@ def reset_peak():
         torch.cuda.reset_peak_memory_stats()
 
 
-from benchmarks.harness import (  # noqa: E402
+from benchmarks.lib.harness import (  # noqa: E402
     SHAPES,
     length_parity_reward,
     numbered_tokenizer,

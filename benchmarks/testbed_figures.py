@@ -1,4 +1,4 @@
-"""The five mechanism figures of the testbed, from the JSONL files of `benchmarks/testbed.py` (several seeds).
+"""The five mechanism figures of the testbed, from the JSONL files of `benchmarks/lib/testbed.py` (several seeds).
 
     python benchmarks/testbed_figures.py --runs DIR [--out DIR] [--samplers resample,greso] [--figures abcde]
 

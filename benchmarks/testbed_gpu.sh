@@ -5,7 +5,7 @@
 #     bash benchmarks/testbed_gpu.sh OUT 2      # the rest (re-bootstraps in ~2 min if the machine was released)
 #
 # Installs nothing: torch, transformers, trl, datasets and this checkout must already import. One configuration per
-# process (benchmarks/testbed.py), sequentially; every run writes OUT/<preset>-seed<S>.jsonl and its log
+# process (benchmarks/lib/testbed.py), sequentially; every run writes OUT/<preset>-seed<S>.jsonl and its log
 # OUT/<preset>-seed<S>.log; progress goes to stdout. Draw the figures elsewhere (matplotlib):
 #     python benchmarks/testbed_figures.py --runs OUT --every 16
 #
@@ -73,7 +73,7 @@ for item in $RUNS; do
   log="$OUT/$name-seed$seed.log"
   echo "[$(date -u +%H:%M:%S) +${elapsed}s] start $preset seed $seed sampler $sampler ($STEPS steps)"
   run_started=$SECONDS
-  "$PYTHON" "$ROOT/benchmarks/testbed.py" --preset "$preset" --seed "$seed" --sampler "$sampler" --scale "$SCALE" \
+  "$PYTHON" "$ROOT/benchmarks/lib/testbed.py" --preset "$preset" --seed "$seed" --sampler "$sampler" --scale "$SCALE" \
     --steps "$STEPS" --steps_per_generation "$SPG" --eval_every "$SPG" --out "$OUT" > "$log" 2>&1 \
     || echo "  FAILED: see $log"
   last=$((SECONDS - run_started))

@@ -12,7 +12,7 @@ SmolLM2-135M-Instruct with LoRA on chat_arithmetic, the task's preset batch shap
         [--eval_seconds 6] [--startup_seconds 25] [--estimate_factor 1]   # what fits in M minutes; runs nothing
     python benchmarks/time_to_target.py --out DIR --cpu_smoke        # the whole pipeline, tiny, on the CPU
 
-Per seed s, one process per run (`time_to_target_run.py`), one run at a time (with `--devices`, one run a device at a
+Per seed s, one process per run (`lib/time_to_target_run.py`), one run at a time (with `--devices`, one run a device at a
 time: seed i on device i mod n, the devices in parallel, each seed's runs on its device):
 
 1. TRL's trainer (`--trainer trl`) runs `--steps` N optimizer steps, held-out greedy accuracy every k steps
@@ -41,7 +41,7 @@ between runs; `--plan_minutes` prints the runs, their estimates, the pieces and 
 Compiled decoding is measured cold: every run starts with an empty torch compile cache of its own
 (`compile_cache_dir`), except a contender named NAME + "_warm_cache", which runs NAME's flags right after NAME with
 the cache NAME's run of the same seed left (a user's second run on the same machine). `--profile_blocks` adds TRL's
-profiled blocks per step to every record (`block_times.py`; it synchronises the device, so steps slow a little).
+profiled blocks per step to every record (`lib/block_times.py`; it synchronises the device, so steps slow a little).
 
 Every run's JSON line goes to DIR/records.jsonl (and DIR/seed<s>/<name>/record.jsonl); the summary (`summary_table`)
 to DIR/summary.md: per contender over seeds the median and range of time to target (a run that did not reach it counts
@@ -344,7 +344,7 @@ def run_command(name: str, seed: int, out: Path, args, target: float | None, bud
              else ["--trainer", "trl_zoo", *contender_flags(name, getattr(args, "cpu_smoke", False))])
     steps = args.steps if name == REFERENCE else math.ceil(args.steps * args.max_steps_factor)
     command = [
-        sys.executable, str(ROOT / "benchmarks" / "time_to_target_run.py"), "--record", str(out / "record.jsonl"),
+        sys.executable, str(ROOT / "benchmarks" / "lib" / "time_to_target_run.py"), "--record", str(out / "record.jsonl"),
         *flags[:2],
     ]
     if target is not None:
@@ -647,7 +647,7 @@ def main(argv=None) -> int:
     parser.add_argument("--budget_factor", type=float, default=2.0)
     parser.add_argument("--max_steps_factor", type=float, default=1.0)
     parser.add_argument("--profile_blocks", action="store_true",
-                        help="Every run also records TRL's profiled blocks per step (block_times.py; adds syncs).")
+                        help="Every run also records TRL's profiled blocks per step (lib/block_times.py; adds syncs).")
     parser.add_argument("--contenders", default=DEFAULT_CONTENDERS)
     parser.add_argument("--define", action="append", default=[], metavar="NAME='FLAGS'",
                         help="Add a contender for this invocation (repeatable), e.g. a combination of levers.")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from trl.extras import profiling
 
-from benchmarks.block_times import BlockTimes
+from benchmarks.lib.block_times import BlockTimes
 
 
 @pytest.fixture

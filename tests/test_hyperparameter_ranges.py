@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 import trl_zoo
-from benchmarks.loss_hyperparameters import HYPERPARAMETERS
+from benchmarks.lib.loss_hyperparameters import HYPERPARAMETERS
 from tests import tiny
 from trl_zoo.config import TRL_LOSS_FIELDS, zoo_field_names
 

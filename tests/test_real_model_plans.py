@@ -41,7 +41,7 @@ def test_an_unknown_plan_names_the_plans():
 def test_a_stopped_run_resumes_from_its_checkpoint_and_keeps_only_its_records(tmp_path):
     import json
 
-    from benchmarks.real_model_run import keep_records_up_to, resumed_step
+    from benchmarks.lib.real_model_run import keep_records_up_to, resumed_step
 
     out = tmp_path / "run"
     (out / "checkpoint-4").mkdir(parents=True)

@@ -1,6 +1,6 @@
 """The mechanism testbed: one (loss preset, seed, scale) configuration per process, off-policy updates, JSONL per step.
 
-    python benchmarks/testbed.py --preset dapo --seed 0 --scale cpu --steps 32 --out DIR
+    python benchmarks/lib/testbed.py --preset dapo --seed 0 --scale cpu --steps 32 --out DIR
 
 The task is column addition with a worked scratchpad (trl_zoo/tasks/scratchpad.py: completions of 11-72 tokens at
 scale "gpu", 11-32 at "cpu"); the base policy is bootstrapped from scratch with a carry-slip habit
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402

@@ -2,7 +2,7 @@
 that excludes the held-out evaluation, a stop at the target accuracy or at the time budget, counts of completions
 and token slots, and peak GPU memory.
 
-    python benchmarks/time_to_target_run.py --record RUN.jsonl [--trainer trl] [--target A] [--budget_seconds B]
+    python benchmarks/lib/time_to_target_run.py --record RUN.jsonl [--trainer trl] [--target A] [--budget_seconds B]
         <trl-zoo train flags>
 
 The clock. T = Σ_steps (end − begin) of each optimizer step (`StepTimer` of real_model_run.py, inserted first among
@@ -40,15 +40,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
-from benchmarks.compile_counts import compile_counts  # noqa: E402
-from benchmarks.real_model_run import StepTimer, versions  # noqa: E402
+from benchmarks.lib.compile_counts import compile_counts  # noqa: E402
+from benchmarks.lib.real_model_run import StepTimer, versions  # noqa: E402
 
 
 def stop_decision(clock: float, budget: float | None, accuracy: float | None, target: float | None) -> str | None:
@@ -236,12 +236,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--budget_seconds", type=float, default=None)
     parser.add_argument("--to_the_end", action="store_true", help="Reaching the target does not stop the run.")
     parser.add_argument("--profile_blocks", action="store_true",
-                        help="Also record TRL's profiled blocks per step (benchmarks/block_times.py; adds syncs).")
+                        help="Also record TRL's profiled blocks per step (benchmarks/lib/block_times.py; adds syncs).")
     args, train_argv = parser.parse_known_args(argv)
     instrumentation = Instrumentation(args.target, args.budget_seconds, args.to_the_end)
     blocks = None
     if args.profile_blocks:
-        from benchmarks.block_times import BlockTimes
+        from benchmarks.lib.block_times import BlockTimes
 
         blocks = BlockTimes()
         blocks.install()

@@ -1,7 +1,7 @@
 """One `trl-zoo train` run of the real-model study, instrumented: per-step wall time, peak GPU memory, and the
 training completions' lengths split by correctness.
 
-    python benchmarks/real_model_run.py [--trainer trl] <trl-zoo train flags>
+    python benchmarks/lib/real_model_run.py [--trainer trl] <trl-zoo train flags>
 
 `--trainer trl` runs the same setup (data, rewards, LoRA, evaluation) with `trl.GRPOTrainer` in place of trl_zoo's,
 for side-by-side curves and costs. Writes `<output_dir>/costs.json` (median step time, evaluation excluded; peak
@@ -17,8 +17,8 @@ batch (rows, a CRC32 of each decoded prompt, advantages, prompts skipped by dyna
 
 Replay, so that two runs (e.g. DDP and FSDP2) train on the same completions:
 
-    python benchmarks/real_model_run.py --record_generations <flags>          # writes generations.rank{r}.jsonl
-    python benchmarks/real_model_run.py --replay_generations RUN_DIR <flags>  # reads RUN_DIR/generations.rank{r}.jsonl
+    python benchmarks/lib/real_model_run.py --record_generations <flags>          # writes generations.rank{r}.jsonl
+    python benchmarks/lib/real_model_run.py --replay_generations RUN_DIR <flags>  # reads RUN_DIR/generations.rank{r}.jsonl
 
 With `--record_generations` every process appends, for each training generation (TRL's `_generate_single_turn`,
 the one call that turns prompt token ids into completion token ids), the prompt ids, `num_generations`, the
@@ -293,7 +293,7 @@ def main(argv: list[str]) -> int:
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     try:
-        code = cli_main(["train", *argv, "--reward_funcs", "benchmarks.real_model_run.recorded_final_number"])
+        code = cli_main(["train", *argv, "--reward_funcs", "benchmarks.lib.real_model_run.recorded_final_number"])
     except ReplayMismatch as error:
         print(f"real_model_run: error: {error}", file=sys.stderr)
         return 2
