@@ -67,7 +67,7 @@ def test_static_cache_refused_only_where_transformers_mixes_the_dtypes(monkeypat
 def test_static_cache_under_autocast_decodes_where_allowed():
     """The combination the refusal guards: bf16 autocast, a static cache, LoRA; one step trains (transformers
     >= 5.24: keys and values each in their own dtype)."""
-    from trl_zoo.hooks.autocast_generation import static_cache_fails_on_mixed_dtypes
+    from trl_zoo.config.generation_speed import static_cache_fails_on_mixed_dtypes
 
     if static_cache_fails_on_mixed_dtypes():
         pytest.skip("this transformers refuses the combination (tested above)")

@@ -16,7 +16,7 @@ LAYERS = (
     ("kernel", ("numerics", "specs", "registry", "dataset_values")),
     ("tables", ("losses", "aggregation", "advantages", "kl", "samplers", "reward_shaping", "critic")),
     ("io", ("io",)),
-    ("config", ("config", "speed_recipe")),
+    ("config", ("config",)),
     ("hooks", ("hooks",)),
     ("trainer", ("trainer",)),
     ("tasks", ("tasks",)),

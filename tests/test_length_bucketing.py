@@ -12,8 +12,9 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 import trl_zoo
 from tests.scripts.resample_two_processes import half_constant_reward
 from tests.tiny import make_trainer, perturb
+from trl_zoo.config.compute import check_length_bucketing
 from trl_zoo.hooks.batch_layout import trim_padding
-from trl_zoo.hooks.length_bucketing import SLOTS, SLOTS_UNBUCKETED, check_length_bucketing, token_slots
+from trl_zoo.hooks.length_bucketing import SLOTS, SLOTS_UNBUCKETED, token_slots
 from trl_zoo.registry import AGGREGATIONS, LOSSES
 
 # prompts of 4 to 11 characters; even first numbers give zero-spread groups under half_constant_reward

@@ -9,7 +9,8 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 import trl_zoo
 from tests.scripts.resample_two_processes import half_constant_reward
 from tests.tiny import make_trainer, relative_error
-from trl_zoo.hooks.skip_zero_advantage import check_zero_advantage_skip, zero_advantage_probe
+from trl_zoo.config.compute import check_zero_advantage_skip
+from trl_zoo.config.probes import zero_advantage_probe
 from trl_zoo.registry import AGGREGATIONS, LOSSES, Entry
 from trl_zoo.specs import LossSpec
 

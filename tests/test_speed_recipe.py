@@ -12,15 +12,15 @@ from benchmarks.time_to_target import CONTENDERS
 from tests import tiny
 from trl_zoo import GRPOConfig, GRPOTrainer
 from trl_zoo.cli.arguments import parse_train_args
-from trl_zoo.hooks import autocast_generation
-from trl_zoo.speed_recipe import SPEED_RECIPES
+from trl_zoo.config import generation_speed
+from trl_zoo.config.speed_recipe import SPEED_RECIPES
 
 RECIPE_FIELDS = ("merge_adapter_for_generation", "compile_generation", "generation_autocast",
                  "steps_per_generation", "generation_batch_size")
 # the recipe and the contender of the README's table it stands for
 MEASURED_AS = {"lora": "merged_two_steps", "lora_compiled": "merged_autocast_compiled_two_steps"}
 needs_mixed_dtype_static_cache = pytest.mark.skipif(
-    autocast_generation.static_cache_fails_on_mixed_dtypes(),
+    generation_speed.static_cache_fails_on_mixed_dtypes(),
     reason="generation_autocast with compiled decoding needs transformers >= 5.24",
 )
 

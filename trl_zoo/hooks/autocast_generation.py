@@ -27,21 +27,13 @@ the rotary embedding in fp32 (the fp32 residual stream's cos/sin) while the valu
 `StaticLayer` allocates both in the keys' dtype, so the first cache update fails in `index_copy_` (measured on an
 H200 with transformers 5.17); 5.24 allocates each in its own dtype.
 
+The config refuses that pair under such a transformers (`static_cache_fails_on_mixed_dtypes`,
+config/generation_speed.py).
+
 Tests: tests/test_autocast_generation.py.
 """
 
 from __future__ import annotations
-
-import transformers
-from packaging.version import Version
-
-# the first transformers whose StaticLayer allocates the values in their own dtype, not the keys'
-MIXED_DTYPE_STATIC_CACHE_SINCE = Version("5.24")
-
-
-def static_cache_fails_on_mixed_dtypes() -> bool:
-    """Whether the installed transformers' static KV cache fails on the fp32 keys and bf16 values of autocast."""
-    return Version(transformers.__version__).release < MIXED_DTYPE_STATIC_CACHE_SINCE.release
 
 
 class AutocastGenerationMixin:

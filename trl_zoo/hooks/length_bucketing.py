@@ -40,9 +40,10 @@ The same test refuses the other terms normalised per micro-batch: the entropy bo
 entropy), `top_entropy_quantile` < 1 (the quantile spans the micro-batch), the MoE router auxiliary loss, and the
 critic of `advantage_estimator="gae"`, whose value loss and positive-example LM loss are local token means. A loss
 whose per-row term depends on other rows or on the padded width (Clip-Cov, KL-Cov: covariance over the micro-batch)
-is refused after a probe on synthetic batches (`row_grouping_probe`). All of these but the auxiliary loss (which
-needs the model) are checked when the `GRPOConfig` is built (`check_length_bucketing`). The KL term (per token, in
-the aggregated term), the off-policy sequence mask and vLLM's importance-sampling ratio are per row.
+is refused after a probe on synthetic batches (`row_grouping_probe`, config/probes.py). All of these but the
+auxiliary loss (which needs the model) are checked when the `GRPOConfig` is built (`check_length_bucketing`,
+config/compute.py). The KL term (per token, in the aggregated term), the off-policy sequence mask and vLLM's
+importance-sampling ratio are per row.
 `skip_zero_advantage` slices rows of a micro-batch after bucketing and keeps every normaliser, so the two compose.
 With steps_per_generation = gradient_accumulation_steps = 1 the one micro-batch is the whole batch, padded by TRL to
 its own longest rows: nothing changes.
@@ -54,14 +55,9 @@ import math
 
 import torch
 
-from ..losses.base import PolicyBatch
-from ..registry import ADVANTAGES, AGGREGATIONS
 from .batch_layout import batch_layouts, trim_padding
-from .skip_zero_advantage import _equal_to_rounding
 from .trl_access import set_generation_buffer
 
-# Aggregations whose optimizer-step loss does not depend on how its rows are grouped into micro-batches (see above).
-GROUPING_INVARIANT_AGGREGATIONS = ("sequence_mean", "sequence_sum", "token_mean_global", "token_sum_over_max_length")
 SLOTS = "length_bucketing/padded_token_slots"
 SLOTS_UNBUCKETED = "length_bucketing/padded_token_slots_unbucketed"
 
@@ -147,92 +143,3 @@ def token_slots(micro_batches: list[dict]) -> int:
     )
 
 
-def check_length_bucketing(entry, args) -> None:
-    """Raise a one-line ValueError when re-grouping rows into micro-batches would change the loss of the loss
-    `entry` under this config (its aggregation, a per-micro-batch term, a loss that is not row-local); config only."""
-    aggregation = AGGREGATIONS.get(args.loss_aggregation or entry.spec.aggregation).name
-    if aggregation not in GROUPING_INVARIANT_AGGREGATIONS:
-        why = (
-            "normalises each micro-batch by its own token count"
-            if aggregation == "token_mean_local"
-            else "is not known to be invariant to how rows are grouped into micro-batches"
-        )
-        raise ValueError(
-            f"length_bucketing: the aggregation {aggregation!r} (loss {entry.name!r}) {why}, so re-grouping rows "
-            f"would change the loss and gradient; set length_bucketing=False or use one of "
-            f"{', '.join(GROUPING_INVARIANT_AGGREGATIONS)}."
-        )
-    reasons = []
-    if args.entropy_coef != 0.0 or args.use_adaptive_entropy:  # TRL's `_entropy_bonus_enabled`
-        reasons.append("the entropy bonus (a token mean per micro-batch)")
-    if args.top_entropy_quantile < 1.0:
-        reasons.append(f"top_entropy_quantile={args.top_entropy_quantile} (a quantile per micro-batch)")
-    estimator = args.advantage_estimator
-    if estimator is not None and "values" in ADVANTAGES.get(estimator).spec.needs:
-        reasons.append("the critic's value loss (advantage_estimator='gae': a token mean per micro-batch)")
-    if reasons:
-        raise ValueError(
-            f"length_bucketing: {', '.join(reasons)} would change when rows are re-grouped; set "
-            f"length_bucketing=False or remove them."
-        )
-    problem = row_grouping_probe(entry.fn, args)
-    if problem:
-        raise ValueError(
-            f"length_bucketing: the loss {entry.name!r} is not row-local ({problem}), so re-grouping rows would "
-            f"change it; set length_bucketing=False."
-        )
-
-
-def row_grouping_probe(loss_fn, args, seed: int = 0) -> str | None:
-    """Check on a synthetic off-policy batch that `loss_fn` is row-local; return what failed, or None.
-
-    Row-local: each row's masked term and its gradient are the same whether the row sits in the full batch or in
-    one of two halves of a permuted batch, each half trimmed to its own longest row (so neither the other rows nor
-    the padded width may matter), to float32 rounding (`_equal_to_rounding`). The global RNG is left untouched.
-    """
-    with torch.random.fork_rng(devices=[]):
-        generator = torch.Generator().manual_seed(seed)
-
-        def noise(*shape, scale=1.0):
-            return scale * torch.randn(*shape, generator=generator)
-
-        rows, width = 8, 12
-        lengths = torch.tensor([12, 3, 7, 12, 2, 9, 5, 10])
-        mask = (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).float()
-        advantages = noise(rows, 1)
-        old_logps = noise(rows, width, scale=0.6) - 2.0
-        logps = old_logps + noise(rows, width, scale=0.4)
-        ref_logps = old_logps + noise(rows, width, scale=0.3)
-        entropies = noise(rows, width).abs()
-
-        def run(keep: torch.Tensor):
-            trimmed = int(lengths[keep].max())
-            current = logps[keep, :trimmed].clone().requires_grad_(True)
-            batch = PolicyBatch(
-                logps=current, old_logps=old_logps[keep, :trimmed], advantages=advantages[keep],
-                mask=mask[keep, :trimmed], ref_logps=ref_logps[keep, :trimmed], entropies=entropies[keep, :trimmed],
-            )
-            torch.manual_seed(seed)
-            term = loss_fn(batch, args).loss
-            term_mask = batch.mask if term.size(1) == trimmed else torch.ones_like(term)
-            (gradient,) = torch.autograd.grad((term * term_mask).sum(), current, allow_unused=True)
-            gradient = torch.zeros_like(current) if gradient is None else gradient
-            if term.size(1) == trimmed:  # back to the full width, padding columns 0
-                term = torch.nn.functional.pad(term * term_mask, (0, width - trimmed))
-            gradient = torch.nn.functional.pad(gradient, (0, width - trimmed))
-            return term.detach(), gradient
-
-        try:
-            reference_term, reference_gradient = run(torch.arange(rows))
-            permuted = torch.tensor([4, 1, 6, 2, 0, 7, 3, 5])
-            halves = [run(permuted[:4]), run(permuted[4:])]
-        except Exception as error:  # a loss that needs inputs the probe cannot make up
-            return f"the probe could not run it: {type(error).__name__}: {error}"
-        term = torch.cat([half[0] for half in halves])
-        gradient = torch.cat([half[1] for half in halves])
-        if not (
-            _equal_to_rounding(term, reference_term[permuted])
-            and _equal_to_rounding(gradient, reference_gradient[permuted])
-        ):
-            return "a row's term or gradient depends on the other rows of its micro-batch or on its padded width"
-    return None

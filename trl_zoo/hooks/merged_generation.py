@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import torch
 
-from ..speed_recipe import refusal_words
+from ..config.speed_recipe import refusal_words
 
 
 def merge_refusal(model, args, accelerator) -> str | None:

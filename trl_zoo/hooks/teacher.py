@@ -45,37 +45,17 @@ of log π_T − log π_old over the batch).
 
 from __future__ import annotations
 
-import math
-import string
-
 import torch
 from accelerate.utils import is_peft_model
 from transformers import AutoTokenizer
 from trl.models import prepare_deepspeed, prepare_fsdp
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path, disable_dropout_in_model
 
+from ..config.teacher import template_columns
 from .generation import ScoredRound
 from .model_inputs import forward_inputs, loss_mask
 
 SELF_TEACHER = "self"
-
-
-def check_teacher_options(args) -> None:
-    """Config-time checks of the teacher fields (one line each)."""
-    coef = args.teacher_coef
-    if not isinstance(coef, (int, float)) or not math.isfinite(coef) or coef < 0:
-        raise ValueError(f"teacher_coef: λ={coef!r} must be a finite number ≥ 0.")
-    if args.teacher_model is None and args.teacher_only:
-        raise ValueError("teacher_only: True needs a teacher; set teacher_model (a name or path, or 'self').")
-    template = args.teacher_prompt_template
-    if template is not None:
-        if args.teacher_model is None:
-            raise ValueError(
-                "teacher_prompt_template: needs a teacher; set teacher_model (a name or path, or 'self')."
-            )
-        template_columns(template)  # a malformed template fails here
-    if args.teacher_only and coef == 0:
-        raise ValueError("teacher_only: with teacher_coef=0 every advantage is 0; set teacher_coef > 0.")
 
 
 class TeacherSignalMixin:
@@ -202,21 +182,6 @@ def check_same_tokenizer(name: str, policy_tokenizer) -> None:
             f"teacher_model: {name!r} has a different tokenizer from the policy's (vocabulary or token ids differ), "
             f"so it cannot score the policy's tokens; use a teacher of the same tokenizer family."
         )
-
-
-def template_columns(template: str) -> list[str]:
-    """The dataset columns a str.format template names ("prompt" among them), or a one-line ValueError."""
-    try:
-        fields = [field for _, field, _, _ in string.Formatter().parse(template) if field is not None]
-    except ValueError as error:
-        raise ValueError(f"teacher_prompt_template: not a str.format template ({error}): {template!r}")
-    for field in fields:
-        if not field.isidentifier():
-            raise ValueError(
-                f"teacher_prompt_template: {{{field}}} is not a column name; use {{column}} fields only, e.g. "
-                f"'{{prompt}}\\n(The answer is {{answer}}.)'."
-            )
-    return fields
 
 
 def teacher_prompt(template: str, row: dict):

@@ -30,14 +30,13 @@ from typing import Any
 import torch
 from trl import GRPOConfig as TRLGRPOConfig
 
-from . import advantages, aggregation, critic, kl, losses, samplers  # noqa: F401  (the tables the help lists)
-from .hooks.autocast_generation import MIXED_DTYPE_STATIC_CACHE_SINCE, static_cache_fails_on_mixed_dtypes
-from .hooks.length_bucketing import check_length_bucketing
-from .hooks.skip_zero_advantage import check_zero_advantage_skip
-from .hooks.teacher import check_teacher_options
-from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
-from .specs import PluginField, validate_settings
+from .. import advantages, aggregation, critic, kl, losses, samplers  # noqa: F401  (the tables the help lists)
+from ..registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
+from ..specs import PluginField, validate_settings
+from .compute import check_length_bucketing, check_zero_advantage_skip
+from .generation_speed import MIXED_DTYPE_STATIC_CACHE_SINCE, static_cache_fails_on_mixed_dtypes
 from .speed_recipe import SPEED_RECIPES, apply_speed_recipe, refusal_words
+from .teacher import check_teacher_options
 
 
 def _names(table) -> str:
@@ -238,7 +237,7 @@ class GRPOConfig(TRLGRPOConfig):
         False,
     )
     speed_recipe: str | None = _help(
-        "Set the measured single-GPU LoRA speed-ups together (trl_zoo/speed_recipe.py). 'lora': "
+        "Set the measured single-GPU LoRA speed-ups together (trl_zoo/config/speed_recipe.py). 'lora': "
         "merge_adapter_for_generation and steps_per_generation = 2 x gradient_accumulation_steps (real model on an "
         "H200: 0.62x TRL's time to its accuracy). 'lora_compiled': also compile_generation and generation_autocast "
         "(0.54x once torch's compile cache is warm, 0.87x on a first run; transformers >= 5.24). A "

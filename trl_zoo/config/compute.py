@@ -1,0 +1,80 @@
+"""Config-time checks of the compute switches `skip_zero_advantage` and `length_bucketing` (what the trainer's
+hooks do: `hooks/skip_zero_advantage.py`, `hooks/length_bucketing.py`, whose docstrings derive the conditions).
+
+Tests: tests/test_skip_zero_advantage.py, tests/test_length_bucketing.py.
+"""
+
+from __future__ import annotations
+
+from ..registry import ADVANTAGES, AGGREGATIONS
+from .probes import row_grouping_probe, zero_advantage_probe
+
+# Aggregations whose optimizer-step loss does not depend on how its rows are grouped into micro-batches (derived in
+# hooks/length_bucketing.py).
+GROUPING_INVARIANT_AGGREGATIONS = ("sequence_mean", "sequence_sum", "token_mean_global", "token_sum_over_max_length")
+
+
+def check_zero_advantage_skip(entry, args) -> None:
+    """Raise a one-line ValueError when rows with Â = 0 would still contribute under this config with the loss
+    `entry` (β, the entropy bonus or mask, a loss that declares or is probed to couple rows); config only."""
+    reasons = []
+    if args.beta != 0.0:
+        reasons.append(f"beta={args.beta} (the KL term depends on every row)")
+    if args.entropy_coef != 0.0 or args.use_adaptive_entropy:  # TRL's `_entropy_bonus_enabled`
+        reasons.append("an entropy bonus (entropy_coef or an entropy target)")
+    if args.top_entropy_quantile < 1.0:
+        reasons.append(f"top_entropy_quantile={args.top_entropy_quantile} (the mask's quantile spans every row)")
+    if reasons:
+        raise ValueError(
+            f"skip_zero_advantage: sequences with Â = 0 still contribute through {', '.join(reasons)}; "
+            f"set skip_zero_advantage=False or remove them."
+        )
+    declared = entry.spec.zero_advantage_is_inert
+    if declared is False:
+        raise ValueError(
+            f"skip_zero_advantage: the loss {entry.name!r} declares that sequences with Â = 0 still change the "
+            f"loss; set skip_zero_advantage=False."
+        )
+    if declared is None:
+        problem = zero_advantage_probe(entry.fn, args)
+        if problem:
+            raise ValueError(
+                f"skip_zero_advantage: the loss {entry.name!r} is not inert for Â = 0 ({problem}); set "
+                f"skip_zero_advantage=False, or declare zero_advantage_is_inert in the loss entry."
+            )
+
+
+def check_length_bucketing(entry, args) -> None:
+    """Raise a one-line ValueError when re-grouping rows into micro-batches would change the loss of the loss
+    `entry` under this config (its aggregation, a per-micro-batch term, a loss that is not row-local); config only."""
+    aggregation = AGGREGATIONS.get(args.loss_aggregation or entry.spec.aggregation).name
+    if aggregation not in GROUPING_INVARIANT_AGGREGATIONS:
+        why = (
+            "normalises each micro-batch by its own token count"
+            if aggregation == "token_mean_local"
+            else "is not known to be invariant to how rows are grouped into micro-batches"
+        )
+        raise ValueError(
+            f"length_bucketing: the aggregation {aggregation!r} (loss {entry.name!r}) {why}, so re-grouping rows "
+            f"would change the loss and gradient; set length_bucketing=False or use one of "
+            f"{', '.join(GROUPING_INVARIANT_AGGREGATIONS)}."
+        )
+    reasons = []
+    if args.entropy_coef != 0.0 or args.use_adaptive_entropy:  # TRL's `_entropy_bonus_enabled`
+        reasons.append("the entropy bonus (a token mean per micro-batch)")
+    if args.top_entropy_quantile < 1.0:
+        reasons.append(f"top_entropy_quantile={args.top_entropy_quantile} (a quantile per micro-batch)")
+    estimator = args.advantage_estimator
+    if estimator is not None and "values" in ADVANTAGES.get(estimator).spec.needs:
+        reasons.append("the critic's value loss (advantage_estimator='gae': a token mean per micro-batch)")
+    if reasons:
+        raise ValueError(
+            f"length_bucketing: {', '.join(reasons)} would change when rows are re-grouped; set "
+            f"length_bucketing=False or remove them."
+        )
+    problem = row_grouping_probe(entry.fn, args)
+    if problem:
+        raise ValueError(
+            f"length_bucketing: the loss {entry.name!r} is not row-local ({problem}), so re-grouping rows would "
+            f"change it; set length_bucketing=False."
+        )
