@@ -13,6 +13,8 @@ import pytest
 from benchmarks import time_to_target as ttt
 from benchmarks.lib.time_to_target_run import TargetStop, compile_counts, stop_decision, time_to_target
 
+from .packaged_model import needs_packaged_model
+
 
 def test_target_rule():
     assert ttt.target_accuracy(0.156, 0.75, 0.9) == pytest.approx(0.156 + 0.9 * 0.594)
@@ -218,6 +220,7 @@ def test_first_reaching():
     assert ttt.first_reaching(curve, None) is None
 
 
+@needs_packaged_model
 def test_cpu_smoke_pipeline(tmp_path):
     """TRL then one contender, one process each, tiny settings; a target no tiny run reaches, so the contender
     stops at the 2× budget or at max_steps."""
@@ -515,6 +518,7 @@ def test_cpu_smoke_flags_keep_the_levers():
     "continuous_batching_compiled", "merged_cudagraphs_two_steps", "merged_bf16_two_steps",
     "merged_autocast_two_steps",
 ])
+@needs_packaged_model
 def test_cpu_smoke_of_the_generation_levers(contenders, tmp_path, capsys):
     """The generation levers run end to end on the CPU, one contender a test (TRL's reference record made up and
     reused by --resume); continuous_batching_compiled is skipped there with a line. Every contender ran this way
