@@ -52,7 +52,6 @@ def greedy_completions(
     return decoded_completions(model, tokenizer, prompts, max_new_tokens, GREEDY, batch_size, synced)
 
 
-@torch.no_grad()
 def decoded_completions(
     model, tokenizer, prompts: list, max_new_tokens: int, decoding: dict, batch_size: int = 256,
     synced: bool = False,
@@ -60,13 +59,23 @@ def decoded_completions(
     """Each prompt's completions under `decoding` (`generate`'s keywords: GREEDY, or sampling with
     `num_return_sequences`), in `generate`'s order (prompt-major), `batch_size` prompts a call, left-padded, special
     tokens dropped; the model's train/eval mode and the tokenizer's padding side are restored."""
+    return decoded_completions_and_ids(model, tokenizer, prompts, max_new_tokens, decoding, batch_size, synced)[0]
+
+
+@torch.no_grad()
+def decoded_completions_and_ids(
+    model, tokenizer, prompts: list, max_new_tokens: int, decoding: dict, batch_size: int = 256,
+    synced: bool = False,
+) -> tuple[list[str], list[list[int]]]:
+    """`decoded_completions` and each completion's token ids as TRL passes them to rewards (`completion_ids`): up
+    to and including the first end-of-sequence token, no padding."""
     was_training = model.training
     model.eval()
     padding_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     device = next(model.parameters()).device
     texts = [render_prompt(tokenizer, prompt) for prompt in prompts]
-    completions = []
+    completions, ids = [], []
     try:
         for start in range(0, len(texts), batch_size):
             batch = tokenizer(
@@ -83,10 +92,49 @@ def decoded_completions(
             )
             new_tokens = output[:, batch["input_ids"].shape[1] :]
             completions.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+            ids.extend(completion_ids(new_tokens.tolist(), tokenizer.eos_token_id, tokenizer.pad_token_id))
     finally:
         tokenizer.padding_side = padding_side
         model.train(was_training)
-    return completions
+    return completions, ids
+
+
+def completion_ids(rows: list[list[int]], eos: int | None, pad: int | None) -> list[list[int]]:
+    """Each generated row cut after its first `eos` (kept, as TRL keeps it), else with its trailing `pad`s dropped."""
+    cut = []
+    for row in rows:
+        if eos is not None and eos in row:
+            row = row[: row.index(eos) + 1]
+        else:
+            while row and pad is not None and row[-1] == pad:
+                row = row[:-1]
+        cut.append(row)
+    return cut
+
+
+def _not_recorded(*args, **kwargs) -> None:
+    """`log_extra` and `log_metric` outside training: an evaluation has no completions table or step metrics."""
+
+
+def call_reward(
+    reward: Callable, prompts: list, completions: list, completion_ids: list | None, columns: dict,
+    trainer_state=None,
+) -> list:
+    """`reward` called as TRL's `GRPOTrainer._calculate_rewards` calls a reward function: every argument by keyword
+    (`prompts`, `completions`, `completion_ids`, `trainer_state`, `log_extra`, `log_metric` and the dataset's other
+    columns), so any signature TRL accepts works here, e.g. `(prompts, completions, **kwargs)`. Outside training
+    `trainer_state` is the one given (None: no training state) and the two loggers record nothing."""
+    return reward(
+        prompts=prompts, completions=completions, completion_ids=completion_ids, trainer_state=trainer_state,
+        log_extra=_not_recorded, log_metric=_not_recorded, **columns,
+    )
+
+
+def as_completions(prompts: list, texts: list[str]) -> list:
+    """Completions as TRL hands them to rewards: chat messages for a chat prompt (a list of messages), else text;
+    decided row by row."""
+    return [[{"role": "assistant", "content": text}] if isinstance(prompt, list) else text
+            for prompt, text in zip(prompts, texts, strict=True)]
 
 
 class HeldOutResult(NamedTuple):
@@ -116,8 +164,8 @@ def greedy_evaluation(
     """Accuracy and mean reward of the prompts' greedy completions (module docstring). An output that is not one
     number or None per prompt raises `RewardOutputError`, as in training.
 
-    `reward` is called like TRL calls a reward function: `reward(completions, prompts=..., **reward_kwargs)`, with
-    the dataset's other columns (e.g. `answer`) in `reward_kwargs`; chat prompts get chat-message completions.
+    `reward` is called like TRL calls a reward function, by keyword (`call_reward`), with the dataset's other columns
+    (e.g. `answer`) in `reward_kwargs`; chat prompts get chat-message completions.
     """
     if not prompts:
         raise ValueError("held-out set: no prompts to evaluate; give a non-empty held-out split.")
@@ -161,10 +209,8 @@ def _greedy_rewards(
     synced: bool = False,
 ) -> list:
     """The reward of each prompt's greedy completion (None where the reward could not score it), shape-checked."""
-    texts = greedy_completions(model, tokenizer, prompts, max_new_tokens, batch_size, synced)
-    conversational = isinstance(prompts[0], list)
-    completions = [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
-    rewards = reward(completions, prompts=prompts, completion_ids=None, **reward_kwargs)
+    texts, ids = decoded_completions_and_ids(model, tokenizer, prompts, max_new_tokens, GREEDY, batch_size, synced)
+    rewards = call_reward(reward, prompts, as_completions(prompts, texts), ids, reward_kwargs)
     check_reward_shape(getattr(reward, "__name__", type(reward).__name__), rewards, len(prompts))
     return list(rewards)
 

@@ -18,7 +18,7 @@ from math import comb
 
 import torch
 
-from .evaluation import decoded_completions
+from .evaluation import as_completions, call_reward, decoded_completions_and_ids
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -51,14 +51,12 @@ def sampled_right_counts(
     device = next(model.parameters()).device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
-        decoded = decoded_completions(model, tokenizer, prompts, max_new_tokens, decoding, batch_size)
-    chat = bool(prompts) and isinstance(prompts[0], list)
-    completions = [[{"role": "assistant", "content": text}] for text in decoded] if chat else decoded
+        decoded, ids = decoded_completions_and_ids(model, tokenizer, prompts, max_new_tokens, decoding, batch_size)
     repeated = [prompt for prompt in prompts for _ in range(samples)]  # generate's order: prompt-major
     kwargs = {
         key: [value for value in column for _ in range(samples)] for key, column in (reward_kwargs or {}).items()
     }
-    rewards = reward(completions, prompts=repeated, completion_ids=None, **kwargs)
+    rewards = call_reward(reward, repeated, as_completions(repeated, decoded), ids, kwargs)
     right = [r is not None and float(r) == 1.0 for r in rewards]
     return [sum(right[i * samples : (i + 1) * samples]) for i in range(len(prompts))]
 
