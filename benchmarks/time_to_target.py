@@ -12,8 +12,8 @@ SmolLM2-135M-Instruct with LoRA on chat_arithmetic, the task's preset batch shap
         [--eval_seconds 6] [--startup_seconds 25] [--estimate_factor 1]   # what fits in M minutes; runs nothing
     python benchmarks/time_to_target.py --out DIR --cpu_smoke        # the whole pipeline, tiny, on the CPU
 
-Per seed s, one process per run (`lib/time_to_target_run.py`), one run at a time (with `--devices`, one run a device at a
-time: seed i on device i mod n, the devices in parallel, each seed's runs on its device):
+Per seed s, one process per run (`lib/time_to_target_run.py`), one run at a time (with `--devices`, one run a device
+at a time: seed i on device i mod n, the devices in parallel, each seed's runs on its device):
 
 1. TRL's trainer (`--trainer trl`) runs `--steps` N optimizer steps, held-out greedy accuracy every k steps
    (`--eval_every`) and at the last; its training clock T_TRL excludes the evaluation (counted apart).
@@ -344,7 +344,8 @@ def run_command(name: str, seed: int, out: Path, args, target: float | None, bud
              else ["--trainer", "trl_zoo", *contender_flags(name, getattr(args, "cpu_smoke", False))])
     steps = args.steps if name == REFERENCE else math.ceil(args.steps * args.max_steps_factor)
     command = [
-        sys.executable, str(ROOT / "benchmarks" / "lib" / "time_to_target_run.py"), "--record", str(out / "record.jsonl"),
+        sys.executable, str(ROOT / "benchmarks" / "lib" / "time_to_target_run.py"),
+        "--record", str(out / "record.jsonl"),
         *flags[:2],
     ]
     if target is not None:

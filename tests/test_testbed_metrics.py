@@ -9,7 +9,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"testbed_{name}", BENCHMARKS / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"testbed_{Path(name).name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -17,7 +17,7 @@ def load(name: str):
 
 @pytest.fixture(scope="module")
 def testbed():
-    return load("testbed")
+    return load("lib/testbed")
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,10 @@ batch (rows, a CRC32 of each decoded prompt, advantages, prompts skipped by dyna
 
 Replay, so that two runs (e.g. DDP and FSDP2) train on the same completions:
 
-    python benchmarks/lib/real_model_run.py --record_generations <flags>          # writes generations.rank{r}.jsonl
-    python benchmarks/lib/real_model_run.py --replay_generations RUN_DIR <flags>  # reads RUN_DIR/generations.rank{r}.jsonl
+    python benchmarks/lib/real_model_run.py --record_generations <flags>
+        # writes generations.rank{r}.jsonl
+    python benchmarks/lib/real_model_run.py --replay_generations RUN_DIR <flags>
+        # reads RUN_DIR/generations.rank{r}.jsonl
 
 With `--record_generations` every process appends, for each training generation (TRL's `_generate_single_turn`,
 the one call that turns prompt token ids into completion token ids), the prompt ids, `num_generations`, the
