@@ -57,8 +57,8 @@ from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_
 from .training_data import (  # noqa: F401  (re-exported: they were this module's before the split)
     DATA_FILE_BUILDERS,
     STREAMED_HELDOUT,
-    _conversational_prompts,
     _load_dataset_splits,
+    chat_prompts,
     column_names,
     heldout_count,
     mixture_test_entries,
@@ -305,11 +305,10 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    conversational = task_args.conversational
-    if conversational is None:
-        conversational = getattr(tokenizer, "chat_template", None) is not None
-    if conversational:
-        train, heldout = (_conversational_prompts(d, task_args.system_prompt) if d else d for d in (train, heldout))
+    train, heldout = (
+        chat_prompts(d, task_args, tokenizer, f"the {name} split of {source}", log) if d is not None else d
+        for d, name in ((train, "training"), (heldout, "held-out"))
+    )
     if builtin:  # a built-in task's prompts are few and short
         prompts = (*train["prompt"], *(heldout["prompt"] if heldout is not None else ()))
         texts = [render_prompt(tokenizer, prompt) for prompt in prompts]

@@ -5,11 +5,12 @@
 loads it as `trl grpo` does (a hub dataset, a local data file or a `datasets` mixture, streamed or not), checks a
 map-style dataset's prompts and the columns the rewards read (`dataset_values.py`), and splits off the held-out set:
 the test split, else `test_split_size` or `num_heldout` rows (`heldout_count`); a streamed dataset holds out its
-first rows, and `num_heldout 0` keeps none. `_conversational_prompts` wraps prompts as chat messages, a built-in
-task's too. Bad input raises `ConfigError` (one line naming the field).
+first rows, and `num_heldout 0` keeps none. `chat_prompts` makes the prompts what TRL renders (a built-in task's
+too): chat-message rows kept, plain strings wrapped as a user message for a chat model, row by row. Bad input raises
+`ConfigError` (one line naming the field).
 
 Tests: tests/test_dataset_values.py (column values checked), tests/test_trl_grpo_fields.py (splits, mixtures,
-streaming), tests/test_cli.py (data files and held-out counts).
+streaming), tests/test_cli.py (data files and held-out counts), tests/test_chat_prompts.py (prompt formats).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset
 from trl import DatasetMixtureConfig, get_dataset
+from trl.data_utils import is_conversational
 
 from ..dataset_values import check_no_none, check_prompts
 from .arguments import ConfigError, one_line
@@ -199,9 +201,46 @@ def _check_values(dataset, where: str, task_args, reads: dict[str, str]) -> None
             check_no_none(dataset, named, reader, where)
 
 
-def _conversational_prompts(dataset, system_prompt: str | None):
-    def wrap(prompt):
-        messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        return messages + [{"role": "user", "content": prompt}]
+def is_chat(prompt) -> bool:
+    """A prompt TRL reads as conversational (`trl.data_utils.is_conversational`): a list of role messages."""
+    return is_conversational({"prompt": prompt})
 
-    return dataset.map(lambda row: {"prompt": wrap(row["prompt"])})
+
+def chat_prompts(dataset, task_args, tokenizer, where: str, log=print):
+    """The dataset's prompts as TRL will render them, row by row: a list of chat messages is kept as it is (TRL
+    applies the chat template to it); a plain string becomes one user message (after `system_prompt`, if given) when
+    `conversational` is on — by default, when the tokenizer has a chat template — else stays text. TRL renders a
+    batch by its first row, so a map-style dataset left mixed (strings kept as text beside message lists), message
+    lists without a chat template, and `conversational true` without one are refused, naming a row."""
+    has_template = getattr(tokenizer, "chat_template", None) is not None
+    wrap = has_template if task_args.conversational is None else task_args.conversational
+    if wrap and not has_template:
+        raise ConfigError(
+            "conversational: true needs a chat template, and the tokenizer has none; give a chat model or drop "
+            "--conversational true (plain-string prompts are then read as text)."
+        )
+    if not isinstance(dataset, IterableDataset):
+        chat_rows = [row for row, prompt in enumerate(dataset["prompt"]) if is_chat(prompt)]
+        if chat_rows and not has_template:
+            raise ConfigError(
+                f"prompt: row {chat_rows[0]} of {where} is a list of chat messages, and the tokenizer has no chat "
+                "template to render it (TRL's trainer would fail on it); give a chat model, or plain-string prompts."
+            )
+        if chat_rows and not wrap and len(chat_rows) < len(dataset):
+            text_row = next(row for row in range(len(dataset)) if row not in set(chat_rows))
+            raise ConfigError(
+                f"conversational: false leaves row {text_row} of {where} as text while row {chat_rows[0]} is chat "
+                "messages, and TRL renders a batch one way (by its first row); drop --conversational false (the "
+                "text prompts become user messages) or give one format."
+            )
+        if chat_rows and task_args.system_prompt:
+            log(f"system_prompt: added to the plain-string prompts only; the {len(chat_rows)} rows of {where} that "
+                "are chat messages keep their own.")
+    if not wrap:
+        return dataset
+    system = [{"role": "system", "content": task_args.system_prompt}] if task_args.system_prompt else []
+
+    def as_messages(prompt):
+        return prompt if is_chat(prompt) else [*system, {"role": "user", "content": prompt}]
+
+    return dataset.map(lambda row: {"prompt": as_messages(row["prompt"])})
