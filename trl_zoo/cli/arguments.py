@@ -34,6 +34,7 @@ from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
 
 from ..config import GRPOConfig, plugin_fields
+from ..numerics import short_repr
 from ..tasks import get_task
 from ..tasks.bootstrap import BootstrapRecipe
 from .preset_lengths import LENGTH_FIELDS, scale_preset_lengths, scaled_lengths_message
@@ -221,14 +222,14 @@ def _coerce_config_value(key: str, value, action, field_type: str):
     if isinstance(value, dict):
         if "dict" in field_type:
             return value
-        raise ConfigError(f"{key}: expected a single value, got a mapping {value!r}.")
+        raise ConfigError(f"{key}: expected a single value, got a mapping {short_repr(value)}.")
     if action.nargs in ("+", "*"):
         items = value if isinstance(value, list) else [value]
         if dataclasses.is_dataclass(action.type):  # e.g. `datasets:`, a list of TRL's DatasetConfig mappings
             return [_coerce_dataclass_item(key, item, action.type) for item in items]
         return [_coerce_scalar(key, item, action) for item in items]
     if isinstance(value, list):
-        raise ConfigError(f"{key}: expected a single value, got a list {value!r}.")
+        raise ConfigError(f"{key}: expected a single value, got a list {short_repr(value)}.")
     return _coerce_scalar(key, value, action)
 
 
@@ -243,7 +244,7 @@ def _coerce_dataclass_item(key: str, item, dataclass_type):
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(f"{key}: unknown key {unknown[0]!r} in an entry (its keys: {', '.join(names)}).{hint}")
     if names[0] not in item:
-        raise ConfigError(f"{key}: every entry needs {names[0]!r}, got {item!r}.")
+        raise ConfigError(f"{key}: every entry needs {names[0]!r}, got {short_repr(item)}.")
     return dataclass_type(**item)
 
 
@@ -254,9 +255,9 @@ def _coerce_scalar(key: str, value, action):
             value = convert(value if isinstance(value, (str, bool)) else str(value))
         except (TypeError, ValueError, argparse.ArgumentTypeError):
             expected = getattr(convert, "__name__", "a valid value")
-            raise ConfigError(f"{key}: expected {expected}, got {value!r}.") from None
+            raise ConfigError(f"{key}: expected {expected}, got {short_repr(value)}.") from None
     if action.choices is not None and value not in action.choices:
-        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(str, action.choices))}.")
+        raise ConfigError(f"{key}: {short_repr(value)} is not one of {', '.join(map(str, action.choices))}.")
     return value
 
 
@@ -360,14 +361,42 @@ def config_path(argv: list[str]) -> str | None:
     return argv[index + 1]
 
 
+MAX_YAML_VALUES = 100_000  # a config file's values, each alias (*name) counted as often as it is used
+
+
+def expanded_size(node, sizes: dict | None = None) -> int:
+    """How many values a composed YAML document holds once its aliases are expanded (a shared node counts each time
+    it is referred to), counted without expanding them: a few hundred bytes of nested aliases can stand for
+    billions of values, which any message or copy of the mapping would then spell out."""
+    sizes = {} if sizes is None else sizes
+    if node is None or id(node) in sizes:
+        return sizes.get(id(node), 0)
+    sizes[id(node)] = 1  # a node that refers to itself counts once
+    children = node.value if isinstance(node.value, list) else []
+    total = 1
+    for child in children:
+        for part in child if isinstance(child, tuple) else (child,):  # a mapping's (key, value) pairs
+            total += expanded_size(part, sizes)
+            if total > MAX_YAML_VALUES:
+                break
+    sizes[id(node)] = total
+    return total
+
+
 def read_config(path: str) -> dict:
     if not os.path.isfile(path):
         raise ConfigError(f"--config: no such file {path!r}.")
     try:
         with open(path) as handle:
-            config = yaml.safe_load(handle)
+            node = yaml.compose(handle, Loader=yaml.SafeLoader)
+        if expanded_size(node) > MAX_YAML_VALUES:
+            raise ConfigError(
+                f"--config: {path} uses YAML aliases that expand to more than {MAX_YAML_VALUES:,} values; write the "
+                f"values out instead of nesting aliases (*name) of aliases."
+            )
+        config = yaml.SafeLoader("").construct_document(node) if node is not None else None
     except yaml.YAMLError as error:
-        raise ConfigError(f"--config: {path} is not valid YAML ({one_line(error)}).") from None
+        raise ConfigError(f"--config: {path} is not valid YAML ({short_repr(one_line(error), 200)}).") from None
     if not isinstance(config, dict):
         raise ConfigError(f"--config: {path} must contain a mapping of field: value.")
     config.pop("env", None)

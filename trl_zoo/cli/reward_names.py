@@ -6,14 +6,16 @@
                                          arguments `trl grpo` gives it, else with its own defaults when every
                                          argument has one, else refused with one line saying how to pass it
     package.module.function              imported from the working directory or the installed packages (runs user
-                                         code, as in TRL)
+                                         code, as in TRL); a builtin (builtins.eval, os.system) or a function of
+                                         Python's standard library is refused: it is no reward function
 
 `trl grpo` configures one factory, `get_soft_overlong_punishment`, with fixed arguments (L_max = 1280 and
 L_cache = 256 tokens, DAPO arXiv:2503.14476 eq. 13); trl_zoo calls TRL's factory with the same ones, so a TRL YAML
 means the same reward here. For a punishment tied to this run's lengths use `overlong_buffer_length` (and
 `overlong_max_length`), trl_zoo's own soft overlong punishment.
 
-Tests: tests/test_reward_paths.py (reward functions by name and by path), tests/test_trl_grpo_fields.py.
+Tests: tests/test_reward_paths.py (reward functions by name and by path), tests/test_trl_grpo_fields.py,
+tests/test_error_lines.py (a builtin or standard-library path refused).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import inspect
 import os
 import sys
 
+from ..numerics import short_repr
 from ..tasks.rewards import REWARDS
 from .arguments import ConfigError, one_line
 
@@ -135,8 +138,15 @@ def dotted_reward(path: str):
             f"(reward = {attribute}(...)) and give that path."
         )
     if not callable(target):
-        what = "None" if target is None else f"{type(target).__name__} {_short(target)}"
+        what = "None" if target is None else f"{type(target).__name__} {short_repr(target, 60)}"
         raise ConfigError(f"reward_funcs: {path!r} is {what}, not callable; {fix}.")
+    not_yours = _not_a_users_function(module_name, target)
+    if not_yours:
+        raise ConfigError(
+            f"reward_funcs: {path!r} is not a reward function ({not_yours}); write one in a module of yours, e.g. "
+            f"my_rewards.py: `def reward(completions, **kwargs): return [...]`, and pass --reward_funcs "
+            f"my_rewards.reward."
+        )
     if inspect.isfunction(target) and is_factory(target) and not _takes_any_keyword(target):
         raise ConfigError(
             f"reward_funcs: {path!r} looks like a reward factory{inspect.signature(target)} (it takes no "
@@ -145,9 +155,18 @@ def dotted_reward(path: str):
     return target
 
 
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _not_a_users_function(module_name: str, target) -> str | None:
+    """Why `target` cannot be a reward function the user wrote: a builtin (`builtins.eval`, `os.system`: C code,
+    which TRL would call with the completions), or anything of Python's standard library (`shutil.rmtree`); None
+    when it may be one."""
+    if inspect.isbuiltin(target):
+        return "a builtin"
+    top = module_name.split(".")[0]
+    file = getattr(sys.modules.get(module_name), "__file__", None)
+    yours = file is not None and os.path.realpath(file).startswith(os.path.realpath(os.getcwd()) + os.sep)
+    if top in sys.stdlib_module_names and not yours:  # a module of the working directory named like one stays
+        return f"{top} is Python's standard library"
+    return None
 
 
 def _takes_any_keyword(function) -> bool:

@@ -44,6 +44,7 @@ import torch
 from torch import nn
 from trl.trainer.utils import is_async_callable
 
+from ..numerics import short_repr
 from ..reward_shaping import with_soft_overlong_punishment
 from .trl_access import swapped
 
@@ -133,8 +134,9 @@ def _check_reward_funcs(reward_funcs) -> None:
     for index, fn in enumerate(reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]):
         if not (callable(fn) or isinstance(fn, str)):
             raise TypeError(
-                f"reward_funcs[{index}]: got {fn!r} of type {type(fn).__name__}, which is not callable; pass a "
-                f"function fn(prompts, completions, **kwargs) -> list[float | None], a reward model, or a model name."
+                f"reward_funcs[{index}]: got {short_repr(fn)} of type {type(fn).__name__}, which is not callable; "
+                f"pass a function fn(prompts, completions, **kwargs) -> list[float | None], a reward model, or a "
+                f"model name."
             )
 
 
@@ -151,8 +153,7 @@ def check_reward_shape(name: str, values, rows: int) -> None:
     """One number or None per completion, as TRL's reward contract asks (also checked by the held-out evaluation)."""
     fix = f"return a list of {rows} floats, one per completion (None where it cannot score one)"
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or getattr(values, "ndim", 1) != 1:
-        kind = type(values).__name__
-        raise RewardOutputError(f"reward {name!r}: returned {values!r} ({kind}) for {rows} completions; {fix}.")
+        raise RewardOutputError(f"reward {name!r}: returned {_described(values)} for {rows} completions; {fix}.")
     if len(values) != rows:
         raise RewardOutputError(f"reward {name!r}: returned {len(values)} values for {rows} completions; {fix}.")
     for row, value in enumerate(values):
@@ -164,8 +165,19 @@ def check_reward_shape(name: str, values, rows: int) -> None:
             float(value)
         except (TypeError, ValueError):
             raise RewardOutputError(
-                f"reward {name!r}: completion {row} got {value!r} ({type(value).__name__}), not a number; {fix}."
+                f"reward {name!r}: completion {row} got {short_repr(value)} ({type(value).__name__}), not a number; "
+                f"{fix}."
             ) from None
+
+
+def _described(values) -> str:
+    """What a reward returned, as its error says it: an array or tensor by its type, shape and dtype (its repr runs
+    to many lines), anything else by its cut repr and type."""
+    shape = getattr(values, "shape", None)
+    if shape is not None:
+        kind = type(values)
+        return f"a {kind.__module__.split('.')[0]}.{kind.__name__} of shape {tuple(shape)} ({values.dtype})"
+    return f"{short_repr(values)} ({type(values).__name__})"
 
 
 def _record(values, name: str, column: int, findings: torch.Tensor, examples: dict[int, str]):
@@ -173,7 +185,7 @@ def _record(values, name: str, column: int, findings: torch.Tensor, examples: di
     for row, value in enumerate(values):
         if not _is_finite_reward(value):
             findings[row, column] = 1
-            examples.setdefault(column, f"completion {row} got {value!r}")
+            examples.setdefault(column, f"completion {row} got {short_repr(value)}")
         elif value is not None:
             _check_magnitude(name, float(value))
     return values
