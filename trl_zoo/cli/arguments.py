@@ -311,7 +311,7 @@ def trl_zoo_defaults() -> dict:
 
 # Filled in once the data and the run's name are known: the built-in task's name or the dataset's file stem, and the
 # config file's stem (the preset) if there is one, else the loss_type, so presets that share a loss_type (dapo, prorl,
-# vapo) get their own folders.
+# vapo) get their own folders; then the speed_recipe, if one is set (runs/chat_arithmetic-grpo-lora).
 DEFAULT_OUTPUT_DIR = "runs/{task}-{run_name}"
 
 
@@ -452,11 +452,16 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
         close = difflib.get_close_matches(flag.split("=")[0], known, n=1)
         hint = f" Did you mean {close[0]}?" if close else ""
         raise ConfigError(f"{flag.lstrip('-')}: unknown argument {flag}.{hint}")
+    task_args.default_output_dir = False  # True: train.py may move a fresh run to the next free name (run_folder.py)
+    task_args.output_dir_existed = os.path.isdir(training_args.output_dir)
     if training_args.output_dir == DEFAULT_OUTPUT_DIR:
         run_name = Path(config_file).stem if config_file else training_args.loss_type
+        if training_args.speed_recipe:
+            run_name += f"-{training_args.speed_recipe}"
         output_dir = DEFAULT_OUTPUT_DIR.format(task=data_name(task_args), run_name=run_name)
         fresh = not training_args.resume_from_checkpoint and not task_args.overwrite_output_dir
         training_args.output_dir = next_free_directory(output_dir) if fresh else output_dir
+        task_args.default_output_dir = fresh
     return ParsedArguments(task_args, training_args, model_args)
 
 

@@ -55,6 +55,7 @@ from .null_reward_control import permuted_reward
 from .preset_lengths import completion_room_error, position_limit_of
 from .report import write_report
 from .reward_names import check_reward_columns, heldout_scorer, read_columns, resolve_reward
+from .run_folder import claim_run_folder
 from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run
 from .training_data import (  # noqa: F401  (re-exported: they were this module's before the split)
     DATA_FILE_BUILDERS,
@@ -440,6 +441,11 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     `train_seconds` and `total_seconds` count this process only. A run refused for bad input (ConfigError) before
     it saved a checkpoint removes the output_dir it created, so the next run of the same preset takes its name."""
     created = not os.path.exists(training_args.output_dir)
+    if not training_args.resume_from_checkpoint and int(os.environ.get("WORLD_SIZE", "1")) == 1:  # run_folder.py
+        training_args.output_dir, created = claim_run_folder(
+            training_args.output_dir, rename=getattr(task_args, "default_output_dir", False),
+            existed=getattr(task_args, "output_dir_existed", True),
+        )
     writable_output_dir(training_args.output_dir)
     try:
         return _run_train(task_args, training_args, model_args, log)
