@@ -4,15 +4,15 @@ fields: the same keyword, attribute, CLI flag and YAML key as before, a range ch
 message naming the entry."""
 
 import dataclasses
-import inspect
 import re
+from pathlib import Path
 
 import pytest
 
 import trl_zoo
 from tests import tiny
 from trl_zoo import config as config_module
-from trl_zoo.config import TABLE_FIELDS, GRPOConfig, plugin_fields
+from trl_zoo.config import FIELD_GROUPS, TABLE_FIELDS, GRPOConfig, plugin_fields
 from trl_zoo.registry import ADVANTAGES, LOSSES, SAMPLERS, Entry
 
 # field -> the built-in losses that declare it (gmpo's clip is also rspo's)
@@ -36,7 +36,7 @@ SAMPLER_FIELDS = {
     **{name: ["greso"] for name in ("greso_target_zero_spread", "greso_step", "greso_initial_explore",
                                     "greso_min_explore")},
 }
-# fields of several entries' or of the trainer's, which stay written in config.py
+# fields of several entries' or of the trainer's, which stay written in trl_zoo/config/
 SHARED = ("advantage_std_unbiased", "advantage_epsilon", "critic_model", "value_coef", "value_clip",
           "value_learning_rate", "dynamic_sampling", "epsilon", "beta")
 
@@ -72,11 +72,15 @@ def test_each_builtin_loss_estimator_and_sampler_declares_its_own_fields():
             assert len(objects) == 1, name
 
 
+CONFIG_FOLDER = Path(config_module.__file__).parent
+REPOSITORY = CONFIG_FOLDER.parents[1]
+
+
 def test_the_declarations_are_written_once_and_become_config_fields():
-    source = inspect.getsource(config_module)
+    source = "\n".join(path.read_text() for path in sorted(CONFIG_FOLDER.glob("*.py")))
     config_fields = {item.name: item for item in dataclasses.fields(GRPOConfig)}
     for name, (plugin_field, _) in TABLE_FIELDS.items():
-        assert not re.search(rf"^\s+{name}\s*:", source, re.M), f"{name} is declared again in config.py"
+        assert not re.search(rf"^\s+{name}\s*:", source, re.M), f"{name} is declared again in trl_zoo/config/"
         item = config_fields[name]
         assert item.default == plugin_field.default and item.metadata["help"] == plugin_field.description
         assert item.metadata.get("choices") == (list(plugin_field.choices) if plugin_field.choices else None)
@@ -87,6 +91,27 @@ def test_the_declarations_are_written_once_and_become_config_fields():
     assert "In (0, 0.95]." in config_fields["greso_min_explore"].metadata["help"]
     assert not set(TABLE_FIELDS) & set(plugin_fields())  # not plugin_args: no second route to the same value
 
+
+
+def test_every_field_is_written_in_the_config_folder_or_in_a_plugin_file_the_config_lists():
+    """Found by grep: a field of trl_zoo's GRPOConfig is declared (`name: type = ...`) in trl_zoo/config/ or named
+    (`"name"`) in one of the plugin files that config/__init__.py's docstring lists, each of which declares some."""
+    listed = re.findall(r"^\s+(trl_zoo/\S+\.py)$", config_module.__doc__, re.M)
+    plugin_sources = {path: (REPOSITORY / path).read_text() for path in listed}
+    config_source = "\n".join(path.read_text() for path in sorted(CONFIG_FOLDER.glob("*.py")))
+    for name in ["loss_type", *config_module.zoo_field_names()]:
+        in_plugins = [path for path, text in plugin_sources.items() if f'"{name}"' in text]
+        assert re.search(rf"^    {name}: ", config_source, re.M) or in_plugins, name
+    for path, text in plugin_sources.items():
+        assert any(f'"{name}"' in text for name in TABLE_FIELDS), f"{path} declares no field"
+
+
+def test_the_config_is_one_dataclass_a_concern_composed_flat():
+    assert max(len(path.read_text().splitlines()) for path in CONFIG_FOLDER.glob("*.py")) <= 250
+    assert all(dataclasses.is_dataclass(group) and issubclass(GRPOConfig, group) for group in FIELD_GROUPS)
+    own = [item.name for group in FIELD_GROUPS for item in dataclasses.fields(group)]
+    assert own == ["loss_type", *config_module.zoo_field_names()]  # each field in one group, in the config's order
+    assert not hasattr(GRPOConfig.__init__, "__wrapped__")  # the dataclass's own __init__, not replaced
 
 def test_a_builtin_loss_field_is_a_keyword_an_attribute_and_a_saved_field_as_before():
     args = build(loss_type="dppo", dppo_divergence="kl", dppo_mask_low=2, dppo_kl_coef=0.0)

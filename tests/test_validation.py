@@ -49,6 +49,15 @@ def test_unknown_plugin_name_lists_the_closest_and_the_known_names(table):
     assert message.endswith(", ".join(TABLES[table].names()) + ".")
 
 
+@pytest.mark.parametrize("field, name, meant", [
+    ("loss_type", "GRPO ", "grpo"), ("loss_type", " Dapo", "dapo"), ("advantage_estimator", "RLOO", "rloo"),
+    ("loss_aggregation", "Constant", "constant"), ("kl_estimator", "K3", "k3"),
+])
+def test_a_name_that_differs_only_in_case_or_spaces_is_refused_with_the_name_it_means(field, name, meant):
+    message = rejection(**{field: name})
+    assert message.startswith(f"{field}: unknown ") and f"Did you mean {meant!r}?" in message, message
+
+
 def test_a_name_with_no_close_match_still_lists_the_known_names():
     assert rejection(loss_type="zzzz") == (
         f"loss_type: unknown loss 'zzzz'. Known: {', '.join(TABLES['losses'].names())}."
@@ -118,6 +127,13 @@ IMPOSSIBLE = [
         "allow_sequence_loss_token_sum",
     ),
     ("loss_aggregation", dict(loss_type="gmpo", loss_aggregation="constant"), "use 'sequence_mean'"),
+    # TRL builds these but fails at train() (torch's sampler), or trains something other than TRL's GDPO
+    ("gradient_accumulation_steps", dict(gradient_accumulation_steps=0), "use an integer ≥ 1"),
+    ("gradient_accumulation_steps", dict(gradient_accumulation_steps=-2), "use an integer ≥ 1"),
+    ("scale_rewards", dict(multi_objective_aggregation="normalize_then_sum", advantage_estimator="grpo",
+                           scale_rewards="batch"), "set scale_rewards='group'"),
+    ("scale_rewards", dict(multi_objective_aggregation="normalize_then_sum", advantage_estimator="grpo",
+                           scale_rewards="none"), "set scale_rewards='group'"),
 ]
 
 
@@ -142,6 +158,10 @@ BOUNDARIES = [  # the closest allowed settings: each must build
     dict(loss_type="dppo", dppo_divergence="kl", dppo_mask_low=2.0),  # a binary KL can exceed 1
     dict(loss_type="dppo", dppo_kl_coef=0.0),  # the paper's loss
     dict(advantage_estimator="maxrl", multi_objective_aggregation="normalize_then_sum"),
+    dict(advantage_estimator="grpo", multi_objective_aggregation="normalize_then_sum", scale_rewards="group"),
+    dict(multi_objective_aggregation="normalize_then_sum", scale_rewards="batch"),  # TRL's path: group std always
+    dict(advantage_estimator="rloo", multi_objective_aggregation="normalize_then_sum", scale_rewards="batch"),
+    dict(gradient_accumulation_steps=1),
     dict(advantage_epsilon=0.0),
     dict(overlong_buffer_length=8),
     dict(overlong_penalty_factor=0.0),

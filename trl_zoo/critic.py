@@ -144,7 +144,7 @@ def value_targets(inputs: AdvantageInputs, args, lam: float | Tensor | None = No
 
 # gae's own hyperparameters, GRPOConfig fields (config.TABLE_FIELDS); VAPO's options are options of gae. The
 # critic's fields that any estimator declaring needs=("values",) gets (critic_model, value_coef, value_clip,
-# value_learning_rate) are config.py's.
+# value_learning_rate) are config/critic.py's.
 GAMMA = PluginField("gae_gamma", float, 1.0, "GAE discount γ over completion tokens (advantage_estimator='gae')",
                     low=0, high=1)
 LAMBDA = PluginField(
@@ -194,7 +194,7 @@ FIELDS = (GAMMA, LAMBDA, LAMBDA_CRITIC, WHITEN, VALUE_WARMUP_STEPS, LENGTH_ALPHA
     source="GAE, Schulman et al. 2016 (arXiv:1506.02438); PPO; VAPO, arXiv:2504.05118",
     token_level=True,
     needs=("values",),
-    fields=FIELDS,  # their ranges are the declarations'; the critic's shared fields are checked by config.py
+    fields=FIELDS,  # their ranges are the declarations'; the critic's shared fields are checked by config/critic.py
 )
 def gae_advantages(inputs: AdvantageInputs, args) -> Tensor:
     advantages = policy_gae(inputs, args)

@@ -100,7 +100,9 @@ class Registry:
         if name in self._broken:
             return where + self._broken[name]
         known = self.names()
-        close = difflib.get_close_matches(str(name), known, n=1)
+        folded = str(name).strip().lower()  # "GRPO " is a near miss of "grpo", named but not taken for it
+        same_but_case = [candidate for candidate in (*known, *self._aliases) if candidate.lower() == folded]
+        close = same_but_case or difflib.get_close_matches(folded, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         return f"{where}unknown {self.kind} {name!r}.{hint} Known: {', '.join(known)}."
 

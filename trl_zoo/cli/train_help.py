@@ -36,8 +36,13 @@ GROUP_ORDER = (*(title for title, _ in CONFIG_SECTIONS), TASK_GROUP, TRL_SCRIPT_
 
 
 def own_fields(cls) -> list[str]:
-    """The fields a dataclass declares itself (not inherited), in declaration order."""
-    return list(vars(cls).get("__annotations__", {}))
+    """The fields trl_zoo's dataclass `cls` declares, in its body or in the field groups it is composed of (its
+    trl_zoo bases, as `GRPOConfig`'s), in field order; TRL's and transformers' fields are not its own."""
+    names: list[str] = []
+    for klass in reversed(cls.__mro__):
+        if klass is cls or klass.__module__.startswith("trl_zoo."):
+            names += [name for name in vars(klass).get("__annotations__", {}) if name not in names]
+    return names
 
 
 def field_groups(task_cls, config_cls, model_cls, plugin_cls=None) -> dict[str, str]:

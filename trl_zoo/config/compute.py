@@ -1,17 +1,51 @@
-"""Config-time checks of the compute switches `skip_zero_advantage` and `length_bucketing` (what the trainer's
-hooks do: `hooks/skip_zero_advantage.py`, `hooks/length_bucketing.py`, whose docstrings derive the conditions).
+"""The compute switches `skip_zero_advantage` and `length_bucketing`: same loss and gradients, less compute. Their
+fields and the config-time checks of when that holds (what the trainer's hooks do: `hooks/skip_zero_advantage.py`,
+`hooks/length_bucketing.py`, whose docstrings derive the conditions).
 
 Tests: tests/test_skip_zero_advantage.py, tests/test_length_bucketing.py.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..registry import ADVANTAGES, AGGREGATIONS
+from .fields import help_field
 from .probes import row_grouping_probe, zero_advantage_probe
 
 # Aggregations whose optimizer-step loss does not depend on how its rows are grouped into micro-batches (derived in
 # hooks/length_bucketing.py).
 GROUPING_INVARIANT_AGGREGATIONS = ("sequence_mean", "sequence_sum", "token_mean_global", "token_sum_over_max_length")
+
+
+@dataclass
+class ComputeFields:
+    """Leave out what cannot change the loss."""
+
+    skip_zero_advantage: bool = help_field(
+        "Leave sequences with exactly zero advantage out of the training forward/backward when they cannot "
+        "contribute gradient (β = 0, no entropy bonus). Same result, less compute.",
+        False,
+    )
+    length_bucketing: bool = help_field(
+        "Re-cut each generation batch's micro-batches by length: inside every optimizer step, rows are sorted by "
+        "prompt + completion length and each micro-batch keeps only its own padding. Same loss and gradients for "
+        "grouping-invariant aggregations (sequence means, DAPO's global token mean, Dr. GRPO's constant); fewer "
+        "padded token slots, logged as length_bucketing/padded_token_slots.",
+        False,
+    )
+
+    def _check_compute_combinations(self, entry) -> None:
+        """Each switch only where it keeps the loss of the chosen loss `entry` and the gradient."""
+        if self.skip_zero_advantage:
+            if entry.spec.requires_moe:
+                raise ValueError(
+                    f"skip_zero_advantage: not supported with loss_type {entry.name!r}, whose router statistics are "
+                    f"recorded for every sequence of the micro-batch; set skip_zero_advantage=False."
+                )
+            check_zero_advantage_skip(entry, self)
+        if self.length_bucketing:
+            check_length_bucketing(entry, self)
 
 
 def check_zero_advantage_skip(entry, args) -> None:

@@ -1,4 +1,5 @@
-"""Config-time checks of the teacher fields (the teacher signal itself: `hooks/teacher.py`).
+"""The teacher axis: on-policy distillation inside the RL loss (the signal itself: `hooks/teacher.py`), its fields
+and their checks.
 
 Tests: tests/test_teacher.py.
 """
@@ -7,6 +8,35 @@ from __future__ import annotations
 
 import math
 import string
+from dataclasses import dataclass
+
+from .fields import help_field
+
+
+@dataclass
+class TeacherFields:
+    """The teacher model, the weight of its signal and its prompt."""
+
+    teacher_model: str | None = help_field(
+        "On-policy distillation inside the RL loss: a teacher whose per-token log-ratio λ·(log π_T − log π_old) is "
+        "added to the advantages (hooks/teacher.py). A model name or path (loaded like TRL's reference model, "
+        "frozen), or 'self': the policy's base weights under PEFT's disable_adapter(). None: no teacher."
+    )
+    teacher_coef: float = help_field(
+        "λ, the weight of the teacher's per-token log-ratio in the advantages (≥ 0).", 1.0
+    )
+    teacher_prompt_template: str | None = help_field(
+        "The teacher's prompt (privileged context), a str.format template over the dataset columns, e.g. "
+        "'{prompt}\\n(The answer is {answer}.)'; the teacher scores the same completion tokens after it. With a chat "
+        "prompt {prompt} is the last user message's text, which the filled template replaces. None: the policy's "
+        "prompt."
+    )
+    teacher_only: bool = help_field(
+        "Train on the teacher's signal alone: Â_{i,t} = λ·(log π_T − log π_old), the reward advantages dropped.", False
+    )
+
+    def _check_teacher_fields(self) -> None:
+        check_teacher_options(self)
 
 
 def check_teacher_options(args) -> None:

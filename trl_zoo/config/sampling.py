@@ -1,0 +1,54 @@
+"""The sampling and reward-shaping axis: the sampler (any name of the sampler table: DAPO's resampling, reweighting,
+GRESO) and DAPO's soft overlong punishment. The samplers' own hyperparameters (dynamic_sampling_max_rounds,
+greso_*, ...) are declared in trl_zoo/samplers/ (`SamplerTableFields`, config/fields.py).
+
+Tests: tests/test_validation.py, tests/test_table_fields.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..registry import SAMPLERS
+from .fields import help_field, names_of
+
+
+@dataclass
+class SamplingFields:
+    """Which groups are trained on."""
+
+    dynamic_sampling: str | None = help_field(
+        f"Sampler from the sampler table: {names_of(SAMPLERS)} (resample: DAPO, drop zero-spread groups and generate "
+        "more; reweight: drop them, scale the rest by 1/(1−p); greso: also skip prompts whose recent groups had no "
+        "spread before generating). None trains on every group."
+    )
+
+
+@dataclass
+class OverlongFields:
+    """DAPO's soft overlong punishment."""
+
+    overlong_buffer_length: int | None = help_field(
+        "DAPO soft overlong punishment L_cache: completions longer than overlong_max_length − L_cache get a penalty "
+        "ramping to −overlong_penalty_factor at overlong_max_length. None disables it."
+    )
+    overlong_max_length: int | None = help_field(
+        "L_max of the soft overlong punishment (default max_completion_length)."
+    )
+    overlong_penalty_factor: float = help_field("Scale of the soft overlong punishment (DAPO: 1.0).", 1.0)
+
+    def _check_overlong_ranges(self) -> None:
+        if self.overlong_max_length is not None and self.overlong_max_length < 1:
+            raise ValueError(f"overlong_max_length: must be ≥ 1 token, got {self.overlong_max_length}.")
+        if self.overlong_penalty_factor < 0:
+            raise ValueError(
+                f"overlong_penalty_factor: must be ≥ 0, got {self.overlong_penalty_factor} (a negative factor "
+                f"rewards overlong completions)."
+            )
+        if self.overlong_buffer_length is not None:
+            max_length = self.overlong_max_length or self.max_completion_length
+            if not 0 < self.overlong_buffer_length <= max_length:
+                raise ValueError(
+                    f"overlong_buffer_length: L_cache={self.overlong_buffer_length} must be in (0, {max_length}] "
+                    f"(the overlong max length)."
+                )
