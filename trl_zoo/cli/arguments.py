@@ -56,6 +56,29 @@ PEFT_ALIASES = {
 }
 
 
+# Names other libraries (or habit) give a TRL field: an unknown key or flag spelt so suggests the field, where the
+# nearest spelling would mislead (group_size -> greso_step). Suggested only, never read as the field.
+MEANT_FIELDS = {
+    "group_size": "num_generations",
+    "lr": "learning_rate",
+    "batch_size": "per_device_train_batch_size",
+    "train_batch_size": "per_device_train_batch_size",
+    "max_new_tokens": "max_completion_length",
+    "kl_coef": "beta",
+    "kl_coeff": "beta",
+    "epochs": "num_train_epochs",
+}
+
+
+def closest_field(name: str, known: list[str], prefix: str = "") -> str | None:
+    """The field an unknown `name` most likely means: the one MEANT_FIELDS names, else the nearest spelling."""
+    meant = MEANT_FIELDS.get(name[len(prefix):] if name.startswith(prefix) else name)
+    if meant is not None and f"{prefix}{meant}" in known:
+        return f"{prefix}{meant}"
+    close = difflib.get_close_matches(name, known, n=1)
+    return close[0] if close else None
+
+
 def alias_note(alias: str) -> str:
     return f"{alias}: read as {PEFT_ALIASES[alias]}, the name TRL's ModelConfig gives this LoRA setting."
 
@@ -208,8 +231,8 @@ class StrictTrlParser(TrlParser):
         checked = {}
         for key, value in with_canonical_keys(kwargs, self.log).items():
             if key not in actions:
-                close = difflib.get_close_matches(key, list(actions), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
+                close = closest_field(key, list(actions))
+                hint = f" Did you mean {close!r}?" if close else ""
                 raise ConfigError(f"{key}: unknown key in the config file.{hint}")
             checked[key] = _coerce_config_value(key, value, actions[key], str(field_types.get(key, "")))
         return super().set_defaults_with_config(**{**checked, **self.preset_overrides})
@@ -449,8 +472,8 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
     if unknown:
         flag = next((item for item in unknown if item.startswith("--")), unknown[0])
         known = [f"--{action.dest}" for action in parser._actions]
-        close = difflib.get_close_matches(flag.split("=")[0], known, n=1)
-        hint = f" Did you mean {close[0]}?" if close else ""
+        close = closest_field(flag.split("=")[0], known, prefix="--")
+        hint = f" Did you mean {close}?" if close else ""
         raise ConfigError(f"{flag.lstrip('-')}: unknown argument {flag}.{hint}")
     task_args.default_output_dir = False  # True: train.py may move a fresh run to the next free name (run_folder.py)
     task_args.output_dir_existed = os.path.isdir(training_args.output_dir)
