@@ -42,12 +42,19 @@ from ..registry import LOSSES
 from ..tasks import get_task
 from ..tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from ..tasks.chat_arithmetic import ChatArithmeticTask
-from ..tasks.evaluation import HeldOutAccuracyCallback, HeldOutResult, greedy_evaluation, render_prompt
+from ..tasks.evaluation import (
+    EvaluationProgress,
+    HeldOutAccuracyCallback,
+    HeldOutResult,
+    greedy_evaluation,
+    render_prompt,
+)
 from ..tasks.evaluation import format_mean_reward as mean_text
 from ..tasks.scratchpad import ScratchpadAdditionTask
 from ..tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
 from ..trainer import GRPOTrainer
 from .arguments import ConfigError, one_line, parse_train_args
+from .cpu_run_notice import notice_for_run
 from .cpu_threads import apply_cpu_threads
 from .disk_errors import raise_if_disk_full, writable_output_dir
 from .model_card import model_card
@@ -409,6 +416,7 @@ def _heldout_accuracy(heldout, tokenizer, scorer, run_log, task_args, training_a
             reward_kwargs=heldout_columns,
             batch_size=task_args.eval_batch_size,
             across_processes=True,
+            progress=EvaluationProgress(log) if training_args.process_index == 0 else None,
         )
 
     def record(step: int, result: HeldOutResult):
@@ -463,6 +471,8 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         raise ConfigError(one_line(error)) from None
     trainer, accuracy = prepared.trainer, prepared.accuracy
     trainer.interrupt_notice = False  # the CLI says it in its own line (TrainingInterrupted)
+    resumed_at = checkpoint_step(prepared.checkpoint) if prepared.checkpoint else 0
+    notice_for_run(trainer, prepared.heldout_size, resumed_at, task_args, training_args, log)  # a real model on a CPU
     if prepared.checkpoint:
         log(f"Resuming from {prepared.checkpoint} (step {checkpoint_step(prepared.checkpoint)}).")
     if prepared.checkpoint and accuracy is not None and 0 not in accuracy.results:

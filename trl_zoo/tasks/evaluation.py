@@ -18,11 +18,13 @@ collective that all processes must join; accelerate's FSDP2 wrapping is not one 
 `generate` would not synchronise by itself.
 
 Tests: tests/test_quickstart.py (greedy batches, accuracy, the callback), tests/test_heldout_mean_reward.py,
+tests/test_cpu_run_notice.py (progress lines),
 tests/test_heldout_eval_multiprocess.py (two processes, FSDP2 and DDP).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -65,10 +67,10 @@ def decoded_completions(
 @torch.no_grad()
 def decoded_completions_and_ids(
     model, tokenizer, prompts: list, max_new_tokens: int, decoding: dict, batch_size: int = 256,
-    synced: bool = False,
+    synced: bool = False, progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[str], list[list[int]]]:
     """`decoded_completions` and each completion's token ids as TRL passes them to rewards (`completion_ids`): up
-    to and including the first end-of-sequence token, no padding."""
+    to and including the first end-of-sequence token, no padding. `progress(done, total)` after each batch."""
     was_training = model.training
     model.eval()
     padding_side = tokenizer.padding_side
@@ -93,6 +95,8 @@ def decoded_completions_and_ids(
             new_tokens = output[:, batch["input_ids"].shape[1] :]
             completions.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
             ids.extend(completion_ids(new_tokens.tolist(), tokenizer.eos_token_id, tokenizer.pad_token_id))
+            if progress is not None:
+                progress(len(completions), len(texts))
     finally:
         tokenizer.padding_side = padding_side
         model.train(was_training)
@@ -137,6 +141,26 @@ def as_completions(prompts: list, texts: list[str]) -> list:
             for prompt, text in zip(prompts, texts, strict=True)]
 
 
+PROGRESS_SECONDS = 10.0  # a held-out evaluation says how far it is at most this often
+
+
+class EvaluationProgress:
+    """`progress(done, total)` for `greedy_evaluation`: "held-out evaluation: 128/500 prompts (12 s)" through `log`
+    when `every_seconds` (default PROGRESS_SECONDS) have passed since the start or the last line; the last batch
+    says nothing (the result follows)."""
+
+    def __init__(self, log=print, every_seconds: float | None = None):
+        self.log = log
+        self.every_seconds = PROGRESS_SECONDS if every_seconds is None else every_seconds
+        self.started = self.said = time.perf_counter()
+
+    def __call__(self, done: int, total: int):
+        now = time.perf_counter()
+        if done < total and now - self.said >= self.every_seconds:
+            self.log(f"  held-out evaluation: {done}/{total} prompts ({now - self.started:.0f} s)")
+            self.said = now
+
+
 class HeldOutResult(NamedTuple):
     """One greedy evaluation: accuracy, the mean reward over the scored prompts (None when none was scored), and
     whether the reward is graded (took a value other than 0, 1 and −1)."""
@@ -160,24 +184,30 @@ def greedy_evaluation(
     reward_kwargs: dict | None = None,
     batch_size: int = 256,
     across_processes: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> HeldOutResult:
     """Accuracy and mean reward of the prompts' greedy completions (module docstring). An output that is not one
     number or None per prompt raises `RewardOutputError`, as in training.
 
     `reward` is called like TRL calls a reward function, by keyword (`call_reward`), with the dataset's other columns
-    (e.g. `answer`) in `reward_kwargs`; chat prompts get chat-message completions.
+    (e.g. `answer`) in `reward_kwargs`; chat prompts get chat-message completions. `progress(done, total)` is
+    called after each batch (`EvaluationProgress` prints a line every ~10 s; in a distributed run, of this
+    process's share).
     """
     if not prompts:
         raise ValueError("held-out set: no prompts to evaluate; give a non-empty held-out split.")
     reward_kwargs = reward_kwargs or {}
     processes = dist.get_world_size() if across_processes and dist.is_available() and dist.is_initialized() else 1
     if processes == 1:
-        rewards = _greedy_rewards(model, tokenizer, prompts, max_new_tokens, reward, reward_kwargs, batch_size)
+        rewards = _greedy_rewards(
+            model, tokenizer, prompts, max_new_tokens, reward, reward_kwargs, batch_size, progress=progress
+        )
         return _result(_tally(rewards), len(prompts))
     rows, own = process_share(len(prompts), dist.get_rank(), processes)
     rewards = _greedy_rewards(
         model, tokenizer, [prompts[i] for i in rows], max_new_tokens, reward,
         {key: [column[i] for i in rows] for key, column in reward_kwargs.items()}, batch_size, synced=True,
+        progress=progress,
     )
     totals = torch.tensor(_tally(rewards[:own]), dtype=torch.float64, device=next(model.parameters()).device)
     dist.all_reduce(totals)
@@ -206,10 +236,12 @@ def process_share(count: int, index: int, processes: int) -> tuple[list[int], in
 
 def _greedy_rewards(
     model, tokenizer, prompts: list, max_new_tokens: int, reward: Callable, reward_kwargs: dict, batch_size: int,
-    synced: bool = False,
+    synced: bool = False, progress: Callable[[int, int], None] | None = None,
 ) -> list:
     """The reward of each prompt's greedy completion (None where the reward could not score it), shape-checked."""
-    texts, ids = decoded_completions_and_ids(model, tokenizer, prompts, max_new_tokens, GREEDY, batch_size, synced)
+    texts, ids = decoded_completions_and_ids(
+        model, tokenizer, prompts, max_new_tokens, GREEDY, batch_size, synced, progress
+    )
     rewards = call_reward(reward, prompts, as_completions(prompts, texts), ids, reward_kwargs)
     check_reward_shape(getattr(reward, "__name__", type(reward).__name__), rewards, len(prompts))
     return list(rewards)
