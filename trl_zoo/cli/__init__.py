@@ -10,7 +10,8 @@ This package is the command line; its `__init__` only dispatches: `arguments.py`
 config files (`train_help.py` lays out `--help`, `preset_lengths.py` fits a preset's lengths), `train.py` runs
 `train` (`training_data.py` loads and splits its dataset, `reward_names.py` its `--reward_funcs`, `cpu_threads.py`,
 `null_reward_control.py`, `model_card.py`), `compare.py` runs `compare`, `run_log.py` writes and reads the run log,
-`verdict.py` judges the runs, `report.py` writes the report, `one_gpu.py` keeps one GPU without a launcher.
+`verdict.py` judges the runs, `report.py` writes the report, `one_gpu.py` keeps one GPU without a launcher,
+`config_env.py` applies a config file's `env:` before the libraries read it.
 `python -m trl_zoo.cli` runs `__main__.py`. Bad configuration exits with status 2 and a one-line message naming the
 field, never a traceback; Ctrl-C exits with status 130 and one line (for `train`: the step reached and the last
 checkpoint to resume from).
@@ -33,6 +34,7 @@ from .. import __version__
 from ..registry import TABLES
 from .arguments import ConfigError, one_line
 from .compare import compare_command
+from .config_env import apply_config_env
 from .one_gpu import use_one_gpu_unless_launched
 from .train import TrainingInterrupted, train_command
 
@@ -93,6 +95,7 @@ COMMANDS = {"train": train_command, "list": list_command, "compare": compare_com
 
 
 def main(argv: list[str] | None = None) -> int:
+    entry = argv is None  # the `trl-zoo` command itself, not a call from Python
     argv = sys.argv[1:] if argv is None else list(argv)
     for category in (FutureWarning, DeprecationWarning):  # libraries' notices to developers, not to CLI users
         warnings.filterwarnings("ignore", category=category)
@@ -113,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         # several GPUs and no launcher: train on one (TRL refuses nn.DataParallel)
         use_one_gpu_unless_launched(command=command)
     try:
+        if entry and command in ("train", "compare"):
+            apply_config_env(rest)  # a config file's env: set before the libraries read it (config_env.py)
         return COMMANDS[command](rest)
     except ConfigError as error:
         print(f"trl-zoo {command}: error: {one_line(error)}", file=sys.stderr)

@@ -1,0 +1,61 @@
+"""A YAML `env:` block acts like variables set in the shell, also those the libraries read when they are imported
+(HF_DATASETS_CACHE, HF_HOME, ...): the `trl-zoo` command sets them and starts itself again before training, since
+the first start has imported the libraries already."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trl_zoo.cli.arguments import ConfigError
+from trl_zoo.cli.config_env import apply_config_env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_config(tmp_path, text: str) -> str:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_new_variables_are_set_and_the_command_starts_again(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRL_ZOO_TEST_ENV", raising=False)
+    restarts = []
+    config = write_config(tmp_path, "env:\n  TRL_ZOO_TEST_ENV: 7\nlearning_rate: 0.1\n")
+    apply_config_env(["--config", config], restart=lambda: restarts.append(os.environ["TRL_ZOO_TEST_ENV"]))
+    assert restarts == ["7"]  # set (as text, as TRL sets them) before the restart
+    apply_config_env(["--config", config], restart=lambda: restarts.append("again"))
+    assert restarts == ["7"]  # already set: no second start
+
+
+def test_no_env_block_no_restart(tmp_path):
+    restarts = []
+    apply_config_env(["--config", write_config(tmp_path, "learning_rate: 0.1\n")], restart=lambda: restarts.append(1))
+    apply_config_env([], restart=lambda: restarts.append(1))
+    assert restarts == []
+
+
+def test_an_env_block_that_is_not_a_mapping_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"^env: .* must map variable names to values"):
+        apply_config_env(["--config", write_config(tmp_path, "env: [A, B]\n")], restart=lambda: None)
+
+
+def test_hf_datasets_cache_from_the_config_file_is_the_cache_datasets_uses(tmp_path):
+    """datasets reads HF_DATASETS_CACHE when it is imported: the command's data cache lands where env: says."""
+    data = tmp_path / "sums.jsonl"
+    data.write_text("\n".join(json.dumps({"question": f"{a}+1=", "answer": str(a + 1)}) for a in range(20)))
+    cache = tmp_path / "datasets_cache"
+    config = write_config(tmp_path, f"env:\n  HF_DATASETS_CACHE: {cache}\ndataset_name: {data}\n"
+                                    f"model_name_or_path: unused\nprompt_column: no_such_column\n")
+    env = {key: value for key, value in os.environ.items() if key != "HF_DATASETS_CACHE"}
+    result = subprocess.run([sys.executable, "-m", "trl_zoo.cli", "train", "--config", config,
+                             "--output_dir", str(tmp_path / "run")],
+                            cwd=ROOT, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "prompt_column: no column 'no_such_column'" in result.stderr, result.stderr
+    assert cache.is_dir() and any(cache.iterdir())  # the dataset was cached there
