@@ -76,6 +76,8 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
     if name == "offpolicy":
         updates = ["--num_iterations", "8", "--max_steps", "80"]
         runs = {loss: ["--loss_type", loss, *updates] for loss in ["dppo", "topr", "m2po"]}
+        # the dppo the recorded runs trained: prime-rl's KL term and token mean (dppo's defaults are now the paper's)
+        runs["dppo"] += ["--dppo_kl_coef", "0.001", "--loss_aggregation", "token_mean_global"]
         # `--loss_type dapo` alone is TRL's dapo: its aggregation, with ε_high = ε = 0.2 (clip-higher's 0.28 comes
         # with configs/dapo.yaml), so the symmetric run is plain `dapo` and clip-higher sets ε_high
         runs["dapo_symmetric"] = ["--loss_type", "dapo", *updates]

@@ -16,6 +16,7 @@ from trl_zoo.aggregation import AggregationContext
 from trl_zoo.hooks.loss_step import StepMeans
 from trl_zoo.losses.base import PolicyBatch
 from trl_zoo.losses.clip_cov import token_covariance
+from trl_zoo.losses.dppo import mask_thresholds
 from trl_zoo.losses.ppo_kl import BETA, MEASURED_KL
 from trl_zoo.registry import AGGREGATIONS, LOSSES
 
@@ -278,7 +279,7 @@ def test_dppo_tv_masks_by_probability_gap_in_the_direction_of_the_advantage(kl_c
     delta = batch.log_ratio.detach()
     ratio = torch.exp(delta)
     per_token = -(1 - masked) * ratio * batch.advantages + kl_coef * 2 * delta
-    gradient = token_gradient(aggregated("dppo", term.loss, batch.mask), batch)
+    gradient = token_gradient(aggregated("token_mean_global", term.loss, batch.mask), batch)
     torch.testing.assert_close(gradient, per_token / batch.mask.sum(), rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(term.loss.detach(), -(1 - masked) * ratio * batch.advantages + kl_coef * delta**2)
 
@@ -297,9 +298,19 @@ def test_dppo_kl_masks_by_binary_kl_in_the_direction_of_the_advantage():
             expected[i, t] = float(upward and binary_kl(p, q) > 0.05)  # the paper's KL threshold
     assert expected.sum() >= 2 and expected[0, 2] == 0  # 1e-5 → 1e-3: binary KL ≈ 0.006, kept
     torch.testing.assert_close(term.metrics["dppo/masked_fraction"], expected)
-    gradient = token_gradient(aggregated("dppo", term.loss, batch.mask), batch)
+    gradient = token_gradient(aggregated("token_mean_global", term.loss, batch.mask), batch)
     ratio = torch.exp(batch.log_ratio.detach())
     torch.testing.assert_close(gradient, -(1 - expected) * ratio * batch.advantages / batch.mask.sum())
+
+
+def test_a_bare_dppo_is_the_papers_loss():
+    """Every default from one source, the paper's: its thresholds, no KL term, Dr. GRPO's normaliser."""
+    args = config("dppo")
+    assert (args.dppo_divergence, args.dppo_mask_low, args.dppo_mask_high) == ("tv", None, None)
+    assert args.dppo_kl_coef == 0.0
+    assert mask_thresholds(args) == (0.15, 0.15)
+    assert mask_thresholds(config("dppo", dppo_divergence="kl")) == (0.05, 0.05)
+    assert LOSSES.get("dppo").spec.aggregation == "token_sum_over_max_length"
 
 
 @pytest.mark.parametrize("low, high", [(0.3, None), (0.05, 0.45)])

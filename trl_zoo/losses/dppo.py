@@ -1,5 +1,5 @@
 """DPPO: a trust region by divergence, not by ratio (Qi et al., "Rethinking the Trust Region in LLM Reinforcement
-Learning", arXiv:2602.04879), with prime-rl's squared-log-ratio KL to the behaviour policy.
+Learning", arXiv:2602.04879), optionally with prime-rl's squared-log-ratio KL to the behaviour policy.
 
 PPO's ratio clip over-constrains rare tokens (1e−5 → 1e−3 is a ratio of 100 but no real change of the
 distribution) and under-constrains likely ones (0.99 → 0.8 is a ratio of 0.81, inside the clip, yet a large
@@ -18,18 +18,23 @@ The policy term is importance-weighted by the unclipped ratio (the paper's trust
 the KL term acts on every token, masked or not, and pulls π_θ back towards μ. On-policy p = q and δ = 0: nothing is
 masked, the KL gradient is 0, and the gradient is REINFORCE's.
 
-Defaults and sources:
-- `dppo_divergence="tv"`, prime-rl's default loss and the paper's main variant; `dppo_mask_low/high` default to
-  the paper's thresholds (0.15 for tv, 0.05 for kl: its scripts for Qwen3-30B-A3B); prime-rl's own defaults are
-  0.2 / 0.2 (tv).
-- `dppo_kl_coef` = c_KL, prime-rl's `kl_tau` (default 1e-3, after Kimi K2.5's KL loss, arXiv:2602.02276). The
-  paper's DPPO has no KL term: set 0 for it (configs/dppo.yaml does).
-- Aggregated as prime-rl does: the token sum over the batch's token count (`token_mean_global`). The paper's runs
-  use Dr. GRPO's normaliser instead (configs/dppo.yaml sets it).
+Defaults: the paper's (its verl scripts for Qwen3-30B-A3B), every one of them, so that a bare `loss_type="dppo"` is
+the paper's loss:
+- `dppo_divergence="tv"`, the paper's main variant (DPPO-Binary-TV); `dppo_mask_low/high` the paper's thresholds,
+  0.15 for tv and 0.05 for kl.
+- `dppo_kl_coef` = c_KL = 0: the paper's DPPO has no KL term.
+- Aggregated with Dr. GRPO's normaliser, the token sum over G · max_completion_length
+  (`token_sum_over_max_length`), as the paper's runs are.
+prime-rl's default loss is the same mask with other settings: `dppo_mask_low=0.2` (and high 0.2, tv),
+`dppo_kl_coef=1e-3` (its `kl_tau`, after Kimi K2.5's KL loss, arXiv:2602.02276) and `loss_aggregation=
+"token_mean_global"` (the token sum over the batch's token count). configs/dppo.yaml adds the rest of the paper's
+recipe (Dr. GRPO's advantages, 16 completions, 8 updates per rollout).
 - μ is π_old: the policy that generated the batch, recomputed by the trainer (the paper's "recompute" variant);
   under vLLM generation TRL's importance-sampling correction is applied on top by the trainer. The paper prefers
   measuring against the inference engine's own log-probs ("bypass mode"), which TRL does not hand to the loss.
-- Stable-RL (the authors' code) weights by sg(min(r, 10))·log π; r·Â has the same gradient, uncapped (prime-rl).
+- The authors' code (Stable-RL, on verl) weights by sg(min(r, C))·log π, C read from verl's ratio-cap setting, whose
+  default is 3; the paper's scripts set it to 1e4, which leaves r uncapped in practice. r·Â has the same gradient
+  as sg(r)·log π, uncapped (as prime-rl's).
 
 Tests: tests/test_losses_math.py (TV and KL masks, thresholds, KL term), tests/test_losses_train.py (the mask in the
 trainer), tests/test_validation.py, tests/test_table_fields.py.
@@ -64,9 +69,9 @@ FIELDS = (
         low=0, low_open=True,
     ),
     PluginField(
-        "dppo_kl_coef", float, 1e-3,
-        "DPPO: coefficient of the per-token (log π_θ − log π_old)² added to every token's loss (prime-rl's kl_tau). "
-        "0 is the paper's loss.",
+        "dppo_kl_coef", float, 0.0,
+        "DPPO: coefficient of the per-token (log π_θ − log π_old)² added to every token's loss (prime-rl's kl_tau, "
+        "1e-3 there). 0: the paper's loss, which has no KL term.",
         low=0,
     ),
 )
@@ -107,7 +112,7 @@ def validate_dppo(args) -> None:
     "dppo",
     description="trust region by divergence: mask tokens whose binary TV/KL to π_old leaves it; r·Â + c·(log r)²",
     source="DPPO, arXiv:2602.04879; prime-rl's default loss",
-    aggregation="token_mean_global",
+    aggregation="token_sum_over_max_length",
     validate=validate_dppo,
     fields=FIELDS,
 )

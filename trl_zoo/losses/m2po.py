@@ -9,10 +9,11 @@ micro-batch's completion tokens, with δ = log π_θ − log π_old:
     J = Σ_{i,t} M_{i,t} · r_{i,t} · Â_{i,t} / Σ_i T_i        loss = −M·r·Â   (no clip)
     ∇J = Σ M r Â ∇log π / Σ_i T_i                             (M is a constant of the step: sg)
 
-The mask is chosen once per call, over every completion token of the micro-batch regardless of its advantage (one
-pool, not per sequence), as in AReaL's `_apply_m2po_masking`; the kept tokens get the full, unclipped
-importance-weighted gradient, the masked ones none. On-policy δ = 0, so M̂₂ = 0 < τ, nothing is masked and the
-gradient is REINFORCE's: the mask only ever acts on stale tokens.
+Whose reading: AReaL's. The mask is chosen once per call, over every completion token of the micro-batch regardless
+of its advantage (one pool, not per sequence), as in AReaL's `_apply_m2po_masking`; the kept tokens get the full,
+unclipped importance-weighted gradient, the masked ones none. The paper's Algorithm 1 chooses the masked tokens
+among its trust-region tokens only, and the authors' verl code (below) restricts its pool too. On-policy δ = 0, so
+M̂₂ = 0 < τ, nothing is masked and the gradient is REINFORCE's: the mask only ever acts on stale tokens.
 
 Where this follows or departs from AReaL (`areal/trainer/ppo/actor.py`):
 - The threshold test is strict (mean < τ) and, when even the smallest δ² is ≥ τ, every token but that one is
@@ -24,8 +25,8 @@ Where this follows or departs from AReaL (`areal/trainer/ppo/actor.py`):
 - The authors' own verl code (Infini-AI-Lab/M2PO, `compute_m2po_policy_loss`) is a clipped variant: only tokens
   whose ratio moved in the direction of their advantage (Â > 0, r > 1 or Â < 0, r < 1) enter the mean, their δ²
   are capped at a τ² chosen so that the capped mean meets the budget, and exp(±τ) becomes a PPO clip range (so the
-  tokens beyond it lose their gradient in that direction only). This file follows the paper's masking algorithm as
-  AReaL implements it.
+  tokens beyond it lose their gradient in that direction only). This file does not restrict the pool to those
+  tokens: it is AReaL's reading of the masking, not Algorithm 1's nor the authors' code.
 - Because the selection spans the whole micro-batch, rows with Â = 0 still move the mean: the entry declares
   `zero_advantage_is_inert=False`, and the masked set depends on how a generation batch is cut into micro-batches.
 
