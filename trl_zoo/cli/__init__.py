@@ -9,9 +9,10 @@
 This package is the command line; its `__init__` only dispatches: `arguments.py` parses the train arguments and
 config files (`train_help.py` lays out `--help`, `preset_lengths.py` fits a preset's lengths), `train.py` runs
 `train` (`training_data.py` loads and splits its dataset, `reward_names.py` its `--reward_funcs`, `cpu_threads.py`,
-`null_reward_control.py`, `model_card.py`), `compare.py` runs `compare`, `run_log.py` writes and reads the run log,
-`verdict.py` judges the runs, `report.py` writes the report, `one_gpu.py` keeps one GPU without a launcher,
-`config_env.py` applies a config file's `env:` before the libraries read it.
+`cpu_run_notice.py` says what a real model on a CPU will cost, `disk_errors.py` an unwritable output_dir or a full
+disk in one line, `null_reward_control.py`, `model_card.py`), `compare.py` runs `compare`, `run_log.py` writes and
+reads the run log, `verdict.py` judges the runs, `report.py` writes the report, `one_gpu.py` keeps one GPU without
+a launcher, `config_env.py` applies a config file's `env:` before the libraries read it.
 `python -m trl_zoo.cli` runs `__main__.py`. Bad configuration exits with status 2 and a one-line message naming the
 field, never a traceback; Ctrl-C exits with status 130 and one line (for `train`: the step reached and the last
 checkpoint to resume from).
