@@ -201,7 +201,7 @@ def _check_values(dataset, where: str, task_args, reads: dict[str, str]) -> None
             check_no_none(dataset, named, reader, where)
 
 
-def is_chat(prompt) -> bool:
+def _is_chat(prompt) -> bool:
     """A prompt TRL reads as conversational (`trl.data_utils.is_conversational`): a list of role messages."""
     return is_conversational({"prompt": prompt})
 
@@ -220,7 +220,7 @@ def chat_prompts(dataset, task_args, tokenizer, where: str, log=print):
             "--conversational true (plain-string prompts are then read as text)."
         )
     if not isinstance(dataset, IterableDataset):
-        chat_rows = [row for row, prompt in enumerate(dataset["prompt"]) if is_chat(prompt)]
+        chat_rows = [row for row, prompt in enumerate(dataset["prompt"]) if _is_chat(prompt)]
         if chat_rows and not has_template:
             raise ConfigError(
                 f"prompt: row {chat_rows[0]} of {where} is a list of chat messages, and the tokenizer has no chat "
@@ -241,6 +241,6 @@ def chat_prompts(dataset, task_args, tokenizer, where: str, log=print):
     system = [{"role": "system", "content": task_args.system_prompt}] if task_args.system_prompt else []
 
     def as_messages(prompt):
-        return prompt if is_chat(prompt) else [*system, {"role": "user", "content": prompt}]
+        return prompt if _is_chat(prompt) else [*system, {"role": "user", "content": prompt}]
 
     return dataset.map(lambda row: {"prompt": as_messages(row["prompt"])})
