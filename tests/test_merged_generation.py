@@ -12,7 +12,7 @@ from peft import LoraConfig, get_peft_model
 
 from tests import tiny
 from trl_zoo import GRPOConfig, GRPOTrainer
-from trl_zoo.hooks.merged_generation import merge_refusal, merged_adapter, saved_copies
+from trl_zoo.hooks.generation_speed import merge_refusal, merged_adapter, saved_copies
 
 
 def lora():

@@ -113,16 +113,16 @@ def test_without_an_adapter_the_trainer_names_the_recipe_and_its_fix():
 
 
 def test_a_lora_run_under_the_recipe_generates_once_per_two_optimizer_steps_merged(monkeypatch):
-    from trl_zoo.hooks import merged_generation
+    from trl_zoo.hooks import generation_speed
 
     merges = []
-    real = merged_generation.merged_adapter
+    real = generation_speed.merged_adapter
 
     def counted(peft_model):
         merges.append(peft_model)
         return real(peft_model)
 
-    monkeypatch.setattr(merged_generation, "merged_adapter", counted)
+    monkeypatch.setattr(generation_speed, "merged_adapter", counted)
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     trainer = tiny.make_trainer(GRPOTrainer, GRPOConfig, peft_config=lora, speed_recipe="lora", max_steps=4,
                                 per_device_train_batch_size=4, gradient_accumulation_steps=2)

@@ -1,40 +1,205 @@
-"""trl_zoo writes TRL's objects in one module only (`trl_zoo/hooks/trl_access.py`), and every swap it makes for the
-duration of a call of TRL's is undone however that call ends: the reward functions while TRL scores, the LM head's
-forward for the ‖s‖² pass, TRL's `create_model_from_path` while its constructor runs, the vLLM weight sync's
-parameter iterator while TRL generates."""
+"""TRL behind one door (`trl_zoo/hooks/trl_access.py`): no other module of the package touches a private name of TRL's
+or transformers' (a walk over every file's syntax tree, with the names taken from the installed classes); what the door
+relies on is checked against the installed TRL, and a drifted TRL stops the trainer's construction with one line; every
+swap the door makes for the duration of a call of TRL's is undone however that call ends."""
 
+import ast
+import inspect
 import pathlib
-import re
+import textwrap
 
 import pytest
 import torch
+import trl
 import trl.trainer.grpo_trainer as trl_grpo_trainer
+from trl import GRPOTrainer as TRLGRPOTrainer
 
 import trl_zoo
 from tests import tiny
-from trl_zoo.hooks.model_object import _reference_from
-from trl_zoo.hooks.trl_access import replace_logged_advantages, restored, swapped
-
-PACKAGE = pathlib.Path(trl_zoo.__file__).parent
-# assignments to TRL's objects: the trainer's private state, its reward functions, a module's forward, TRL's module
-# function and the vLLM generation's iterator
-WRITES = re.compile(
-    r"(\.reward_funcs|\.forward|_iter_named_params|create_model_from_path|_buffered_inputs|self\._step)\s*=(?!=)"
-    r"|_logs\["
+from trl_zoo.hooks import trl_access
+from trl_zoo.hooks.trl_access import (
+    RELIED_ELSEWHERE,
+    RELIED_METHODS,
+    TRLDriftError,
+    TRLSeams,
+    parameters,
+    reference_loaded_from,
+    replace_logged_advantages,
+    restored,
+    swapped,
+    trl_drift,
 )
 
+PACKAGE = pathlib.Path(trl_zoo.__file__).parent
+DOOR = PACKAGE / "hooks" / "trl_access.py"
 
-def test_only_trl_access_writes_trls_objects():
-    writers = {
-        str(path.relative_to(PACKAGE)): match.group(0)
-        for path in PACKAGE.rglob("*.py")
-        if path.name != "trl_access.py"
-        for match in [WRITES.search(path.read_text())]
-        if match
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _names_of_class(cls) -> set[str]:
+    """The private names a class defines or sets on its instances (`self._x` anywhere in its source)."""
+    names = {name for name in vars(cls) if _private(name)}
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return names
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            if _private(node.attr):
+                names.add(node.attr)
+    return names
+
+
+def trl_private_names() -> frozenset[str]:
+    """TRL's and transformers' private names as the installed libraries define them: those of every class in TRL's
+    trainer's method resolution order (transformers' `Trainer` among them) and of the other classes the door relies
+    on, the private globals of TRL's trainer module, and the module globals the door swaps."""
+    classes = [cls for cls in TRLGRPOTrainer.__mro__ if cls is not object]
+    modules = [trl_grpo_trainer]
+    swapped_globals = set()
+    for owner, name, _ in RELIED_ELSEWHERE:
+        owner = trl_access._resolve(owner)
+        if inspect.isclass(owner):
+            classes.append(owner)
+        else:
+            modules.append(owner)
+            swapped_globals.add(name)
+    names = set().union(*(_names_of_class(cls) for cls in classes))
+    names |= {name for module in modules for name in vars(module) if _private(name)}
+    return frozenset(names | swapped_globals)
+
+
+PRIVATE = trl_private_names()
+
+
+def private_touches(source: str) -> list[str]:
+    """Where `source` touches one of TRL's private names: an attribute (read, written or called), a method or class
+    attribute of the same name (an override), the name as a string (getattr, setattr, a swap), or an import of a
+    private name from TRL or transformers."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in PRIVATE:
+            found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in PRIVATE:
+            found.append(f"{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("trl", "transformers"):
+            found += [f"{node.lineno}: import {alias.name}" for alias in node.names if _private(alias.name)]
+        elif isinstance(node, ast.ClassDef):
+            for statement in node.body:
+                if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    defined = [statement.name]
+                elif isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                    defined = [target.id for target in targets if isinstance(target, ast.Name)]
+                else:
+                    defined = []
+                found += [f"{statement.lineno}: def {name}" for name in defined if name in PRIVATE]
+    return found
+
+
+def test_the_private_names_come_from_the_installed_trl():
+    assert {"_metrics", "_logs", "_buffered_inputs", "_step", "_compute_loss", "_generate_single_turn"} <= PRIVATE
+    assert {"_save_checkpoint", "_get_grad_norm", "_compile_all_devices", "_iter_named_params"} <= PRIVATE
+    assert "_policy_forward" not in PRIVATE  # trl_zoo's own seam
+
+
+def test_no_module_but_the_door_touches_trls_private_names():
+    touching = {
+        str(path.relative_to(PACKAGE)): found
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != DOOR
+        for found in [private_touches(path.read_text())]
+        if found
     }
-    assert writers == {}
+    assert touching == {}
 
 
+@pytest.mark.parametrize(
+    "source, touch",
+    [
+        ('self._metrics["train"]["x"].append(1.0)', "1: ._metrics"),
+        ("trainer._step = 0", "1: ._step"),
+        ("class Layer:\n    def _compute_loss(self, model, inputs):\n        pass", "2: def _compute_loss"),
+        ("class Layer:\n    _tag_names = ['x']", "2: def _tag_names"),
+        ('setattr(trainer, "_buffered_inputs", [])', "1: '_buffered_inputs'"),
+        ("config.compile_config._compile_all_devices = True", "1: ._compile_all_devices"),
+        ("module.create_model_from_path = load", "1: .create_model_from_path"),
+    ],
+)
+def test_the_walk_flags_a_touch(source, touch):
+    assert private_touches(source) == [touch]
+
+
+def test_the_walk_leaves_trl_zoos_own_names_alone():
+    source = "class Layer:\n    def _zoo_compute_loss(self, model, x):\n        return self._policy_forward(x)"
+    assert private_touches(source) == []
+
+
+# ---------------------------------------------------------------------- what the door relies on
+def test_the_installed_trl_has_everything_the_door_relies_on():
+    assert trl_drift() is None
+
+
+def test_each_override_of_the_door_takes_trls_parameters():
+    overridden = [name for name in RELIED_METHODS if name in vars(TRLSeams)]
+    assert len(overridden) == 10
+    for name in overridden:
+        assert parameters(getattr(TRLSeams, name)) == RELIED_METHODS[name], name
+
+
+class _Hidden(type):
+    """A metaclass under which a class lacks `_compute_loss`, as a TRL that renamed it would."""
+
+    def __getattribute__(cls, name):
+        if name == "_compute_loss":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+class RenamedTRL(TRLGRPOTrainer, metaclass=_Hidden):
+    def _compute_policy_loss(self, model, inputs):
+        return TRLGRPOTrainer._compute_loss(self, model, inputs)
+
+
+class ChangedTRL(TRLGRPOTrainer):
+    def _prepare_inputs(self, generation_batch, mode):
+        return TRLGRPOTrainer._prepare_inputs(self, generation_batch)
+
+
+@pytest.mark.parametrize(
+    "drifted, line",
+    [
+        (
+            RenamedTRL,
+            "trl_zoo relies on TRL's RenamedTRL._compute_loss(self, model, inputs), which the installed TRL lacks",
+        ),
+        (
+            ChangedTRL,
+            "trl_zoo relies on TRL's ChangedTRL._prepare_inputs(self, generation_batch), which the installed TRL has "
+            "as _prepare_inputs(self, generation_batch, mode)",
+        ),
+    ],
+)
+def test_a_drifted_trl_gets_one_line(drifted, line):
+    assert trl_drift(drifted) == f"{line} (installed TRL {trl.__version__}; trl_zoo is tested with TRL 1.16.x)."
+
+
+def test_a_drifted_trl_stops_the_trainers_construction(monkeypatch):
+    monkeypatch.setattr(TRLGRPOTrainer, "_generate", lambda self, prompts, sampling_params: None)
+    trl_access.check_installed_trl.cache_clear()
+    try:
+        with pytest.raises(TRLDriftError) as raised:
+            tiny.make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, max_steps=1)
+    finally:
+        trl_access.check_installed_trl.cache_clear()
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("trl_zoo relies on TRL's GRPOTrainer._generate(self, prompts)")
+    assert f"installed TRL {trl.__version__}" in message and "tested with TRL 1.16.x" in message
+
+
+# ---------------------------------------------------------------------- swaps
 class Owner:
     def method(self):
         return "class"
@@ -71,7 +236,7 @@ def test_the_reference_swap_is_undone_when_trls_constructor_raises():
     load = trl_grpo_trainer.create_model_from_path
     reference = torch.nn.Linear(2, 2)
     with pytest.raises(RuntimeError):
-        with _reference_from("in-memory", reference):
+        with reference_loaded_from("in-memory", reference):
             assert trl_grpo_trainer.create_model_from_path("in-memory") is reference
             raise RuntimeError
     assert trl_grpo_trainer.create_model_from_path is load

@@ -1,12 +1,13 @@
 """`GRPOTrainer`: TRL's trainer with the policy term taken from the loss table.
 
 Everything but the loss is TRL's: generation, rewards, PEFT, accelerate, logging, checkpoints. The class is a
-composition of one-concept layers, each overriding TRL's methods (or a seam of ours) cooperatively through
-`super()`. Its bases are the method resolution order, outermost first; this is the one place it is written:
+composition of one-concept layers, each overriding a seam cooperatively through `super()`: a seam of ours, or the
+seam `_zoo_<name>` to which `TRLSeams`, the one override of TRL's private methods, forwards TRL's `_<name>`. Its bases
+are the method resolution order, outermost first; this is the one place it is written:
 
     ResumableStateMixin      checkpoints carry trl_zoo's state                      hooks/resume.py
     LengthBucketingMixin     TRL's buffered micro-batches re-cut by length and      hooks/length_bucketing.py
-                             trimmed (`_prepare_inputs`)
+                             trimmed (`_zoo_prepare_inputs`)
     RouterStatsMixin         MoE router statistics (old: per generation batch,      hooks/router.py
                              current: around `_policy_forward`)
     DynamicSamplingMixin     generation rounds and regrouping                       hooks/sampling.py
@@ -19,25 +20,24 @@ composition of one-concept layers, each overriding TRL's methods (or a seam of o
     KLControlMixin           KL in the reward, adaptive β, reference resets         hooks/kl_control.py
     RewardsMixin             the reward call `_scored_rewards`: shaping, NaN/±inf    hooks/rewards.py
                              checks, per-function rewards, task and total sums
-    PolicyLossStep           the loss step: `_policy_forward`, loss table, metrics  loss_step.py
+    PolicyLossStep           the loss step: `_policy_forward`, loss table, metrics  hooks/loss_step.py
     PromptLengthMixin        prompt + completion within the model's positions       hooks/prompt_length.py
     ModelObjectMixin         a policy object with no loadable name: tokenizer       hooks/model_object.py
                              check, reference built as a frozen copy
-    GenerationMixin          the generation seam: the one override of               hooks/generation.py
+    GenerationMixin          the generation seam: the one override of TRL's         hooks/generation.py
                              `_generate_and_score_completions` and `_calculate_rewards`; typed rounds
                              (`ScoredRound`) handed to ordered hook points
-    MergedGenerationMixin    LoRA merged into the weights while TRL generates   hooks/merged_generation.py
-                             (`merge_adapter_for_generation`)
-    AutocastGenerationMixin  TRL's generation under the training forward's      hooks/autocast_generation.py
-                             mixed precision (`generation_autocast`)
-    CompiledGenerationMixin  TRL's `model.generate` decoding compiled with a       hooks/compiled_generation.py
-                             static cache (`compile_generation`)
+    GenerationSpeedMixin     TRL's decoding with the LoRA adapter merged, under     hooks/generation_speed.py
+                             autocast, compiled (`merge_adapter_for_generation`, `generation_autocast`,
+                             `compile_generation`)
+    TRLSeams                 the door: TRL's private methods forwarded to seams;    hooks/trl_access.py
+                             what trl_zoo relies on, checked against the installed TRL
     trl.GRPOTrainer
 
 The layers above the generation seam override its hook points, never TRL's generation: per round the reward call
 (rewards), values before the advantages (critic), the advantages (estimator), value targets after (critic); per
 generation batch the rounds (dynamic sampling) and the whole-batch entries (old routers). Length bucketing
-wraps `_prepare_inputs`, which no other layer overrides: it re-cuts the buffer TRL built from the batch every
+wraps `_zoo_prepare_inputs`, which no other layer overrides: it re-cuts the buffer TRL built from the batch every
 generation layer has finished, and the resume layer saves the re-cut buffer. See
 docs/architecture.md for the pipeline of one step.
 
@@ -59,14 +59,12 @@ from trl.trainer.utils import get_config_model_id
 from .config import GRPOConfig, to_zoo_config
 from .dataset_values import check_prompts
 from .hooks.advantages import AdvantageMixin
-from .hooks.autocast_generation import AutocastGenerationMixin
-from .hooks.compiled_generation import CompiledGenerationMixin
 from .hooks.critic import CriticMixin
 from .hooks.generation import GenerationMixin
+from .hooks.generation_speed import GenerationSpeedMixin
 from .hooks.kl_control import KLControlMixin
 from .hooks.length_bucketing import LengthBucketingMixin
 from .hooks.loss_step import PolicyLossStep
-from .hooks.merged_generation import MergedGenerationMixin
 from .hooks.model_object import ModelObjectMixin
 from .hooks.prompt_length import PromptLengthMixin
 from .hooks.resume import ResumableStateMixin
@@ -75,6 +73,7 @@ from .hooks.router import RouterStatsMixin
 from .hooks.sampling import DynamicSamplingMixin
 from .hooks.skip_zero_advantage import ZeroAdvantageSkipMixin
 from .hooks.teacher import TeacherSignalMixin
+from .hooks.trl_access import TRLSeams, check_installed_trl, set_training_method
 from .io.gguf_checkpoint import policy_path
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
 
@@ -181,16 +180,13 @@ class GRPOTrainer(
     PromptLengthMixin,
     ModelObjectMixin,
     GenerationMixin,
-    MergedGenerationMixin,
-    AutocastGenerationMixin,
-    CompiledGenerationMixin,
-    TRLGRPOTrainer,
+    GenerationSpeedMixin,
+    TRLSeams,
 ):
     """Drop-in `trl.GRPOTrainer`: same constructor, `loss_type` from the plugin table (see `trl-zoo list`)."""
 
-    _tag_names = ["trl", "grpo", "trl-zoo"]
-
     def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, *positional, **kwargs):
+        check_installed_trl()
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = GRPOConfig(f"{model_name.split('/')[-1]}-GRPO")
@@ -204,4 +200,4 @@ class GRPOTrainer(
         self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         check_finite_parameters(self.model)
-        self._name, self._paper = training_method(self.args)  # what TRL's model card names and cites
+        set_training_method(self, *training_method(self.args))  # what TRL's model card names and cites

@@ -52,7 +52,7 @@ from ..tasks.evaluation import (
 from ..tasks.evaluation import format_mean_reward as mean_text
 from ..tasks.scratchpad import ScratchpadAdditionTask
 from ..tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
-from ..trainer import GRPOTrainer
+from ..trainer import GRPOTrainer, training_method
 from .arguments import ConfigError, one_line, parse_train_args
 from .cpu_run_notice import notice_for_run
 from .cpu_threads import apply_cpu_threads
@@ -571,8 +571,9 @@ def save_model_card(summary: RunSummary, prepared: TrainingSetup, trainer, train
     }
     if model_args.use_peft:
         settings["LoRA"] = f"r {model_args.lora_r}, alpha {model_args.lora_alpha}"
+    method, paper = training_method(trainer.args)  # what the trainer gave TRL's model card
     card = model_card(
-        summary.to_json(), trainer._name, trainer._paper.get("citation"), settings, adapter=model_args.use_peft,
+        summary.to_json(), method, paper.get("citation"), settings, adapter=model_args.use_peft,
         heldout_reward=prepared.heldout_reward, builtin_task=builtin_task,
     )
     card.save(os.path.join(training_args.output_dir, "README.md"))

@@ -41,7 +41,7 @@ from ..advantages import AdvantageInputs, reward_decoupled_advantages, score_sq_
 from ..registry import ADVANTAGES
 from .generation import ScoredRound, row_chunks
 from .model_inputs import forward_inputs, is_multimodal, loss_mask
-from .trl_access import replace_logged_advantages, restored, swapped
+from .trl_access import log_metric, replace_logged_advantages, restored, swapped
 
 _FUSED_OUTPUTS_WITH_SQUARES = ("log_probs", "entropy", "log_sum_sq_probs")
 
@@ -106,7 +106,7 @@ class AdvantageMixin:
             penalty = self._gather_padded(self.reward_kl_penalty(output, policy_logps))
             sequence_penalty = penalty.sum(-1)
             rewards = rewards - sequence_penalty
-            self._metrics[mode]["kl_reward/penalty"].append(sequence_penalty[~unscorable].mean().item())
+            log_metric(self, "kl_reward/penalty", sequence_penalty[~unscorable].mean().item(), mode)
 
         global_mask = self._gather_padded(mask)
         values = None
@@ -145,7 +145,7 @@ class AdvantageMixin:
         """log π(y_t) of the sampled tokens under the current policy, no grad (TRL's own log-prob pass)."""
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(output)
         with self._generation_pass("reward_kl_logps") as chunk:
-            logps, _, _ = self._get_per_token_logps_and_entropies(
+            logps, _, _ = self._zoo_get_per_token_logps_and_entropies(
                 self.model,
                 input_ids,
                 attention_mask,
@@ -186,8 +186,8 @@ class AdvantageMixin:
             values = advantages[~unscorable]
             per_completion = advantages
         if values.numel():
-            self._metrics[mode]["advantages/mean"].append(values.mean().item())
-            self._metrics[mode]["advantages/std"].append(values.std(unbiased=False).item())
-            self._metrics[mode]["advantages/abs_max"].append(values.abs().max().item())
+            log_metric(self, "advantages/mean", values.mean().item(), mode)
+            log_metric(self, "advantages/std", values.std(unbiased=False).item(), mode)
+            log_metric(self, "advantages/abs_max", values.abs().max().item(), mode)
         # TRL logged its own advantages for the completions table: show ours instead
         replace_logged_advantages(self, per_completion.tolist())

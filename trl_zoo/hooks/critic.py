@@ -24,15 +24,17 @@ instead of a pass of its own.
 Optimizer step: `create_optimizer` builds the trainer's optimizer without the critic's parameters, then adds them as
 their own group; with several processes (DDP) the critic's gradients are averaged at each optimizer step
 (`_on_optimizer_step`, GRADIENTS: before clipping). Checkpoints: `save_model` writes ``critic.pt`` next to the model
-(each checkpoint included), `_load_optimizer_and_scheduler` loads it back when training resumes from a checkpoint.
+(each checkpoint included), `_zoo_load_optimizer_and_scheduler` loads it back when training resumes from a
+checkpoint.
 
-vLLM: `_generate` keeps the value head out of TRL's weight sync, which happens inside it (the served model has no
-value head).
+vLLM: `_zoo_generate` (TRL's `_generate`) keeps the value head out of TRL's weight sync, which happens inside it (the
+served model has no value head).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import torch
 
@@ -40,7 +42,7 @@ from ..registry import ADVANTAGES
 from .critic_component import VALUE_HEAD, Critic, check_saved_mode
 from .generation import ScoredRound
 from .loss_step import OptimizerStep, StepPhase
-from .trl_access import swapped
+from .trl_access import log_metric, weight_sync_without
 
 
 class CriticMixin:
@@ -52,7 +54,7 @@ class CriticMixin:
         super().__init__(*args, **kwargs)
         name = self.args.advantage_estimator
         if name is not None and "values" in ADVANTAGES.get(name).spec.needs:
-            self.critic = Critic(self.model, self.accelerator, self.args, self._metrics)
+            self.critic = Critic(self.model, self.accelerator, self.args, partial(log_metric, self))
 
     # ------------------------------------------------------------------ the critic's public names on the trainer
     @property
@@ -84,24 +86,17 @@ class CriticMixin:
         self.critic.load_state_dict(state)
 
     # ------------------------------------------------------------------ generation
-    def _generate(self, prompts):
+    def _zoo_generate(self, prompts):
         """TRL's generation, whose weight sync (inside it) pushes the policy's tensors only: vLLM serves the policy's
-        architecture, which has no value head, and TRL's `sync_weights` pushes every name that
-        `VLLMGeneration._iter_named_params` yields (vLLM rejects unknown ones), so, for this call, the head's are
-        dropped there (`hooks/trl_access.py`). The iteration itself is TRL's (gathers stay collective); the value
-        adapter is already left out by TRL's PEFT path, which pushes the merged policy adapter only."""
+        architecture, which has no value head, and TRL's `sync_weights` pushes every name its vLLM generation's
+        parameter iterator yields (vLLM rejects unknown ones), so, for this call, the head's are dropped there
+        (`weight_sync_without`, `hooks/trl_access.py`). The value adapter is already left out by TRL's PEFT path,
+        which pushes the merged policy adapter only."""
         generation = getattr(self, "vllm_generation", None)
         if generation is None or self.critic is None:
-            return super()._generate(prompts)
-        named_params = generation._iter_named_params
-
-        def policy_named_params():
-            for name, param in named_params():
-                if f".{VALUE_HEAD}." not in f".{name}":
-                    yield name, param
-
-        with swapped(generation, "_iter_named_params", policy_named_params):
-            return super()._generate(prompts)
+            return super()._zoo_generate(prompts)
+        with weight_sync_without(generation, lambda name: f".{VALUE_HEAD}." in f".{name}"):
+            return super()._zoo_generate(prompts)
 
     def _before_advantages(self, scored: ScoredRound) -> None:
         super()._before_advantages(scored)
@@ -158,7 +153,7 @@ class CriticMixin:
         if self.critic is not None and self.args.should_save:
             self.critic.save(output_dir or self.args.output_dir)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
+    def _zoo_load_optimizer_and_scheduler(self, checkpoint):
+        super()._zoo_load_optimizer_and_scheduler(checkpoint)
         if self.critic is not None and checkpoint is not None:
             self.critic.load(checkpoint)

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -82,12 +82,12 @@ class Critic:
     """A value function sharing the policy's frozen base: its own LoRA adapter + head, or a head (module docstring).
 
     Built on the trainer's `model` (PEFT-wrapped or not, before any DDP wrapping), with its `accelerator` and
-    `args`; `metrics` is the trainer's metric lists by mode and name (TRL's ``_metrics``), which it appends to.
+    `args`; `log_metric(name, value, mode)` logs one value of a metric with the trainer's (`trl_access.log_metric`).
     """
 
-    def __init__(self, model, accelerator, args, metrics: dict[str, dict[str, list]]):
+    def __init__(self, model, accelerator, args, log_metric: Callable[[str, float, str], None]):
         check_critic_distribution(accelerator, args.advantage_estimator)
-        self.model, self.accelerator, self.args, self.metrics = model, accelerator, args, metrics
+        self.model, self.accelerator, self.args, self.log_metric = model, accelerator, args, log_metric
         unwrapped = self._unwrapped()
         mode = args.critic_model or ("adapter" if is_peft_model(unwrapped) else "head")
         if mode == "adapter" and not is_peft_model(unwrapped):
@@ -265,16 +265,16 @@ class Critic:
         start = self.accelerator.process_index * rows
         output["value_targets"] = targets[start : start + rows, :length].to(output["old_values"].dtype)
 
-        metrics = self.metrics[mode]
-        metrics["critic/explained_variance"].append(explained_variance(inputs.values, targets, inputs.mask))
+        log = self.log_metric
+        log("critic/explained_variance", explained_variance(inputs.values, targets, inputs.mask), mode)
         selected = inputs.mask.bool() & torch.isfinite(targets)
-        metrics["critic/return_mean"].append(targets[selected].mean().item() if selected.any() else float("nan"))
+        log("critic/return_mean", targets[selected].mean().item() if selected.any() else float("nan"), mode)
         raw = policy_gae(inputs, self.args)[selected]
         if raw.numel():
-            metrics["critic/gae_mean"].append(raw.mean().item())
-            metrics["critic/gae_std"].append(raw.std(unbiased=False).item())
+            log("critic/gae_mean", raw.mean().item(), mode)
+            log("critic/gae_std", raw.std(unbiased=False).item(), mode)
         if mode == "train":
-            metrics["critic/value_warmup"].append(float(warmup))
+            log("critic/value_warmup", float(warmup), mode)
 
         if self.args.vapo_positive_nll_coef > 0:
             task_rewards = scored.task_rewards()  # weighted task rewards, NaN = unscorable (the reward seam)
@@ -320,18 +320,17 @@ class Critic:
         result = clipped_value_loss(
             values, inputs["old_values"], inputs["value_targets"], loss_mask(inputs), self.args.value_clip
         )
-        metrics = self.metrics[mode]
-        metrics["critic/value_loss"].append(result.loss.item())
-        metrics["critic/clip_fraction"].append(result.clip_fraction.item())
-        metrics["critic/value_mean"].append(result.mean_value.item())
+        self.log_metric("critic/value_loss", result.loss.item(), mode)
+        self.log_metric("critic/clip_fraction", result.clip_fraction.item(), mode)
+        self.log_metric("critic/value_mean", result.mean_value.item(), mode)
         return result.loss
 
     def positive_nll(self, inputs: dict, logps: torch.Tensor, mode: str) -> torch.Tensor:
         """VAPO's positive-example NLL of a micro-batch (trl_zoo.critic.positive_example_nll), with its metrics."""
         positive = inputs["positive_example"]
         nll = positive_example_nll(logps, loss_mask(inputs), positive)
-        self.metrics[mode]["vapo/positive_nll"].append(nll.item())
-        self.metrics[mode]["vapo/positive_fraction"].append(positive.float().mean().item())
+        self.log_metric("vapo/positive_nll", nll.item(), mode)
+        self.log_metric("vapo/positive_fraction", positive.float().mean().item(), mode)
         return nll
 
     # ------------------------------------------------------------------ weights

@@ -1,5 +1,6 @@
 """Trainer hook: the generation seam, the one override of TRL's `_generate_and_score_completions` and
-`_calculate_rewards`, just above `trl.GRPOTrainer`.
+`_calculate_rewards` (through their seams in `hooks/trl_access.py`, `_zoo_generate_and_score_completions` and
+`_zoo_calculate_rewards`), just above TRL's trainer.
 
 A generation batch is built from one generation round or more; each round is TRL's generation and scoring of some
 prompts, handed to the layers above as a typed `ScoredRound` (TRL's batch dict and the rewards of every reward
@@ -10,12 +11,12 @@ function over every process). The layers override these hook points, which run i
       _before_advantages(scored)                                     values V_old              CriticMixin
       _replace_advantages(scored)                                    the estimator's Â         AdvantageMixin
       _after_advantages(scored)                                      value targets             CriticMixin
-    per generation batch (`_generate_and_score_completions`):
+    per generation batch (`_zoo_generate_and_score_completions`):
       _generation_batch(inputs) -> batch                             rounds → one batch        DynamicSamplingMixin
       _on_generation_batch(batch) -> batch                           old routers               RouterStatsMixin
 
 Each override calls `super()`; nothing a round produced is kept on the trainer after the round (the one window:
-`_round_rewards`, written by TRL's call of `_calculate_rewards` and read back as soon as TRL returns).
+`_round_rewards`, written by TRL's reward call and read back as soon as TRL returns).
 
 Extra no-grad passes over a generation batch (old routers, log-probs for the reward KL, ‖s‖², V_old) go through
 `_generation_pass`: one chunking rule (the per-device train or eval batch size), gradient checkpointing off, no grad,
@@ -77,18 +78,18 @@ class GenerationMixin:
 
     _round_rewards: torch.Tensor | None = None  # the window between TRL's reward call and the end of its round
 
-    # ------------------------------------------------------------------ TRL's methods, overridden here only
-    def _generate_and_score_completions(self, inputs):
+    # ------------------------------------------------------------------ TRL's methods' seams, overridden here only
+    def _zoo_generate_and_score_completions(self, inputs):
         return self._on_generation_batch(self._generation_batch(inputs))
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+    def _zoo_calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         self._round_rewards = self._scored_rewards(inputs, prompts, completions, completion_ids_list)
         return self._round_rewards
 
     # ------------------------------------------------------------------ hook points
     def _scored_rewards(self, inputs, prompts, completions, completion_ids_list) -> torch.Tensor:
         """R_{i,k} of one round over every process: TRL's reward call (the reward seam overrides it)."""
-        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        return super()._zoo_calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
     def _before_advantages(self, scored: ScoredRound) -> None:
         """A round is scored; TRL's advantages are in `scored.batch`."""
@@ -112,7 +113,7 @@ class GenerationMixin:
         """TRL's generation and scoring of `inputs`, then the per-round hook points in order."""
         self._round_rewards = None
         try:
-            batch = super()._generate_and_score_completions(inputs)
+            batch = super()._zoo_generate_and_score_completions(inputs)
             rewards = self._round_rewards
         finally:
             self._round_rewards = None
@@ -128,7 +129,8 @@ class GenerationMixin:
     def _generation_pass(self, name: str) -> Iterator[int]:
         """The context of one extra no-grad pass over a generation batch: TRL's `profiling_context` under `name`, no
         grad, gradient checkpointing off; yields the chunk size, the per-device batch size (train or eval), which
-        the pass uses for its rows (or hands to TRL's `_get_per_token_logps_and_entropies` as `batch_size`)."""
+        the pass uses for its rows (or hands to TRL's log-prob pass, `_zoo_get_per_token_logps_and_entropies`, as
+        `batch_size`)."""
         training = self.model.training
         chunk = self.args.per_device_train_batch_size if training else self.args.per_device_eval_batch_size
         with (

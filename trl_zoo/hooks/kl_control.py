@@ -37,6 +37,7 @@ from trl.trainer.callbacks import SyncRefModelCallback
 from ..kl import adaptive_kl_coefficient, proportional_kl_coefficient
 from .loss_step import OptimizerStep, StepPhase
 from .model_inputs import loss_mask
+from .trl_access import log_metric
 
 REF_ADAPTER = "ref"  # the adapter name TRL's reference pass looks for
 
@@ -77,7 +78,6 @@ class KLControlMixin:
         if step.phase is not StepPhase.UPDATED:
             return
         global_step, step_means = step.global_step, step.means
-        metrics = self._metrics["train"]
         if self.args.kl_target is not None:
             if "kl" in step_means:  # the loss step's KL(π_θ ‖ π_ref), token mean over the step
                 beta, kl, target = self.zoo_state["kl_coef"], step_means["kl"], self.args.kl_target
@@ -86,11 +86,11 @@ class KLControlMixin:
                 else:
                     beta = adaptive_kl_coefficient(beta, kl, target)
                 self.zoo_state["kl_coef"] = beta
-            metrics["kl_coef"].append(self.zoo_state["kl_coef"])
+            log_metric(self, "kl_coef", self.zoo_state["kl_coef"])
         if self.args.ref_reset_steps is not None and global_step % self.args.ref_reset_steps == 0:
             self.reset_reference()
             self.zoo_state["ref_resets"] = self.zoo_state.get("ref_resets", 0) + 1
-            metrics["ref_resets"].append(float(self.zoo_state["ref_resets"]))
+            log_metric(self, "ref_resets", float(self.zoo_state["ref_resets"]))
 
     def reset_reference(self):
         """Make the reference the current policy (and clear the optimizer state if `ref_reset_optimizer`)."""

@@ -56,7 +56,7 @@ import math
 import torch
 
 from .batch_layout import batch_layouts, trim_padding
-from .trl_access import set_generation_buffer
+from .trl_access import generation_buffer, log_metric, micro_step, pad_token_id, set_generation_buffer
 
 SLOTS = "length_bucketing/padded_token_slots"
 SLOTS_UNBUCKETED = "length_bucketing/padded_token_slots_unbucketed"
@@ -81,22 +81,25 @@ class LengthBucketingMixin:
             )
         return True
 
-    def _prepare_inputs(self, generation_batch):
+    def _zoo_prepare_inputs(self, generation_batch):
         generate_every = self.args.steps_per_generation * self.num_iterations
-        new_buffer = self.model.training and (self._step % generate_every == 0 or self._buffered_inputs is None)
-        inputs = super()._prepare_inputs(generation_batch)
+        new_buffer = self.model.training and (
+            micro_step(self) % generate_every == 0 or generation_buffer(self) is None
+        )
+        inputs = super()._zoo_prepare_inputs(generation_batch)
         if not (self.length_bucketing and new_buffer):
             return inputs
-        unbucketed = token_slots(self._buffered_inputs)
-        set_generation_buffer(self, self._bucketed(self._buffered_inputs))
-        counts = torch.tensor([token_slots(self._buffered_inputs), unbucketed], device=self.accelerator.device)
+        unbucketed = token_slots(generation_buffer(self))
+        buffer = self._bucketed(generation_buffer(self))
+        set_generation_buffer(self, buffer)
+        counts = torch.tensor([token_slots(buffer), unbucketed], device=self.accelerator.device)
         bucketed_total, unbucketed_total = self.accelerator.reduce(counts, reduction="sum").tolist()
-        self._metrics["train"][SLOTS].append(float(bucketed_total))
-        self._metrics["train"][SLOTS_UNBUCKETED].append(float(unbucketed_total))
-        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+        log_metric(self, SLOTS, float(bucketed_total))
+        log_metric(self, SLOTS_UNBUCKETED, float(unbucketed_total))
+        return buffer[micro_step(self) % self.args.steps_per_generation]
 
     def _bucketed(self, micro_batches: list[dict]) -> list[dict]:
-        pad_token = self._tokenizer.pad_token_id
+        pad_token = pad_token_id(self)
         # every entry but scalars (num_items_in_batch) and None moves with its rows; a list is refused by its layout
         keys = [
             key

@@ -1,8 +1,9 @@
 """The loss step: one micro-batch's policy forward, loss term, masks, KL, aggregation and metrics.
 
-`PolicyLossStep` is the innermost layer of `trl_zoo.GRPOTrainer`, just above `trl.GRPOTrainer`, whose
-`compute_loss` calls `_compute_loss`. It calls TRL's own methods (`_get_per_token_logps_and_entropies`,
-`get_high_entropy_mask`, `get_off_policy_mask`) and then, in TRL's order:
+`PolicyLossStep` is the layer of `trl_zoo.GRPOTrainer` that takes TRL's loss of a micro-batch (TRL's `compute_loss`
+calls `_compute_loss`, whose seam is `_zoo_compute_loss`, `hooks/trl_access.py`). It calls TRL's own methods (the
+log-prob pass `_zoo_get_per_token_logps_and_entropies`, `get_high_entropy_mask`, `get_off_policy_mask`) and then, in
+TRL's order:
 
     term   = LOSSES[loss_type](PolicyBatch, args)          per-token (B, T) or per-sequence (B, 1)
     term  *= off-policy mask · entropy mask · vLLM IS ratio (when enabled)
@@ -46,6 +47,7 @@ from transformers.utils import logging
 from ..aggregation import AggregationContext
 from ..losses.base import PolicyBatch, importance_log_weights, importance_ratio
 from .model_inputs import forward_inputs, loss_mask
+from .trl_access import EntropyController, log_metric
 
 logger = logging.get_logger(__name__)
 
@@ -55,7 +57,7 @@ class PolicyForward:
     """What the loss's one policy forward produced for a micro-batch of B rows and T completion tokens.
 
     `logps` (B, T) log π_θ(y_t) with grad, `entropies` (B, T) or None, `aux_loss` the MoE router loss or None: TRL's
-    `_get_per_token_logps_and_entropies`. Hooks extend it (`dataclasses.replace`):
+    log-prob pass (`_zoo_get_per_token_logps_and_entropies`). Hooks extend it (`dataclasses.replace`):
     `router_logps` (B, T, L, K) the current routers' log-probs of the old top-K experts (RSPO, `hooks/router.py`);
     `hidden_states` (R, T, H) the backbone's last hidden states at the positions predicting the completion tokens,
     detached (the critic's head, `critic_component.py`); `computed_rows` the R row indices the forward ran on (None:
@@ -97,6 +99,7 @@ class PolicyLossStep:
         super().__init__(*args, **kwargs)
         self.step_means = StepMeans()
         self._step_health: dict[str, torch.Tensor] = {}  # this optimizer step's loss sum and non-finite term counts
+        self.entropy_controller = EntropyController(self)
         self.add_callback(_OptimizerStepCallback(self))
 
     # ------------------------------------------------------------------ the per-optimizer-step seam
@@ -112,7 +115,7 @@ class PolicyLossStep:
             on_optimizer_step = self.loss_entry.spec.on_optimizer_step
             if on_optimizer_step is not None:
                 for name, value in (on_optimizer_step(self.zoo_state, self.args, step.means) or {}).items():
-                    self._metrics["train"][name].append(value)
+                    log_metric(self, name, value)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
@@ -120,9 +123,9 @@ class PolicyLossStep:
             self._on_optimizer_step(OptimizerStep(StepPhase.GRADIENTS, self.state.global_step, model))
         return loss
 
-    def _get_grad_norm(self, model, grad_norm=None):
+    def _zoo_get_grad_norm(self, model, grad_norm=None):
         """transformers' gradient norm, once per optimizer step after clipping and before `optimizer.step()`."""
-        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        grad_norm = super()._zoo_get_grad_norm(model, grad_norm)
         self._on_optimizer_step(OptimizerStep(StepPhase.CLIPPED, self.state.global_step, model, grad_norm))
         return grad_norm
 
@@ -166,15 +169,15 @@ class PolicyLossStep:
             )
         logger.warning(f"Skipped the optimizer update at {message} (nonfinite_policy='skip').")
         model.zero_grad(set_to_none=True)  # no gradient: the optimizer leaves every parameter as it is
-        self._metrics["train"]["nonfinite_skipped_steps"].append(1.0)
+        log_metric(self, "nonfinite_skipped_steps", 1.0)
 
     # ------------------------------------------------------------------ loss
     def _policy_forward(self, model, inputs, compute_entropy: bool = True) -> PolicyForward:
-        """The policy forward of the micro-batch `inputs` with TRL's `_get_per_token_logps_and_entropies`. The seam
+        """The policy forward of the micro-batch `inputs` with TRL's log-prob pass. The seam
         of every hook that needs the loss's forward: it may slice the rows, or return what else the forward produced
         in the result (`PolicyForward`); `inputs` is never written."""
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(inputs)
-        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+        logps, entropies, aux_loss = self._zoo_get_per_token_logps_and_entropies(
             model,
             input_ids,
             attention_mask,
@@ -213,7 +216,7 @@ class PolicyLossStep:
         """β now: the configured `beta`, or the adaptive controller's value."""
         return self.zoo_state.get("kl_coef", self.beta)
 
-    def _compute_loss(self, model, inputs):
+    def _zoo_compute_loss(self, model, inputs):
         """TRL's loss of one micro-batch: the policy loss."""
         return self._policy_loss(model, inputs)[0]
 
@@ -263,15 +266,15 @@ class PolicyLossStep:
         if per_token_kl is not None:
             terms["kl"] = torch.where(mask > 0, per_token_kl, 0.0).sum()
 
-        if self._entropy_bonus_enabled:
+        if self.entropy_controller.bonus_enabled:
             effective_mask = mask if entropy_mask is None else mask * entropy_mask
             terms["entropy bonus"] = self._entropy_bonus(entropies, effective_mask, mode, context.accumulation_steps)
             loss = loss - terms["entropy bonus"]
-            self._metrics[mode]["policy_loss"].append(self.accelerator.gather(policy_loss).nanmean().item())
+            log_metric(self, "policy_loss", self.accelerator.gather(policy_loss).nanmean().item(), mode)
         if self.aux_loss_enabled:
             terms["aux loss"] = aux_loss
             loss = loss + self.router_aux_loss_coef * aux_loss / context.accumulation_steps
-            self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())
+            log_metric(self, "aux_loss", self.accelerator.gather_for_metrics(aux_loss).mean().item(), mode)
         if mode == "train":
             self._record_step_health(loss, terms)
 
@@ -287,32 +290,32 @@ class PolicyLossStep:
         """TRL's entropy bonus: coef · mean entropy over the effective mask; in adaptive mode the micro-batch's
         (Σ m·H, Σ m) join the optimizer step's window, which `_update_entropy_coefficient` reads."""
         entropy = (entropies * effective_mask).sum() / effective_mask.sum().clamp(min=1.0) / accumulation_steps
+        controller = self.entropy_controller
         if self.use_adaptive_entropy:
-            coef = self.entropy_coef if self._last_world_entropy <= self.args.entropy_target else 0.0
+            coef = self.entropy_coef if controller.last_world_entropy <= self.args.entropy_target else 0.0
         else:
             coef = self.entropy_coef
         if self.use_adaptive_entropy and mode == "train":
             stats = torch.stack([(entropies * effective_mask).sum(), effective_mask.sum()]).detach()
-            self._entropy_window_stats = (
-                stats if self._entropy_window_stats is None else self._entropy_window_stats + stats
-            )
+            controller.window = stats if controller.window is None else controller.window + stats
         return coef * entropy
 
     def _update_entropy_coefficient(self):
         """TRL's adaptive entropy controller, once per optimizer step (UPDATED): with H̄ the step's token-mean
         entropy over every process, coef ← clip(coef ± entropy_coef_delta, entropy_coef_min, entropy_coef_max), up
         when H̄ ≤ entropy_target; the coefficient is logged with the step (also a fixed one)."""
-        if not self._entropy_bonus_enabled:
+        controller = self.entropy_controller
+        if not controller.bonus_enabled:
             return
-        if self.use_adaptive_entropy and self._entropy_window_stats is not None:
-            totals = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
+        if self.use_adaptive_entropy and controller.window is not None:
+            totals = self.accelerator.reduce(controller.window, reduction="sum")
             world_entropy = (totals[0] / totals[1].clamp(min=1.0)).item()
             target, delta = self.args.entropy_target, self.args.entropy_coef_delta
             coef = self.entropy_coef + (delta if world_entropy <= target else -delta)
             self.entropy_coef = min(max(coef, self.args.entropy_coef_min), self.args.entropy_coef_max)
-            self._last_world_entropy = world_entropy
-            self._entropy_window_stats = None
-        self._metrics["train"]["entropy_coef"].append(self.entropy_coef)
+            controller.last_world_entropy = world_entropy
+            controller.window = None
+        log_metric(self, "entropy_coef", self.entropy_coef)
 
     # ------------------------------------------------------------------ metrics
     def _log_term_metrics(self, metrics: dict, mask: torch.Tensor, mode: str) -> dict[str, tuple[float, float]]:
@@ -335,7 +338,7 @@ class PolicyLossStep:
             totals = self.accelerator.reduce(torch.stack(list(means.values())), reduction="sum")
             rows = torch.cat([(totals[:, 0] / totals[:, 1].clamp(min=1.0)).unsqueeze(1), totals], dim=1).tolist()
             for name, (mean, total, count) in zip(means, rows):
-                self._metrics[mode][name].append(mean)
+                log_metric(self, name, mean, mode)
                 world_totals[name] = (total, count)
         if extremes:
             # Every extreme as a maximum (minima negated), so one gather and one amax cover them all.
@@ -343,7 +346,7 @@ class PolicyLossStep:
             local = torch.stack([extreme for _, extreme in extremes.values()]) * signs.to(mask.device)
             world = self.accelerator.gather(local.unsqueeze(0)).amax(dim=0).cpu() * signs
             for name, value in zip(extremes, world.tolist()):
-                self._metrics[mode][name].append(value if abs(value) != float("inf") else float("nan"))
+                log_metric(self, name, value if abs(value) != float("inf") else float("nan"), mode)
         return world_totals
 
 
@@ -402,7 +405,7 @@ class _OptimizerStepCallback(TrainerCallback):
         if trainer is not None:
             trainer.step_means.pop()  # loss calls made outside training (tests, evaluation) belong to no step
             trainer._step_health = {}
-            trainer._entropy_window_stats = None
+            trainer.entropy_controller.window = None
 
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self._trainer()

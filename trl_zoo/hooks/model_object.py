@@ -26,11 +26,10 @@ import os
 import re
 import warnings
 
-import trl.trainer.grpo_trainer as trl_grpo_trainer
 from accelerate.utils import is_peft_model
 from trl.trainer.utils import get_config_model_id
 
-from .trl_access import swapped
+from .trl_access import reference_loaded_from
 
 _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
@@ -74,16 +73,5 @@ class ModelObjectMixin:
             f"model's name or folder to load the reference instead.",
             stacklevel=3,
         )
-        with _reference_from(name, reference):
+        with reference_loaded_from(name, reference):  # a swap of TRL's module attribute, hooks/trl_access.py
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
-
-
-def _reference_from(name: str, reference):
-    """While TRL's constructor runs, `create_model_from_path(name, ...)` returns `reference`; other names load
-    (a swap of TRL's module attribute, `hooks/trl_access.py`)."""
-    load = trl_grpo_trainer.create_model_from_path
-
-    def create_model_from_path(model_id, *args, **kwargs):
-        return reference if model_id == name else load(model_id, *args, **kwargs)
-
-    return swapped(trl_grpo_trainer, "create_model_from_path", create_model_from_path)

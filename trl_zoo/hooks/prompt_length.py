@@ -52,8 +52,8 @@ def check_prompt_lengths(prompt_ids, max_completion_length: int, limit: int | No
 class PromptLengthMixin:
     """Checks each generation batch's prompt lengths against the model's positions (see the module docstring)."""
 
-    def _tokenize_prompts(self, prompts: list):
+    def _zoo_tokenize_prompts(self, prompts: list):
         check_batch_prompts(prompts)  # a streamed dataset's rows are first seen here
-        prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
+        prompt_ids, images, multimodal_fields = super()._zoo_tokenize_prompts(prompts)
         check_prompt_lengths(prompt_ids, self.max_completion_length, position_limit(self.model))
         return prompt_ids, images, multimodal_fields

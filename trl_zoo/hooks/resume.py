@@ -14,8 +14,9 @@ this hook does, in the checkpoint folder:
 - ``trl_zoo_reference.pt``, only when a separate reference model has moved (ProRL resets or TRL's
   ``sync_ref_model``): its weights, since transformers saves only the policy.
 
-They are written before transformers' own files, so a checkpoint pushed to the Hub includes them, and read back in
-``_load_optimizer_and_scheduler``, the hook transformers calls on every resume (TRL restores its entropy controller
+They are written before transformers' own files (in the seam of its ``_save_checkpoint``), so a checkpoint pushed to
+the Hub includes them, and read back in the seam of ``_load_optimizer_and_scheduler``, the hook transformers calls on
+every resume (TRL restores its entropy controller
 there too). A checkpoint without ``trl_zoo_state.pt`` (written by TRL itself) resumes with a warning: the state
 starts from its initial values.
 
@@ -45,7 +46,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .checkpoint_integrity import check_checkpoint
-from .trl_access import set_generation_buffer
+from .trl_access import generation_buffer, micro_step, set_generation_buffer
 
 STATE_FILE = "trl_zoo_state.pt"
 BUFFER_FILE = "trl_zoo_buffer_{process}.pt"
@@ -108,21 +109,22 @@ class ResumableStateMixin:
                 print(f"trl_zoo: {interrupted_message(self.state.global_step, self.args.output_dir)}", file=sys.stderr)
             raise
 
-    def _save_checkpoint(self, model, trial):
-        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+    def _zoo_save_checkpoint(self, model, trial):
+        folder = os.path.join(self._zoo_get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         os.makedirs(folder, exist_ok=True)
         if self.args.should_save:
-            torch.save({"zoo_state": dict(self.zoo_state), "trl_step": self._step}, os.path.join(folder, STATE_FILE))
+            state = {"zoo_state": dict(self.zoo_state), "trl_step": micro_step(self)}
+            torch.save(state, os.path.join(folder, STATE_FILE))
             if self._reference_has_moved():
                 reference = self.accelerator.unwrap_model(self.ref_model)
                 torch.save(reference.state_dict(), os.path.join(folder, REFERENCE_FILE))
         if self._inside_generation_cycle():
             buffer_path = os.path.join(folder, BUFFER_FILE.format(process=self.accelerator.process_index))
-            torch.save(self._buffered_inputs, buffer_path)
-        super()._save_checkpoint(model, trial)
+            torch.save(generation_buffer(self), buffer_path)
+        super()._zoo_save_checkpoint(model, trial)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
+    def _zoo_load_optimizer_and_scheduler(self, checkpoint):
+        super()._zoo_load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
         state_path = os.path.join(checkpoint, STATE_FILE)
@@ -135,9 +137,9 @@ class ResumableStateMixin:
             return
         saved = torch.load(state_path, map_location=self.accelerator.device, weights_only=True)
         self.zoo_state.update(saved["zoo_state"])
-        set_generation_buffer(self, self._buffered_inputs, step=saved["trl_step"])
+        set_generation_buffer(self, generation_buffer(self), step=saved["trl_step"])
         buffer_path = os.path.join(checkpoint, BUFFER_FILE.format(process=self.accelerator.process_index))
-        if self._step % self._generate_every != 0:
+        if micro_step(self) % self._generate_every != 0:
             if not os.path.isfile(buffer_path):
                 raise ValueError(
                     f"resume_from_checkpoint: {checkpoint} was saved inside a generation cycle but has no "
@@ -152,12 +154,12 @@ class ResumableStateMixin:
 
     @property
     def _generate_every(self) -> int:
-        """Micro-steps per generation batch (TRL samples a new one when `_step` is a multiple of it)."""
+        """Micro-steps per generation batch (TRL samples a new one when its micro-step is a multiple of it)."""
         return self.args.steps_per_generation * self.num_iterations
 
     def _inside_generation_cycle(self) -> bool:
         """True when the next micro-step reuses TRL's buffered generation batch instead of sampling a new one."""
-        return self._step % self._generate_every != 0 and self._buffered_inputs is not None
+        return micro_step(self) % self._generate_every != 0 and generation_buffer(self) is not None
 
     def _reference_has_moved(self) -> bool:
         moved = self.zoo_state.get("ref_resets", 0) > 0 or self.args.sync_ref_model

@@ -46,7 +46,8 @@ from trl.trainer.utils import is_async_callable
 
 from ..numerics import short_repr
 from ..reward_shaping import with_soft_overlong_punishment
-from .trl_access import swapped
+from .reward_watchdog import watched
+from .trl_access import log_metric, swapped
 
 _FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 MAX_ABS_REWARD = 1e15  # (G·R)² stays far below float32's 3.4e38 in the group mean and std
@@ -69,8 +70,10 @@ class RewardsMixin:
         findings = torch.zeros(len(prompts), len(reward_funcs), dtype=torch.uint8, device=self.accelerator.device)
         examples: dict[int, str] = {}
         names = self.reward_func_names
+        seconds = self.args.reward_timeout_warning  # a line names a reward still running then (reward_watchdog.py)
         recording = [
-            fn if isinstance(fn, nn.Module) else _recording(fn, names[column], column, findings, examples)
+            fn if isinstance(fn, nn.Module)
+            else watched(_recording(fn, names[column], column, findings, examples), names[column], seconds)
             for column, fn in enumerate(reward_funcs)
         ]
         with swapped(self, "reward_funcs", recording):  # for TRL's reward call only (hooks/trl_access.py)
@@ -83,7 +86,7 @@ class RewardsMixin:
                 _check_magnitude(self.reward_func_names[column], float(largest))
         mode = "train" if self.model.training else "eval"
         if self.args.nan_rewards == "drop":
-            self._metrics[mode]["rewards/nonfinite_dropped"].append(float(found.any(dim=1).sum()))
+            log_metric(self, "rewards/nonfinite_dropped", float(found.any(dim=1).sum()), mode)
         unscorable = torch.isnan(rewards_per_func).all(dim=1) & ~found.any(dim=1)  # every function returned None
         any_found, all_unscorable = torch.stack([found.any(), unscorable.all()]).tolist()  # one host sync
         if all_unscorable:

@@ -60,7 +60,7 @@ class RouterStatsMixin:
             self._generation_pass("old_routers") as chunk,
             RouterLogpsRecorder(self._routers, input_ids.size(1), completion_length) as recorder,
         ):
-            self._get_per_token_logps_and_entropies(
+            self._zoo_get_per_token_logps_and_entropies(
                 self.model, input_ids, attention_mask, completion_length, batch_size=chunk, **multimodal
             )
         return recorder.top_k()

@@ -34,6 +34,7 @@ from ..registry import SAMPLERS
 from ..samplers.base import Round, group_reward_spread, sampling_metrics
 from .batch_layout import batch_layouts, trim_padding
 from .model_inputs import loss_mask
+from .trl_access import log_metric, pad_token_id
 
 PROMPT_BATCHES_DRAWN = "dynamic_sampling/prompt_batches_drawn"  # zoo_state key: position in the prompt stream
 
@@ -57,12 +58,12 @@ class DynamicSamplingMixin:
             spread = group_reward_spread(scored.task_rewards(), self.num_generations)
             groups, informative = spread.numel(), int(spread.sum())
             for name, value in sampling_metrics(groups, informative, informative, self.num_generations).items():
-                self._metrics["train"][name].append(value)
+                log_metric(self, name, value)
             return scored.batch
         session = TrainerSamplingSession(self, self._scored_round, inputs)
         sampled = self.sampler(session, self.args)
         for name, value in sampled.metrics.items():
-            self._metrics["train"][name].append(value)
+            log_metric(self, name, value)
         return sampled.batch
 
     def next_prompt_batch(self) -> list:
@@ -97,8 +98,8 @@ class DynamicSamplingMixin:
                         rows = []
                 if not produced:
                     raise ValueError(_too_small_message(prompts_per_batch))
-        if hasattr(self, "_remove_unused_columns") and hasattr(dataset, "column_names"):
-            dataset = self._remove_unused_columns(dataset, description="Training")
+        if hasattr(dataset, "column_names"):
+            dataset = self._zoo_remove_unused_columns(dataset, description="Training")
         sampler = RepeatSampler(
             dataset,
             mini_repeat_count=self.num_generations,
@@ -133,7 +134,7 @@ class TrainerSamplingSession:
     def __init__(self, trainer, generate, first_inputs):
         self.trainer = trainer
         self.accelerator = trainer.accelerator
-        self._generate = generate
+        self._score_round = generate
         self.group_size = trainer.num_generations
         self.num_groups = trainer.args.generation_batch_size // self.group_size
         self.state = trainer.zoo_state
@@ -161,7 +162,7 @@ class TrainerSamplingSession:
         return inputs if inputs is not None else self.trainer.next_prompt_batch()
 
     def _score(self, inputs) -> Round:
-        scored = self._generate(inputs)
+        scored = self._score_round(inputs)
         batch, rewards = scored.batch, scored.task_rewards().cpu()
         spread = group_reward_spread(rewards, self.group_size)
         start = self.accelerator.process_index * self.local_size
@@ -206,14 +207,14 @@ class TrainerSamplingSession:
             [scored.batch for scored in self.rounds],
             keys,
             self.local_size,
-            self.trainer._tokenizer.pad_token_id,
+            pad_token_id(self.trainer),
             self.trainer.vllm_importance_sampling_mode.startswith("token"),
             ("dynamic_sampling='resample' cannot regroup", "use dynamic_sampling='reweight'"),
         )
 
     def _trim_padding(self, batch, layouts):
         """Drop columns that are padding in every local row (as TRL's own padding would have produced)."""
-        trim_padding(batch, layouts, self.trainer._tokenizer.pad_token_id, self.trainer.pad_to_multiple_of)
+        trim_padding(batch, layouts, pad_token_id(self.trainer), self.trainer.pad_to_multiple_of)
 
 
 def _stack_rows(pieces: dict[int, torch.Tensor], mine, side: str, pad_value) -> torch.Tensor:

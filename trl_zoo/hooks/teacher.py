@@ -54,6 +54,7 @@ from trl.trainer.utils import add_fused_lm_head, create_model_from_path, disable
 from ..config.teacher import template_columns
 from .generation import ScoredRound
 from .model_inputs import forward_inputs, loss_mask
+from .trl_access import log_metric, pad_token_id
 
 SELF_TEACHER = "self"
 
@@ -129,7 +130,7 @@ class TeacherSignalMixin:
         output["advantages"] = signal if self.args.teacher_only else (advantages * mask + signal)
         mode = "train" if self.model.training else "eval"
         sums = self.accelerator.gather(torch.stack([log_ratio.sum(), mask.sum()]).reshape(1, 2)).sum(0)
-        self._metrics[mode]["teacher/log_ratio"].append((sums[0] / sums[1].clamp(min=1)).item())
+        log_metric(self, "teacher/log_ratio", (sums[0] / sums[1].clamp(min=1)).item(), mode)
 
     def _teacher_logps(self, scored: ScoredRound) -> torch.Tensor:
         """log π_T(y_t) of the sampled tokens after the teacher's prompt, no grad."""
@@ -146,10 +147,10 @@ class TeacherSignalMixin:
         if inputs is None or len(inputs) != output["completion_ids"].size(0):
             raise RuntimeError("teacher_prompt_template: the round's input rows do not match its completions.")
         prompts = [teacher_prompt(self.args.teacher_prompt_template, row) for row in inputs]
-        prompt_ids, _, _ = self._tokenize_prompts(prompts)
+        prompt_ids, _, _ = self._zoo_tokenize_prompts(prompts)
         device = output["prompt_ids"].device
         width = max(len(ids) for ids in prompt_ids)
-        pad = self._tokenizer.pad_token_id
+        pad = pad_token_id(self)
         padded = torch.full((len(prompt_ids), width), pad, dtype=output["prompt_ids"].dtype, device=device)
         mask = torch.zeros((len(prompt_ids), width), dtype=output["prompt_mask"].dtype, device=device)
         for row, ids in enumerate(prompt_ids):
@@ -161,7 +162,7 @@ class TeacherSignalMixin:
     def _logps_under(self, model, name: str, output: dict) -> torch.Tensor:
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(output)
         with self._generation_pass(name) as chunk:
-            logps, _, _ = self._get_per_token_logps_and_entropies(
+            logps, _, _ = self._zoo_get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=chunk, **multimodal
             )
         return logps

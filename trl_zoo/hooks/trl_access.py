@@ -1,37 +1,353 @@
-"""Every write of trl_zoo into TRL's objects that TRL 1.16 offers no public or overridable method for, in one place.
+"""The door: the one module of trl_zoo that reads or writes TRL's and transformers' private names, overrides or calls
+their private methods, or swaps one of their attributes. Every other module reaches TRL through what is defined here
+(tests/test_trl_access.py walks the package's syntax trees and keeps it so), so the next TRL is a change of this file.
 
-The layers call these and nothing else: no other module assigns to an attribute of TRL's trainer, of its vLLM
-generation object or of its modules (tests/test_trl_access.py keeps it so). Two kinds:
+What trl_zoo relies on is listed here once and checked against the installed TRL when a trainer is built
+(`check_installed_trl`): a missing or changed name stops with one line naming it, the installed TRL version and the
+tested one (`TESTED_TRL`).
 
-Swaps, for the duration of one call of TRL's, restored however the call ends (an exception included), by
-`swapped(owner, name, value)`, or `restored(owner, name)` around code of TRL's that sets the attribute itself:
+Methods. `TRLSeams`, the base of every layer, alone overrides TRL's private methods that trl_zoo hooks: TRL's `_x`
+calls `self._zoo_x` with the same arguments, and `_zoo_x` defaults to TRL's `_x`. The layers override `_zoo_x` and
+call `super()`; TRL's private methods they call (`_get_per_token_logps_and_entropies`, `_get_output_dir`,
+`_remove_unused_columns`) they call as `_zoo_x` too. `RELIED_METHODS` holds each one's parameters.
+
+State. `log_metric` (TRL's `_metrics`, which TRL averages and logs at each logging step), `replace_logged_advantages`
+(`_logs["advantages"]`, the completions table), `generation_buffer` / `micro_step` / `set_generation_buffer` (TRL's
+micro-batches of one generation batch, `_buffered_inputs`, and its micro-step counter `_step`), `pad_token_id`
+(`_tokenizer`), `EntropyController` (TRL's adaptive entropy coefficient's state), `set_training_method` /
+`training_method_of` (the model card's `_name` and `_paper`), `switch_on_compiled_decoding` (TRL's generation
+config, built with compilation off).
+
+Swaps, for the duration of one call of TRL's, undone however the call ends (an exception included): `swapped(owner,
+name, value)`, or `restored(owner, name)` around code of TRL's that sets the attribute itself; TRL 1.16 offers no
+public or overridable method for these:
 
 - `trainer.reward_funcs`: recording wrappers while TRL's `_calculate_rewards` runs (`hooks/rewards.py`), to see each
-  function's raw outputs before TRL turns them into float32. TRL calls the functions inline, with no per-function
-  method to override.
-- the LM-head owner's `forward`: TRL's fused head with `log_sum_sq_probs` during the ‖s‖² pass
-  (`hooks/advantages.py`); calling that forward directly would skip the module's hooks (FSDP2's unsharding,
-  accelerate's device hooks). Building it (`add_fused_lm_head`, which sets `forward`) runs inside `restored`.
-- `trl.trainer.grpo_trainer.create_model_from_path`: answers the reference's load with an in-memory copy while TRL's
-  constructor runs (`hooks/model_object.py`); TRL builds the reference inline in `__init__`.
-- `vllm_generation._iter_named_params`: the policy's tensors without the value head, while TRL's `_generate` runs
-  (its weight sync is inside, `hooks/critic.py`); TRL's `sync_weights` takes no filter.
-
-Data written into TRL's state, documented here because TRL reads it later:
-
-- `trainer._logs["advantages"]` (the completions table's advantage column), rewritten with the estimator's
-  advantages (`replace_logged_advantages`, `hooks/advantages.py`); TRL fills it inside
-  `_generate_and_score_completions`.
-- `trainer._buffered_inputs` (TRL's micro-batches of one generation batch): re-cut by `hooks/length_bucketing.py`
-  right after TRL's `_prepare_inputs` built it, and, with `trainer._step`, restored from a checkpoint by
-  `hooks/resume.py` (`set_generation_buffer`); TRL builds and indexes the buffer inline in `_prepare_inputs`.
+  function's raw outputs before TRL turns them into float32; TRL calls the functions inline.
+- the LM-head owner's `forward`: TRL's fused head with `log_sum_sq_probs` during the ‖s‖² pass (`hooks/advantages.py`);
+  calling that forward directly would skip the module's hooks (FSDP2's unsharding, accelerate's device hooks).
+  Building it (`add_fused_lm_head`, which sets `forward`) runs inside `restored`.
+- `trl.trainer.grpo_trainer.create_model_from_path` (`reference_loaded_from`): answers the reference's load with an
+  in-memory copy while TRL's constructor runs (`hooks/model_object.py`); TRL builds the reference inline.
+- `vllm_generation._iter_named_params` (`weight_sync_without`): the policy's tensors without the value head, while
+  TRL's `_generate` runs (its weight sync is inside, `hooks/critic.py`); TRL's `sync_weights` takes no filter.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
+import trl
+import trl.trainer.grpo_trainer as trl_grpo_trainer
+from transformers import CompileConfig
+from trl import GRPOTrainer as TRLGRPOTrainer
+
+TESTED_TRL = "1.16"  # the TRL minor version trl_zoo is tested with (pyproject.toml pins it)
+
+# TRL's trainer methods trl_zoo overrides (in `TRLSeams`) or calls, with the parameters it relies on
+RELIED_METHODS = {
+    "_generate_and_score_completions": "(self, inputs)",
+    "_calculate_rewards": "(self, inputs, prompts, completions, completion_ids_list)",
+    "_prepare_inputs": "(self, generation_batch)",
+    "_generate": "(self, prompts)",
+    "_generate_single_turn": "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images)",
+    "_tokenize_prompts": "(self, prompts)",
+    "_compute_loss": "(self, model, inputs)",
+    "_get_grad_norm": "(self, model, grad_norm)",
+    "_save_checkpoint": "(self, model, trial)",
+    "_load_optimizer_and_scheduler": "(self, checkpoint)",
+    "_get_per_token_logps_and_entropies": (
+        "(self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, "
+        "pixel_values, image_grid_thw, num_images, pixel_attention_mask, spatial_shapes, num_tiles, image_sizes, "
+        "token_type_ids, mm_token_type_ids, image_position_ids)"
+    ),
+    "_get_output_dir": "(self, trial)",
+    "_remove_unused_columns": "(self, dataset, description)",
+}
+# TRL's trainer class attributes trl_zoo reads or sets
+RELIED_CLASS_ATTRIBUTES = ("_name", "_paper", "_tag_names")
+# TRL's trainer attributes its constructor sets, which trl_zoo reads or writes
+RELIED_STATE = (
+    "_metrics", "_logs", "_buffered_inputs", "_step", "_tokenizer",
+    "_entropy_bonus_enabled", "_entropy_window_stats", "_last_world_entropy",
+)
+# elsewhere in TRL and transformers: (owner, name, parameters or None for an attribute)
+RELIED_ELSEWHERE = (
+    (trl_grpo_trainer, "create_model_from_path", "(model_id, architecture, **kwargs)"),
+    ("trl.generation.vllm_generation.VLLMGeneration", "_iter_named_params", "(self)"),
+    (CompileConfig, "_compile_all_devices", None),
+)
+
+
+class TRLDriftError(RuntimeError):
+    """The installed TRL lacks or changed a name trl_zoo relies on."""
+
+
+def parameters(function) -> str:
+    """A callable's parameter names as written in `RELIED_METHODS`: "(a, b, *args, c, **kwargs)"."""
+    names, starred = [], False
+    for parameter in inspect.signature(function).parameters.values():
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            names.append(f"*{parameter.name}")
+            starred = True
+        elif parameter.kind is parameter.VAR_KEYWORD:
+            names.append(f"**{parameter.name}")
+        else:
+            if parameter.kind is parameter.KEYWORD_ONLY and not starred:
+                names.append("*")
+                starred = True
+            names.append(parameter.name)
+    return f"({', '.join(names)})"
+
+
+def _owner_name(owner) -> str:
+    return getattr(owner, "__qualname__", None) or owner.__name__
+
+
+def _resolve(owner):
+    if isinstance(owner, str):
+        module, _, name = owner.rpartition(".")
+        return getattr(__import__(module, fromlist=[name]), name)
+    return owner
+
+
+def _drift(owner, name: str, expected: str | None) -> str | None:
+    """What differs in `owner.name` from what trl_zoo relies on, in words, or None."""
+    where = f"{_owner_name(owner)}.{name}{expected or ''}"
+    if not hasattr(owner, name):
+        return f"trl_zoo relies on TRL's {where}, which the installed TRL lacks"
+    found = getattr(owner, name)
+    if expected is not None and (not callable(found) or parameters(found) != expected):
+        actual = parameters(found) if callable(found) else " (not callable)"
+        return f"trl_zoo relies on TRL's {where}, which the installed TRL has as {name}{actual}"
+    return None
+
+
+def trl_drift(trainer_class=TRLGRPOTrainer) -> str | None:
+    """The first name trl_zoo relies on that `trainer_class` (TRL's trainer) or the installed TRL lacks or changed,
+    as one line with the installed and the tested TRL versions; None when all match."""
+    checks = [(trainer_class, name, expected) for name, expected in RELIED_METHODS.items()]
+    checks += [(trainer_class, name, None) for name in RELIED_CLASS_ATTRIBUTES]
+    checks += [(_resolve(owner), name, expected) for owner, name, expected in RELIED_ELSEWHERE]
+    for owner, name, expected in checks:
+        found = _drift(owner, name, expected)
+        if found:
+            return f"{found} (installed TRL {trl.__version__}; trl_zoo is tested with TRL {TESTED_TRL}.x)."
+    return None
+
+
+@functools.cache
+def check_installed_trl() -> None:
+    """Raise `TRLDriftError` (one line) when the installed TRL lacks or changed a name trl_zoo relies on; once."""
+    drift = trl_drift()
+    if drift:
+        raise TRLDriftError(drift)
+
+
+def check_trainer_state(trainer) -> None:
+    """Raise `TRLDriftError` when TRL's constructor did not set an attribute trl_zoo reads or writes."""
+    for name in RELIED_STATE:
+        if not hasattr(trainer, name):
+            raise TRLDriftError(
+                f"trl_zoo relies on TRL's GRPOTrainer setting self.{name} in its constructor, which the installed TRL "
+                f"does not (installed TRL {trl.__version__}; trl_zoo is tested with TRL {TESTED_TRL}.x)."
+            )
+
+
+class TRLSeams(TRLGRPOTrainer):
+    """TRL's trainer with each private method trl_zoo hooks forwarded to its seam `_zoo_<name>` (module docstring).
+    The layers above override the seams and call `super()`; here each seam is TRL's method."""
+
+    _tag_names = ["trl", "grpo", "trl-zoo"]  # the tags TRL adds to the model and its card
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        check_trainer_state(self)
+
+    # ------------------------------------------------------------------ TRL's methods, overridden here only
+    def _generate_and_score_completions(self, inputs):
+        return self._zoo_generate_and_score_completions(inputs)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        return self._zoo_calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+    def _prepare_inputs(self, generation_batch):
+        return self._zoo_prepare_inputs(generation_batch)
+
+    def _generate(self, prompts):
+        return self._zoo_generate(prompts)
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        return self._zoo_generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+
+    def _tokenize_prompts(self, prompts):
+        return self._zoo_tokenize_prompts(prompts)
+
+    def _compute_loss(self, model, inputs):
+        return self._zoo_compute_loss(model, inputs)
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        return self._zoo_get_grad_norm(model, grad_norm)
+
+    def _save_checkpoint(self, model, trial):
+        return self._zoo_save_checkpoint(model, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        return self._zoo_load_optimizer_and_scheduler(checkpoint)
+
+    # ------------------------------------------------------------------ the seams: TRL's methods
+    def _zoo_generate_and_score_completions(self, inputs):
+        """TRL's generation and scoring of `inputs` (one generation batch)."""
+        return super()._generate_and_score_completions(inputs)
+
+    def _zoo_calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's reward call of one round: R_{i,k} (N, K) over every process."""
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+    def _zoo_prepare_inputs(self, generation_batch):
+        """TRL's micro-batch of this micro-step, generating and buffering a generation batch when one is due."""
+        return super()._prepare_inputs(generation_batch)
+
+    def _zoo_generate(self, prompts):
+        """TRL's generation of `prompts` (vLLM's weight sync inside)."""
+        return super()._generate(prompts)
+
+    def _zoo_generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images):
+        """TRL's one decoding of the prompts (no log-probs)."""
+        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+
+    def _zoo_tokenize_prompts(self, prompts):
+        """TRL's prompt token ids (and images, multimodal fields) of `prompts`."""
+        return super()._tokenize_prompts(prompts)
+
+    def _zoo_compute_loss(self, model, inputs):
+        """TRL's loss of one micro-batch."""
+        return super()._compute_loss(model, inputs)
+
+    def _zoo_get_grad_norm(self, model, grad_norm=None):
+        """transformers' gradient norm, once per optimizer step after clipping and before `optimizer.step()`."""
+        return super()._get_grad_norm(model, grad_norm=grad_norm)
+
+    def _zoo_save_checkpoint(self, model, trial):
+        """transformers' and TRL's checkpoint files."""
+        return super()._save_checkpoint(model, trial)
+
+    def _zoo_load_optimizer_and_scheduler(self, checkpoint):
+        """transformers' and TRL's state from a checkpoint, on every resume."""
+        return super()._load_optimizer_and_scheduler(checkpoint)
+
+    # ------------------------------------------------------------------ TRL's methods the layers call
+    def _zoo_get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        """TRL's log π(y_t) (and entropies, MoE auxiliary loss) of the completion tokens, through its fused LM head."""
+        return self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **kwargs)
+
+    def _zoo_get_output_dir(self, trial):
+        """transformers' output folder of a run (of a hyperparameter-search trial)."""
+        return self._get_output_dir(trial=trial)
+
+    def _zoo_remove_unused_columns(self, dataset, description=None):
+        """transformers' copy of `dataset` without the columns the trainer does not read."""
+        return self._remove_unused_columns(dataset, description=description)
+
+
+# ---------------------------------------------------------------------- TRL's state
+def log_metric(trainer, name: str, value: float, mode: str = "train") -> None:
+    """One value of metric `name` for `mode` ("train" or "eval"); TRL averages a metric's values at each logging step
+    and logs the mean under `name` (the eval ones prefixed "eval_")."""
+    trainer._metrics[mode][name].append(value)
+
+
+def replace_logged_advantages(trainer, per_completion: list[float]) -> None:
+    """The last `len(per_completion)` entries of TRL's completions-table advantages become `per_completion` (TRL
+    appended its own for the same rows inside `_generate_and_score_completions`)."""
+    logged = trainer._logs["advantages"]
+    for _ in range(min(len(per_completion), len(logged))):
+        logged.pop()
+    logged.extend(per_completion)
+
+
+def generation_buffer(trainer) -> list[dict] | None:
+    """TRL's micro-batches of the current generation batch (None before the first one and after a resume)."""
+    return trainer._buffered_inputs
+
+
+def micro_step(trainer) -> int:
+    """TRL's micro-step counter; TRL samples a new generation batch when it is a multiple of
+    steps_per_generation × num_iterations, and trains on buffer entry `micro_step % steps_per_generation`."""
+    return trainer._step
+
+
+def set_generation_buffer(trainer, buffer: list[dict] | None, step: int | None = None) -> None:
+    """TRL's buffer of micro-batches of the current generation batch (and its micro-step counter): re-cut by
+    `hooks/length_bucketing.py` right after TRL's `_prepare_inputs` built it, restored from a checkpoint by
+    `hooks/resume.py`; TRL builds and indexes the buffer inline in `_prepare_inputs`."""
+    trainer._buffered_inputs = buffer
+    if step is not None:
+        trainer._step = step
+
+
+def pad_token_id(trainer) -> int | None:
+    """The pad token id of the tokenizer TRL pads prompts and completions with."""
+    return trainer._tokenizer.pad_token_id
+
+
+class EntropyController:
+    """TRL's adaptive entropy coefficient's state on `trainer`: whether the entropy bonus is on, the optimizer step's
+    window (Σ m·H, Σ m) or None, and the last step's token-mean entropy over every process H̄ (TRL saves it in its
+    checkpoints)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    @property
+    def bonus_enabled(self) -> bool:
+        return self.trainer._entropy_bonus_enabled
+
+    @property
+    def window(self):
+        return self.trainer._entropy_window_stats
+
+    @window.setter
+    def window(self, stats) -> None:
+        self.trainer._entropy_window_stats = stats
+
+    @property
+    def last_world_entropy(self) -> float:
+        return self.trainer._last_world_entropy
+
+    @last_world_entropy.setter
+    def last_world_entropy(self, value: float) -> None:
+        self.trainer._last_world_entropy = value
+
+
+def set_training_method(trainer, name: str, paper: dict) -> None:
+    """What TRL's model card names as the training method and cites (`_name`, `_paper`)."""
+    trainer._name, trainer._paper = name, paper
+
+
+def training_method_of(trainer) -> tuple[str, dict]:
+    """The model card's training method and its citation entry (`_name`, `_paper`)."""
+    return trainer._name, trainer._paper
+
+
+def switch_on_compiled_decoding(trainer, compile_config: CompileConfig) -> None:
+    """transformers' compiled decoding on in the generation config TRL built with it off (`disable_compile=True`):
+    `disable_compile=False`, `cache_implementation="static"` when unset, `compile_config` when it has none; on a CPU
+    transformers compiles only with the config's `_compile_all_devices`, set there too."""
+    config = trainer.generation_config
+    config.disable_compile = False
+    config.cache_implementation = config.cache_implementation or "static"
+    if config.compile_config is None:
+        config.compile_config = compile_config
+    if trainer.accelerator.device.type == "cpu":
+        config.compile_config._compile_all_devices = True
+
+
+# ---------------------------------------------------------------------- swaps for one call of TRL's
 _ABSENT = object()
 
 
@@ -58,17 +374,25 @@ def swapped(owner: Any, name: str, value: Any):
         yield value
 
 
-def replace_logged_advantages(trainer, per_completion: list[float]) -> None:
-    """The last `len(per_completion)` entries of TRL's completions-table advantages become `per_completion` (TRL
-    appended its own for the same rows)."""
-    logged = trainer._logs["advantages"]
-    for _ in range(min(len(per_completion), len(logged))):
-        logged.pop()
-    logged.extend(per_completion)
+def reference_loaded_from(name: str, reference):
+    """While TRL's constructor runs, its `create_model_from_path(name, ...)` returns `reference`; other names load."""
+    load = trl_grpo_trainer.create_model_from_path
+
+    @functools.wraps(load)
+    def create_model_from_path(model_id, *args, **kwargs):
+        return reference if model_id == name else load(model_id, *args, **kwargs)
+
+    return swapped(trl_grpo_trainer, "create_model_from_path", create_model_from_path)
 
 
-def set_generation_buffer(trainer, buffer: list[dict], step: int | None = None) -> None:
-    """TRL's buffer of micro-batches of the current generation batch (and its micro-step counter `_step`)."""
-    trainer._buffered_inputs = buffer
-    if step is not None:
-        trainer._step = step
+def weight_sync_without(vllm_generation, dropped: Callable[[str], bool]):
+    """While TRL's `_generate` runs, TRL's vLLM weight sync pushes only the tensors whose names `dropped` rejects (the
+    iteration itself stays TRL's, so its gathers stay collective)."""
+    named_params = vllm_generation._iter_named_params
+
+    def kept_named_params():
+        for name, param in named_params():
+            if not dropped(name):
+                yield name, param
+
+    return swapped(vllm_generation, "_iter_named_params", kept_named_params)

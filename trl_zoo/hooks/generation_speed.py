@@ -1,0 +1,194 @@
+"""Trainer hook: the generation-speed layer, three switches around TRL's decoding (`GenerationSpeedMixin`), each off by
+default and each independent of the others:
+
+    merge_adapter_for_generation   the LoRA adapter merged into the base weights while TRL generates with
+                                   `model.generate`, the base weights restored exactly afterwards
+    generation_autocast            TRL's generation under the training forward's mixed precision
+    compile_generation             TRL's `model.generate` decoding compiled with a static KV cache
+
+TRL's one decoding of a batch of prompts, `_generate_single_turn` (its seam `_zoo_generate_single_turn`, no
+log-probs), runs inside the merge (outermost) and autocast; compilation is switched on once, in the generation config
+TRL built.
+
+## merge_adapter_for_generation
+
+An unmerged LoRA layer computes y = W x + s · B (A x) (s = lora_alpha / r): two extra small matmuls per targeted
+projection per decoded token, each a kernel launch that dominates decoding of a small model. Merged, the layer
+computes y = (W + s · B A) x, the same function up to float rounding, in one matmul.
+
+    merge:    W ← W + s · B A              peft's `merge_adapter()` (every LoRA layer, `merged` = True)
+    generate  TRL's `_generate_single_turn` (the transformers paths: `generate`, `generate_batch`)
+    restore:  W ← W₀ (the saved copy)      peft's `unmerge_adapter()` then W₀ copied back
+
+Restoring the saved W₀ rather than trusting W + s·BA − s·BA keeps the base weights bit-identical from step to step
+(in bfloat16 the round trip alone would move W by up to half an ulp of W at every generation batch). The copy costs
+the targeted base weights' memory for the duration of generation; when the device has no room for it, one line
+says so with its size (`saved_copies`), before anything is merged. The old log-probs, the reference and the loss are
+computed after the restore, by the unmerged model, as without the option.
+
+Refused (one line, at construction) where it cannot work: no PEFT adapter; vLLM (TRL already syncs merged weights to
+vLLM); a quantized base (merging into 4/8-bit weights is lossy); DeepSpeed ZeRO-3 or FSDP (sharded weights).
+
+## generation_autocast
+
+TRL computes the old log-probs and the loss under accelerate's autocast (`_get_per_token_logps_and_entropies`), but
+generates outside it: `Trainer.training_step` calls `_prepare_inputs` before its autocast context, and accelerate's
+autocast wrapper sits on the wrapped model's `forward`, which `model.generate` does not call. With float32 weights
+(TRL's default `ModelConfig.dtype`) every decoding matmul therefore runs in fp32, while every other forward of the
+step runs in bf16 (or fp16). With the field on, the layer runs TRL's `_generate_single_turn` inside
+`accelerator.autocast()`:
+
+    decoding:  fp32 weights, fp32 matmuls   →   fp32 weights, bf16 matmuls (the training forward's precision)
+
+The weights are not touched (no copy, no cast in place); the sampler then computes at the precision of the old
+log-probs and the loss. It is not the same computation (one token at a time with a KV cache against whole
+sequences), so the sampled distribution still differs from the one the loss scores by rounding, as it does in fp32.
+Compiled decoding (`compile_generation`) traces the decoding under the same autocast.
+
+Measured (SmolLM2-135M with a merged LoRA adapter, 256 × 64 tokens, H200): compiled, the decoding takes 0.59 s in
+bf16 against 1.07 s in fp32; eager decoding is launch-bound and autocast's casts make it slower (2.17 s against
+2.00 s), so the field pays only with `compile_generation`. On the real-model task with the merge, two optimizer
+steps per generation batch and a warm compile cache: 0.54× TRL's time to TRL's held-out accuracy, at TRL's peak
+memory (benchmarks/results/2026-11-27-h200x2-time-to-target-6).
+
+Refused when the config is built (`config/`): without bf16 or fp16 (no mixed precision to apply), with vLLM (its
+own dtype), with TRL's continuous batching (TRL casts the model for it itself), and with a static KV cache
+(`compile_generation`, `cache_implementation="static"`) under transformers < 5.24: under autocast the keys leave
+the rotary embedding in fp32 (the fp32 residual stream's cos/sin) while the values stay bf16, and those versions'
+`StaticLayer` allocates both in the keys' dtype, so the first cache update fails in `index_copy_` (measured on an
+H200 with transformers 5.17); 5.24 allocates each in its own dtype.
+
+The config refuses that pair under such a transformers (`static_cache_fails_on_mixed_dtypes`,
+config/generation_speed.py).
+
+## compile_generation
+
+transformers compiles a model's decoding forward by itself when `generate` runs with a compileable (static) cache,
+unless the generation config says `disable_compile` (`GenerationMixin._valid_auto_compile_criteria`); its
+`CompileConfig` defaults to inductor with `mode="reduce-overhead"`, i.e. generated kernels and CUDA graphs, which
+replace the kernel launches that dominate the decoding of a small model. TRL 1.16 builds its generation config with
+`disable_compile=True` (`GRPOTrainer.__init__`), so the `model.generate` path never compiles, and passing
+`generation_kwargs={"disable_compile": False}` is a duplicate keyword there. With the field on, the layer sets, on
+the generation config TRL built (`switch_on_compiled_decoding`, `hooks/trl_access.py`):
+
+    disable_compile = False,  cache_implementation = "static" (when unset),  compile_config = CompileConfig()
+
+`compile_generation_backend="cudagraphs"` sets `CompileConfig(backend="cudagraphs", mode=None)` instead: torch
+traces the decoding and replays it as CUDA graphs without generating kernels. On a CPU that backend runs the traced
+graph eagerly.
+
+Measured (benchmarks/compiled_decoding.py; SmolLM2-135M, 256 × 64 tokens, H200): decoding takes 0.33× eager's time
+with inductor, after a first call of 31.5 s (9.0 s with the compile cache a previous process left), and 0.62× with
+"cudagraphs", after 12.2 s: the graphs remove the launches, inductor's fused kernels most of the rest.
+
+The prefill stays eager; the decode forward is compiled once and again for a new shape (after that torch marks the
+length dynamic), so the first generation batches pay the compile. On a CPU transformers compiles only with
+the compile config's `_compile_all_devices`, which the layer sets there too (tests run it; it is no speed lever there).
+The LoRA layers, merged or not (`merge_adapter_for_generation`), are compiled with the rest; the weights are read
+at every call, so optimizer updates and the merge reach the compiled decoding.
+
+Refused when the config is built (`config/`): with vLLM (it compiles its own decoding), with TRL's continuous
+batching (its own `transformers_continuous_batching_config` has the compile options) and with a cache
+implementation other than "static" (the others are not compileable).
+
+Tests: tests/test_merged_generation.py, tests/test_autocast_generation.py, tests/test_compiled_generation.py,
+tests/test_speed_recipe.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import torch
+from transformers import CompileConfig
+
+from ..config.speed_recipe import refusal_words
+from .trl_access import switch_on_compiled_decoding
+
+
+def merge_refusal(model, args, accelerator) -> str | None:
+    """Why `merge_adapter_for_generation` cannot work for this trainer, or None (naming `speed_recipe` when that
+    set the field)."""
+    field, fix = refusal_words(args, "merge_adapter_for_generation")
+    if args.use_vllm:
+        return f"{field}: not with use_vllm=True (TRL already syncs merged weights to vLLM); {fix}."
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency of the LoRA path
+        PeftModel = None
+    unwrapped = accelerator.unwrap_model(model) if accelerator is not None else model
+    if PeftModel is None or not isinstance(unwrapped, PeftModel):
+        return f"{field}: the policy has no PEFT adapter to merge; pass a peft_config or {fix}."
+    base = unwrapped.get_base_model()
+    if getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False) or getattr(
+        base, "quantization_method", None
+    ) or getattr(getattr(base, "config", None), "quantization_config", None):
+        return f"{field}: the base model is quantized (merging into its weights is lossy); {fix}."
+    state = getattr(accelerator, "state", None)
+    deepspeed = getattr(state, "deepspeed_plugin", None)
+    if deepspeed is not None and getattr(deepspeed, "zero_stage", 0) == 3:
+        return f"{field}: not with DeepSpeed ZeRO-3 (sharded weights); {fix}."
+    if getattr(accelerator, "is_fsdp2", False) or getattr(state, "fsdp_plugin", None) is not None:
+        return f"{field}: not with FSDP (sharded weights); {fix}."
+    return None
+
+
+def lora_base_weights(peft_model) -> list[torch.Tensor]:
+    """The base weight W of every LoRA-wrapped layer (the tensors a merge writes into)."""
+    from peft.tuners.lora import LoraLayer
+
+    return [module.get_base_layer().weight for module in peft_model.modules() if isinstance(module, LoraLayer)]
+
+
+def saved_copies(weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """W₀ of every weight, on its device; out of memory there is one line naming the option and its size."""
+    try:
+        return [weight.detach().clone() for weight in weights]
+    except torch.OutOfMemoryError:
+        size = sum(weight.numel() * weight.element_size() for weight in weights) / 2**30
+        raise RuntimeError(
+            f"merge_adapter_for_generation: the copy of the adapted base weights that restores them after generation "
+            f"({size:.2f} GiB) does not fit in the device's free memory; set merge_adapter_for_generation=False."
+        ) from None
+
+
+@contextmanager
+def merged_adapter(peft_model) -> Iterator[None]:
+    """W ← W + s·BA for the duration of the block, then W ← W₀ exactly (see the module docstring)."""
+    weights = lora_base_weights(peft_model)
+    saved = saved_copies(weights)
+    with torch.no_grad():
+        peft_model.merge_adapter()
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            peft_model.unmerge_adapter()
+            for weight, original in zip(weights, saved):
+                weight.copy_(original)
+
+
+class GenerationSpeedMixin:
+    """The generation-speed switches (module docstring): `merge_adapter_for_generation` and `generation_autocast`
+    around TRL's `_generate_single_turn`, `compile_generation` in the generation config TRL built."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if getattr(self.args, "compile_generation", False):
+            backend = getattr(self.args, "compile_generation_backend", "inductor")
+            switch_on_compiled_decoding(
+                self, CompileConfig() if backend == "inductor" else CompileConfig(backend=backend, mode=None)
+            )
+        if getattr(self.args, "merge_adapter_for_generation", False):
+            refusal = merge_refusal(self.model, self.args, self.accelerator)
+            if refusal:
+                raise ValueError(refusal)
+
+    def _zoo_generate_single_turn(self, *args, **kwargs):
+        with ExitStack() as stack:
+            if getattr(self.args, "merge_adapter_for_generation", False):
+                stack.enter_context(merged_adapter(self.accelerator.unwrap_model(self.model)))
+            if getattr(self.args, "generation_autocast", False):
+                stack.enter_context(self.accelerator.autocast())
+            return super()._zoo_generate_single_turn(*args, **kwargs)
