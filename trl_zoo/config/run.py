@@ -45,6 +45,11 @@ class RunFields:
         "JSON object on the command line. Each declared field is also a keyword of GRPOConfig, a key of a YAML "
         "config and a flag of `trl-zoo train`, and reads as args.<name>."
     )
+    reward_timeout_warning: float = help_field(
+        "Seconds after which a reward function that has not returned gets one line naming it (TRL has no timeout; "
+        "the function is not stopped). 0: no line.",
+        60.0,
+    )
 
     def _check_batch_counts(self) -> None:
         """The counts TRL divides by or derives batch sizes from (before TRL's `__post_init__` uses them)."""
@@ -88,3 +93,7 @@ class RunFields:
             raise ValueError("fp16: got True on a CPU, which has no fp16 mixed precision; set fp16=False.")
         if self.beta < 0:
             raise ValueError(f"beta: the KL coefficient must be ≥ 0, got {self.beta}.")
+        if self.reward_timeout_warning < 0:  # trl_zoo's, checked with these (hooks/reward_watchdog.py)
+            raise ValueError(
+                f"reward_timeout_warning: must be ≥ 0 seconds (0: no line), got {self.reward_timeout_warning}."
+            )
