@@ -1,6 +1,6 @@
 """What compiled decoding costs and saves in TRL's `model.generate` path, per configuration, one process each.
 
-`compile_generation` (trl_zoo/hooks/compiled_generation.py) turns on transformers' compiled decoding with a static
+`compile_generation` (trl_zoo/hooks/generation_speed.py) turns on transformers' compiled decoding with a static
 KV cache. This measures, on the real-model task's prompts (or the tiny model on a CPU), for each configuration:
 
 - the first `generate` call (it pays the compile) and the median of the later ones (steady state), in seconds,

@@ -115,7 +115,7 @@ CONTENDERS: dict[str, list[str]] = {
     "trl_zoo": [],
     # compute in proportion: greso's dynamic sampling, no forward/backward for zero-advantage rows, length buckets
     "greso_skip_bucket": COMPUTE,
-    # the LoRA adapter merged into the weights while `model.generate` runs (trl_zoo/hooks/merged_generation.py)
+    # the LoRA adapter merged into the weights while `model.generate` runs (trl_zoo/hooks/generation_speed.py)
     "merged": MERGED,
     "merged_greso_skip_bucket": MERGED + COMPUTE,
     # TRL's transformers continuous batching (GRPOConfig.use_transformers_continuous_batching; trl.GRPOTrainer.
@@ -139,7 +139,7 @@ CONTENDERS: dict[str, list[str]] = {
     # the first study's winner (merged) with half the generation batches and no extra sampling rounds
     "merged_two_steps": MERGED + TWO_STEPS,
     # transformers' compiled decoding (static cache, CUDA graphs) in TRL's model.generate path, which TRL turns off
-    # (trl_zoo/hooks/compiled_generation.py); the first batches pay the compile
+    # (trl_zoo/hooks/generation_speed.py); the first batches pay the compile
     "compiled": COMPILED,
     "merged_compiled": MERGED + COMPILED,
     "merged_compiled_two_steps": MERGED + COMPILED + TWO_STEPS,
