@@ -4,6 +4,7 @@ fields: the same keyword, attribute, CLI flag and YAML key as before, a range ch
 message naming the entry."""
 
 import dataclasses
+import inspect
 import re
 from pathlib import Path
 
@@ -112,6 +113,8 @@ def test_the_config_is_one_dataclass_a_concern_composed_flat():
     own = [item.name for group in FIELD_GROUPS for item in dataclasses.fields(group)]
     assert own == ["loss_type", *config_module.zoo_field_names()]  # each field in one group, in the config's order
     assert not hasattr(GRPOConfig.__init__, "__wrapped__")  # the dataclass's own __init__, not replaced
+    fields_in_init = [item.name for item in dataclasses.fields(GRPOConfig) if item.init]
+    assert list(inspect.signature(GRPOConfig).parameters) == fields_in_init  # as the dataclass's, not the metaclass's
 
 def test_a_builtin_loss_field_is_a_keyword_an_attribute_and_a_saved_field_as_before():
     args = build(loss_type="dppo", dppo_divergence="kl", dppo_mask_low=2, dppo_kl_coef=0.0)

@@ -17,6 +17,7 @@ Tests: tests/test_validation.py, tests/test_table_fields.py, tests/test_hyperpar
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from dataclasses import dataclass, fields
@@ -67,6 +68,12 @@ class _PluginKeywords(type):
         if keywords:
             kwargs["plugin_args"] = _Given(kwargs.get("plugin_args"), keywords)
         return super().__call__(*args, **kwargs)
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        """`inspect.signature(GRPOConfig)`: the dataclass `__init__`'s fields, not `__call__`'s (*args, **kwargs)."""
+        signature = inspect.signature(cls.__init__)
+        return signature.replace(parameters=list(signature.parameters.values())[1:])
 
 
 @dataclass
