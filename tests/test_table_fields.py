@@ -217,5 +217,5 @@ def test_estimator_and_sampler_ranges_are_checked_when_chosen_naming_the_entry()
     )
     build(gae_lambda=1.5, greso_step=0.0, dynamic_sampling_max_rounds=0)  # chosen by no entry: not read
     assert rejection(gae_gamma="big") == "gae_gamma: expected float, got 'big' (advantage estimator 'gae')."
-    # the critic's own fields (config.py's) keep their checks when an estimator with a critic is chosen
+    # the critic's own fields (config/critic.py's) keep their checks when an estimator with a critic is chosen
     assert rejection(advantage_estimator="gae", value_coef=-1.0) == "value_coef: must be ≥ 0, got -1.0."

@@ -15,7 +15,8 @@ One file a concern, each a dataclass of its fields with the checks of those fiel
     compute.py            skip_zero_advantage, length_bucketing (probes.py: the loss probes they run)
     generation_speed.py   speed_recipe (speed_recipe.py), merge_adapter_for_generation, generation_autocast,
                           compile_generation, compile_generation_backend
-    run.py                nan_rewards, nonfinite_policy, plugin_args; the checks of TRL's own fields
+    run.py                nan_rewards, nonfinite_policy, reward_timeout_warning, plugin_args; the checks of TRL's
+                          own fields
     fields.py             the built-in table entries' fields as dataclass groups (`TABLE_FIELDS`)
 
 The built-in losses, estimators and samplers declare their own fields in their own files (`PluginField`s in their
