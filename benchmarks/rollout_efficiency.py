@@ -22,6 +22,7 @@ informative completion at equal accuracy (within the seed spread); with skip_zer
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -73,6 +74,7 @@ def instrument(trainer, counts: Counts, group_size: int):
 
     generate = TRLGRPOTrainer._generate_and_score_completions
 
+    @functools.wraps(generate)  # the door's drift check reads the signature through __wrapped__
     def counted_generate(self, inputs):
         started = time.perf_counter()
         batch = generate(self, inputs)
