@@ -1,6 +1,7 @@
 """One run of the time-to-target benchmark, in its own process: `trl-zoo train` instrumented with a training clock
 that excludes the held-out evaluation, a stop at the target accuracy or at the time budget, counts of completions
-and token slots, and peak GPU memory.
+and token slots, and peak GPU memory of training and of the held-out evaluation apart (the device's peak counter is
+folded and reset around each evaluation).
 
     python benchmarks/lib/time_to_target_run.py --record RUN.jsonl [--trainer trl] [--target A] [--budget_seconds B]
         <trl-zoo train flags>
@@ -146,21 +147,33 @@ class Instrumentation:
         self.target, self.budget = target, budget
         self.eval_seconds = 0.0
         self.evaluations = 0
+        self.training_peak = 0  # bytes: device peaks while training (model load included), evaluations excluded
+        self.evaluation_peak = 0  # bytes: the highest peak of one held-out evaluation
         self.stop: TargetStop | None = None
 
     def timed(self, evaluate):
         def timed_evaluate(model):
-            if torch.cuda.is_available():
+            cuda = torch.cuda.is_available()
+            if cuda:
                 torch.cuda.synchronize()
+                self.close_training_peak()
             started = time.perf_counter()
             result = evaluate(model)
-            if torch.cuda.is_available():
+            if cuda:
                 torch.cuda.synchronize()
+                self.evaluation_peak = max(self.evaluation_peak, torch.cuda.max_memory_allocated())
+                torch.cuda.reset_peak_memory_stats()
             self.eval_seconds += time.perf_counter() - started
             self.evaluations += 1
             return result
 
         return timed_evaluate
+
+    def close_training_peak(self) -> None:
+        """Fold the peak since the last reset into the training peak and reset it: the device's peak counter then
+        covers either training or one held-out evaluation, never both."""
+        self.training_peak = max(self.training_peak, torch.cuda.max_memory_allocated())
+        torch.cuda.reset_peak_memory_stats()
 
     def trainer_class(self, base):
         from trl_zoo.tasks.evaluation import HeldOutAccuracyCallback
@@ -218,7 +231,10 @@ def run_record(instrumentation: Instrumentation, trainer: str, code: int) -> dic
         "completions": instrumentation.counts.completions,
         "completion_slots": instrumentation.counts.completion_slots,
         "sequence_slots": instrumentation.counts.sequence_slots,
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "peak_memory_gib": max(instrumentation.training_peak, instrumentation.evaluation_peak) / 2**30
+        if cuda else None,
+        "training_peak_memory_gib": instrumentation.training_peak / 2**30 if cuda else None,
+        "evaluation_peak_memory_gib": instrumentation.evaluation_peak / 2**30 if cuda else None,
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "versions": versions(),
@@ -254,6 +270,8 @@ def main(argv: list[str]) -> int:
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     code = cli_main(["train", *train_argv])
+    if torch.cuda.is_available():
+        instrumentation.close_training_peak()  # the steps after the last evaluation
     record = run_record(instrumentation, args.trainer, code)
     if blocks is not None:
         record["block_seconds"] = blocks.as_record()
