@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from tests import tiny
-from trl_zoo.cli import cpu_threads
-from trl_zoo.cli import main
+from trl_zoo.cli import cpu_threads, main
 from trl_zoo.cli.cpu_threads import CPU_THREADS, cpu_thread_count
 
 

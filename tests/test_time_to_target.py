@@ -227,8 +227,9 @@ def test_trl_at_its_best_runs_on_trls_own_trainer_with_its_own_field(tmp_path):
 
 
 def test_the_training_peak_leaves_the_held_out_evaluation_out(monkeypatch):
-    """The device's peak counter is folded into the training peak and reset before each evaluation, and read into
-    the evaluation peak and reset after it: a 3.7 GiB evaluation does not hide a 1.3 GiB training peak."""
+    """The device's peak counter is read and reset around each evaluation: before the first (step 0) into the setup
+    peak, before a later one into the training peak, after each into the evaluation peak. Neither a 3.9 GiB model
+    load nor a 3.7 GiB evaluation hides a 1.3 GiB training peak."""
     from benchmarks.lib import time_to_target_run as run
 
     peak = {"now": 0.0}
@@ -243,11 +244,14 @@ def test_the_training_peak_leaves_the_held_out_evaluation_out(monkeypatch):
         return 0.5
 
     timed = instrumentation.timed(evaluate)
-    peak["now"] = 1.3  # training so far
+    peak["now"] = 3.9  # loading the model, before the evaluation at step 0
     assert timed(None) == 0.5
-    peak["now"] = 1.1  # training after the evaluation
+    peak["now"] = 1.3  # training
+    assert timed(None) == 0.5
+    peak["now"] = 1.1  # training after the last evaluation
     instrumentation.close_training_peak()
-    assert (instrumentation.training_peak, instrumentation.evaluation_peak) == (1.3, 3.7)
+    peaks = instrumentation.setup_peak, instrumentation.training_peak, instrumentation.evaluation_peak
+    assert peaks == (3.9, 1.3, 3.7)
 
 
 def test_step_time_ratio_over_the_same_steps_without_the_first():

@@ -1,7 +1,7 @@
 """One run of the time-to-target benchmark, in its own process: `trl-zoo train` instrumented with a training clock
 that excludes the held-out evaluation, a stop at the target accuracy or at the time budget, counts of completions
-and token slots, and peak GPU memory of training and of the held-out evaluation apart (the device's peak counter is
-folded and reset around each evaluation).
+and token slots, and peak GPU memory of setup (before the first held-out evaluation: model load), of training and of
+the held-out evaluation apart (the device's peak counter is read and reset around each evaluation).
 
     python benchmarks/lib/time_to_target_run.py --record RUN.jsonl [--trainer trl] [--target A] [--budget_seconds B]
         <trl-zoo train flags>
@@ -147,7 +147,8 @@ class Instrumentation:
         self.target, self.budget = target, budget
         self.eval_seconds = 0.0
         self.evaluations = 0
-        self.training_peak = 0  # bytes: device peaks while training (model load included), evaluations excluded
+        self.setup_peak = 0  # bytes: before the first held-out evaluation (model load, GGUF conversion)
+        self.training_peak = 0  # bytes: device peaks from the first step on, held-out evaluations excluded
         self.evaluation_peak = 0  # bytes: the highest peak of one held-out evaluation
         self.stop: TargetStop | None = None
 
@@ -156,7 +157,11 @@ class Instrumentation:
             cuda = torch.cuda.is_available()
             if cuda:
                 torch.cuda.synchronize()
-                self.close_training_peak()
+                if self.evaluations:
+                    self.close_training_peak()
+                else:  # the evaluation before the first step: what came before it is setup (model load, conversion)
+                    self.setup_peak = torch.cuda.max_memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
             started = time.perf_counter()
             result = evaluate(model)
             if cuda:
@@ -231,8 +236,9 @@ def run_record(instrumentation: Instrumentation, trainer: str, code: int) -> dic
         "completions": instrumentation.counts.completions,
         "completion_slots": instrumentation.counts.completion_slots,
         "sequence_slots": instrumentation.counts.sequence_slots,
-        "peak_memory_gib": max(instrumentation.training_peak, instrumentation.evaluation_peak) / 2**30
-        if cuda else None,
+        "peak_memory_gib": max(instrumentation.setup_peak, instrumentation.training_peak,
+                               instrumentation.evaluation_peak) / 2**30 if cuda else None,
+        "setup_peak_memory_gib": instrumentation.setup_peak / 2**30 if cuda else None,
         "training_peak_memory_gib": instrumentation.training_peak / 2**30 if cuda else None,
         "evaluation_peak_memory_gib": instrumentation.evaluation_peak / 2**30 if cuda else None,
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
