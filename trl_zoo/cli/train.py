@@ -449,6 +449,8 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     `train_seconds` and `total_seconds` count this process only. A run refused for bad input (ConfigError) before
     it saved a checkpoint removes the output_dir it created, so the next run of the same preset takes its name."""
     created = not os.path.exists(training_args.output_dir)
+    parent = os.path.dirname(os.path.abspath(training_args.output_dir))
+    parent_created = not os.path.exists(parent)  # e.g. runs/ on a first run: removed too if the run is refused
     if not training_args.resume_from_checkpoint and int(os.environ.get("WORLD_SIZE", "1")) == 1:  # run_folder.py
         training_args.output_dir, created = claim_run_folder(
             training_args.output_dir, rename=getattr(task_args, "default_output_dir", False),
@@ -460,6 +462,8 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     except ConfigError:
         if created and os.path.isdir(training_args.output_dir) and not get_last_checkpoint(training_args.output_dir):
             shutil.rmtree(training_args.output_dir)
+            if parent_created and os.path.isdir(parent) and not os.listdir(parent):
+                os.rmdir(parent)
         raise
 
 
