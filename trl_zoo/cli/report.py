@@ -237,7 +237,7 @@ def write_report(
     reward = (first.get("reward_funcs") or ["exact_match"])[0]
     _write_records(directory, runs)
     plotted = _plot(directory, runs)
-    curves = "Curves: curves.png, heldout_accuracy.png." if plotted else "No curves: pip install 'trl-zoo[plot]'."
+    curves = "Curves: curves.png, heldout_accuracy.png." if plotted else "No curves: pip install matplotlib."
     sections = [f"# {title}", *policy_line, markdown_table(runs)]
     if _over_seeds(groups):
         sections += ["## Over seeds", seed_table(groups)]

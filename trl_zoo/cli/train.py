@@ -237,7 +237,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         try:
             importlib.import_module("bitsandbytes")
         except ImportError:
-            raise ConfigError(f"{flag}: QLoRA needs bitsandbytes; pip install 'trl-zoo[quantization]'.") from None
+            raise ConfigError(f"{flag}: QLoRA needs bitsandbytes; pip install bitsandbytes.") from None
         if not torch.cuda.is_available():
             raise ConfigError(f"{flag}: QLoRA needs a CUDA GPU; drop --{flag} to train with plain LoRA here.")
         if not model_args.use_peft:
