@@ -26,6 +26,13 @@ maxrl                     (R_i − mean R) / mean R where mean R > 0, else 0 (R 
 optimal_baseline          R_i − Σ_j ‖s_j‖² R_j / Σ_j ‖s_j‖²                                Greensmith et al. 2004
 ========================  ===============================================================  ==========================
 
+Groups of unequal size: with ``AdvantageInputs.group_sizes`` = (n_1, …, n_P), group p is n_p consecutive rows and
+"the group" above is i's own group: its mean and std are over its n_p rows (GRPO's unbiased std ÷ (n_p − 1)),
+RLOO leaves one out of n_p, the weighted baselines sum over n_p. A group of one has Â = 0 (GRPO: std 0, as TRL
+for num_generations=1), except for RLOO, which has no other completion: NaN, zeroed by the trainer. The batch-level
+estimators (reinforce, reinforce_batch_baseline, reinforce_pp, grpo with scale_rewards="batch") do not see groups
+and are unchanged. Every estimator of the table takes ``group_sizes``; none refuses it.
+
 whiten_batch(x) = (x − mean x) / (std x + ε) over every completion token of the batch (REINFORCE++'s global
 normalisation), or over the completions when no mask is given. The KL terms are only there with
 ``kl_placement="reward"``; there ``R_i`` already is R_i − β Σ_t KL_{i,t} for every estimator (the penalty passes
@@ -51,27 +58,95 @@ Tensor = torch.Tensor
 
 @dataclass
 class AdvantageInputs:
-    """Rewards of a generation batch plus the per-completion extras an estimator may declare (``needs=``)."""
+    """Rewards of a generation batch plus the per-completion extras an estimator may declare (``needs=``).
+
+    Groups are G = ``num_generations`` consecutive rows, or, with ``group_sizes`` (P,), P groups of n_1, …, n_P
+    consecutive rows (Σ n_p = N; G is then not used to split). ``grouped`` lays the rewards out as a (P, G_max) grid,
+    a group's missing slots NaN (which every estimator already leaves out, as an unscorable reward), and
+    ``ungroup`` drops those slots again; with ``group_sizes=None`` they are ``view(-1, G)`` and ``reshape(-1)``.
+    """
 
     rewards: Tensor  # (N,) R_i, NaN = unscorable; minus β Σ_t KL_t when kl_placement="reward"
-    num_generations: int  # G: groups are G consecutive entries
+    num_generations: int  # G: groups are G consecutive entries (unless group_sizes)
     mask: Tensor | None = None  # (N, T) completion tokens
     token_penalty: Tensor | None = None  # (N, T) β·KL_t per token, masked, when kl_placement="reward"
     score_sq_norms: Tensor | None = None  # (N,) ‖s_i‖² in logit space (needs="score_sq_norms")
     values: Tensor | None = None  # (N, T) critic V(s_t) at generation time (needs="values"; trl_zoo.critic)
+    group_sizes: Tensor | None = None  # (P,) long n_p ≥ 1, Σ n_p = N: groups of unequal size; None = all G
 
     def __post_init__(self):
         if self.rewards.dim() != 1:
             raise ValueError(f"rewards: expected shape (N,), got {tuple(self.rewards.shape)}.")
-        if self.num_generations < 1 or self.rewards.numel() % self.num_generations:
+        if self.group_sizes is not None:
+            self._check_group_sizes()
+        elif self.num_generations < 1 or self.rewards.numel() % self.num_generations:
             raise ValueError(
                 f"num_generations: {self.rewards.numel()} rewards do not split into groups of {self.num_generations}."
             )
 
+    def _check_group_sizes(self):
+        sizes, count = self.group_sizes, self.rewards.numel()
+        if not isinstance(sizes, Tensor):
+            got = type(sizes).__name__
+        else:
+            shown = sizes.tolist() if sizes.numel() <= 16 else f"{sizes.numel()} sizes"
+            got = f"{shown} ({str(sizes.dtype).removeprefix('torch.')}, shape {tuple(sizes.shape)})"
+        integer = isinstance(sizes, Tensor) and not (sizes.dtype.is_floating_point or sizes.is_complex())
+        if not (
+            integer
+            and sizes.dtype != torch.bool
+            and sizes.dim() == 1
+            and sizes.numel() > 0
+            and bool((sizes >= 1).all())
+            and int(sizes.sum()) == count
+        ):
+            raise ValueError(
+                f"group_sizes: expected a (P,) integer tensor of sizes ≥ 1 summing to the {count} rewards; got {got}."
+            )
+        self.group_sizes = sizes.to(device=self.rewards.device, dtype=torch.long)
+
+    @property
+    def sizes(self) -> Tensor:
+        """n_p, the size of each group, (P,) long (all G without ``group_sizes``)."""
+        if self.group_sizes is not None:
+            return self.group_sizes
+        count = self.rewards.numel() // self.num_generations
+        return torch.full((count,), self.num_generations, dtype=torch.long, device=self.rewards.device)
+
+    @property
+    def row_group_sizes(self) -> Tensor:
+        """n_p of each row's group, (N,) long."""
+        return self.sizes.repeat_interleave(self.sizes)
+
+    def _slots(self) -> tuple[int, Tensor]:
+        """(G_max, the flat index of each row in the (P·G_max) grid, (N,))."""
+        sizes = self.group_sizes
+        width = int(sizes.max())
+        starts = torch.cumsum(sizes, 0) - sizes
+        rows = torch.arange(sizes.numel(), device=sizes.device).repeat_interleave(sizes)
+        columns = torch.arange(self.rewards.numel(), device=sizes.device) - starts.repeat_interleave(sizes)
+        return width, rows * width + columns
+
+    def group(self, values: Tensor, fill: float = float("nan")) -> Tensor:
+        """A per-row tensor (N, …) as the (P, G_max, …) grid of groups, a group's missing slots ``fill``."""
+        if self.group_sizes is None:
+            return values.view(-1, self.num_generations, *values.shape[1:])
+        width, slots = self._slots()
+        grid = values.new_full((self.group_sizes.numel() * width, *values.shape[1:]), fill)
+        grid[slots] = values
+        return grid.view(-1, width, *values.shape[1:])
+
+    def ungroup(self, grid: Tensor) -> Tensor:
+        """The (P, G_max, …) grid back to (N, …), a group's missing slots dropped; ``reshape`` for equal groups."""
+        if self.group_sizes is None:
+            return grid.reshape(-1, *grid.shape[2:])
+        _, slots = self._slots()
+        return grid.reshape(-1, *grid.shape[2:])[slots]
+
     @property
     def grouped(self) -> Tensor:
-        """Rewards as (P, G)."""
-        return self.rewards.view(-1, self.num_generations)
+        """Rewards as (P, G), or (P, G_max) with NaN in a smaller group's missing slots."""
+        return self.group(self.rewards)
 
     @property
     def lengths(self) -> Tensor:
@@ -112,19 +187,20 @@ def exact_for_constant_groups(baseline: Tensor, grouped: Tensor) -> Tensor:
 
 def group_mean(inputs: AdvantageInputs) -> Tensor:
     """mean over each group (NaN-aware), broadcast back to (N,); exactly the rewards in a group of equal rewards."""
-    mean = torch.nanmean(inputs.grouped, dim=1, keepdim=True)
-    return exact_for_constant_groups(mean.expand_as(inputs.grouped), inputs.grouped).reshape(-1)
+    grouped = inputs.grouped
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)
+    return inputs.ungroup(exact_for_constant_groups(mean.expand_as(grouped), grouped))
 
 
 def weighted_group_baseline(inputs: AdvantageInputs, weights: Tensor) -> Tensor:
     """b = Σ_j w_j R_j / Σ_j w_j per group over scorable completions, (N,). Falls back to the mean where Σ w = 0."""
     rewards = inputs.grouped
-    weights = weights.to(rewards.dtype).view_as(rewards).masked_fill(torch.isnan(rewards), 0.0)
+    weights = inputs.group(weights.to(rewards.dtype)).masked_fill(torch.isnan(rewards), 0.0)
     total = weights.sum(1, keepdim=True)
     safe_total = total.where(total > 0, torch.ones_like(total))
     weighted = (weights * rewards.nan_to_num(0.0)).sum(1, keepdim=True) / safe_total
     baseline = torch.where(total > 0, weighted, torch.nanmean(rewards, dim=1, keepdim=True))
-    return exact_for_constant_groups(baseline.expand_as(rewards), rewards).reshape(-1)
+    return inputs.ungroup(exact_for_constant_groups(baseline.expand_as(rewards), rewards))
 
 
 def whiten(values: Tensor, mask: Tensor | None, unbiased: bool, epsilon: float) -> Tensor:
@@ -153,15 +229,26 @@ def _reinforce_pp_returns(inputs: AdvantageInputs, rewards: Tensor) -> Tensor:
     source="GRPO, arXiv:2402.03300",
 )
 def grpo_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    """Â_i = (R_i − mean R) / (std R + ε), mean and std over the group of i (``scale_rewards="group"``).
+
+    Groups of unequal size (``group_sizes``): Â_i = (R_i − mean_p R) / (std_p R + ε) with mean_p and std_p over the
+    n_p rows of i's own group (std unbiased, ÷ (n_p − 1), or population, ÷ n_p, per ``advantage_std_unbiased``). A
+    group of one row has std 0 as TRL's num_generations=1: its Â = R_i − R_i = 0 exactly, even with ε = 0 (NaN for
+    a NaN reward). ``scale_rewards="batch"`` divides by the std over all N rewards and ``"none"`` by nothing, as
+    for equal groups.
+    """
     centred = inputs.rewards - group_mean(inputs)
     scale = getattr(args, "scale_rewards", "group")
     if scale == "none":
         return centred
     unbiased = args.advantage_std_unbiased
     if scale == "group":
-        if inputs.num_generations == 1:
+        if inputs.group_sizes is None and inputs.num_generations == 1:
             return centred  # TRL: std 0 for singleton groups (eval with num_generations_eval=1)
-        std = nan_std(inputs.grouped, dim=1, unbiased=unbiased, keepdim=True).expand_as(inputs.grouped).reshape(-1)
+        grouped = inputs.grouped
+        std = inputs.ungroup(nan_std(grouped, dim=1, unbiased=unbiased, keepdim=True).expand_as(grouped))
+        if inputs.group_sizes is not None:  # a group of one: std 0, as above
+            return torch.where(inputs.row_group_sizes == 1, centred, centred / (std + args.advantage_epsilon))
     elif scale == "batch":
         std = nan_std(inputs.rewards, unbiased=unbiased).expand_as(inputs.rewards)
     else:
@@ -171,6 +258,8 @@ def grpo_advantages(inputs: AdvantageInputs, args) -> Tensor:
 
 @ADVANTAGES.register("dr_grpo", description="R − group mean (no std scaling)", source="Dr. GRPO, arXiv:2503.20783")
 def dr_grpo_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    """Â_i = R_i − mean R over i's group; with ``group_sizes``, the mean over the n_p rows of i's own group (a group
+    of one gets Â = 0)."""
     return inputs.rewards - group_mean(inputs)
 
 
@@ -178,17 +267,24 @@ def dr_grpo_advantages(inputs: AdvantageInputs, args) -> Tensor:
     "rloo", description="leave-one-out: R_i − mean_{j≠i} R_j", source="RLOO (Ahmadian et al.), arXiv:2402.14740"
 )
 def rloo_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    """Â_i = R_i − Σ_{j≠i} R_j / (n − 1) over the scorable others j of i's group.
+
+    With ``group_sizes``, n = n_p, i's own group's size: Â_i = n_p/(n_p − 1) · (R_i − mean_p R). A group of one
+    row has no other completion, hence no baseline: Â = NaN, which the trainer turns into 0 (the rule for a
+    completion whose siblings are all unscorable, and for num_generations=1).
+    """
     rewards = inputs.grouped
     scorable = (~torch.isnan(rewards)).sum(1, keepdim=True).to(rewards.dtype)
     others = torch.nansum(rewards, 1, keepdim=True) - rewards
     # a completion with no scorable sibling has no baseline: NaN, zeroed by the trainer
     baseline = others / (scorable - 1).where(scorable > 1, torch.full_like(scorable, float("nan")))
     baseline = torch.where(scorable > 1, exact_for_constant_groups(baseline, rewards), baseline)
-    return (rewards - baseline).reshape(-1)
+    return inputs.ungroup(rewards - baseline)
 
 
 @ADVANTAGES.register("reinforce", description="R (no baseline)", source="Williams 1992")
 def reinforce_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    """Â_i = R_i; no group enters, so ``group_sizes`` changes nothing."""
     return inputs.rewards.clone()
 
 
@@ -196,6 +292,7 @@ def reinforce_advantages(inputs: AdvantageInputs, args) -> Tensor:
     "reinforce_batch_baseline", description="R − mean of R over the whole batch", source="Williams 1992"
 )
 def reinforce_batch_baseline_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    """Â_i = R_i − mean of the N rewards; the baseline is the batch's, so ``group_sizes`` changes nothing."""
     return inputs.rewards - torch.nanmean(inputs.rewards)
 
 
@@ -206,6 +303,8 @@ def reinforce_batch_baseline_advantages(inputs: AdvantageInputs, args) -> Tensor
     token_level=True,
 )
 def reinforce_pp_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    """Â_{i,t} = whiten_batch(R_i − β Σ_{s≥t} KL_{i,s}); whitened over the batch, so ``group_sizes`` changes
+    nothing."""
     returns = _reinforce_pp_returns(inputs, inputs.rewards)
     return whiten(returns, inputs.mask, args.advantage_std_unbiased, args.advantage_epsilon)
 
@@ -217,6 +316,9 @@ def reinforce_pp_advantages(inputs: AdvantageInputs, args) -> Tensor:
     token_level=True,
 )
 def reinforce_pp_baseline_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    """Â_{i,t} = whiten_batch(R_i − mean R − β Σ_{s≥t} KL_{i,s}); with ``group_sizes`` the mean is over the n_p rows
+    of i's own group (a group of one contributes R_i − mean R = 0 before the whitening), the whitening stays over
+    the batch's tokens."""
     returns = _reinforce_pp_returns(inputs, inputs.rewards - group_mean(inputs))
     return whiten(returns, inputs.mask, args.advantage_std_unbiased, args.advantage_epsilon)
 
@@ -227,6 +329,8 @@ def reinforce_pp_baseline_advantages(inputs: AdvantageInputs, args) -> Tensor:
     source="OPO, arXiv:2505.23585",
 )
 def opo_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    """Â_i = R_i − Σ_j l_j R_j / Σ_j l_j over i's group; with ``group_sizes`` j runs over the n_p rows of i's own
+    group (a group of one gets Â = 0)."""
     return inputs.rewards - weighted_group_baseline(inputs, inputs.lengths)
 
 
@@ -252,6 +356,9 @@ def maxrl_advantages(inputs: AdvantageInputs, args) -> Tensor:
     group of equal rewards gets exactly 0. S_i is the whole sequence's score: the paper's ĝ is
     `loss_aggregation="sequence_sum"` with a ratio-free loss; its own runs keep verl's PPO loss with a token mean.
 
+    Groups of unequal size (``group_sizes``): mean R is over the n_p rows of i's own group, N = n_p in ĝ; a group of
+    one gets Â = 0 (R = mean R).
+
     Rewards must be ≥ 0 (a pass rate: canonically 1 pass, 0 fail); with negative rewards the mean no longer bounds
     |Â| (≤ G − 1 for R ≥ 0) and the estimator raises. NaN rewards are left out of the mean and come back NaN.
     """
@@ -274,6 +381,8 @@ def maxrl_advantages(inputs: AdvantageInputs, args) -> Tensor:
     needs=("score_sq_norms",),
 )
 def optimal_baseline_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    """Â_i = R_i − Σ_j ‖s_j‖² R_j / Σ_j ‖s_j‖² over i's group; with ``group_sizes`` j runs over the n_p rows of i's
+    own group (a group of one gets Â = 0)."""
     if inputs.score_sq_norms is None:
         raise ValueError("optimal_baseline needs score_sq_norms (‖s‖² per completion); pass score_sq_norms=.")
     return inputs.rewards - weighted_group_baseline(inputs, inputs.score_sq_norms)

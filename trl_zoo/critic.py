@@ -197,6 +197,8 @@ FIELDS = (GAMMA, LAMBDA, LAMBDA_CRITIC, WHITEN, VALUE_WARMUP_STEPS, LENGTH_ALPHA
     fields=FIELDS,  # their ranges are the declarations'; the critic's shared fields are checked by config/critic.py
 )
 def gae_advantages(inputs: AdvantageInputs, args) -> Tensor:
+    """Â_{i,t} = GAE(γ, λ)_{i,t} of row i alone, whitened over the batch's tokens with ``gae_whiten``. No group
+    enters (the critic's V(s_t) is the baseline), so groups of unequal size (``group_sizes``) change nothing."""
     advantages = policy_gae(inputs, args)
     if getattr(args, "gae_whiten", True):
         advantages = whiten(advantages, inputs.mask, args.advantage_std_unbiased, args.advantage_epsilon)
