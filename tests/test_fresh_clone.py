@@ -1,4 +1,5 @@
-"""README's fresh-clone line is what CI runs (.ci/run evaluates the line .ci/fresh_clone_line reads from README.md),
+"""README's fresh-clone line is what CI runs (.ci/run evaluates the line .ci/fresh_clone_line reads from README.md:
+its setup, then README's test command, which the line ends with),
 and the suite passes without the optional packages: tests that need the packaged model skip, naming the package."""
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def test_ci_runs_readmes_fresh_clone_line():
     assert line.index('pip install -e ".[test]"') < line.index("trl-zoo train") < line.index("python -m pytest -q")
     run = (ROOT / ".ci" / "run").read_text()
     assert "set -euo pipefail" in run and 'line="$(.ci/fresh_clone_line README.md)"' in run
-    assert run.rstrip().endswith('eval "$line"') and "rm -rf .venv" in run
+    assert line.endswith(" && python -m pytest -q") and 'test_command="python -m pytest -q"' in run
+    assert 'eval "$setup"' in run and run.rstrip().endswith("$test_command") and "rm -rf .venv" in run
     assert "pip install" not in run  # every install step comes from README's line
 
 
