@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import difflib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -489,11 +490,23 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
 
 
 def next_free_directory(path: str) -> str:
-    """`path`, or `path-2`, `path-3`, ... : the first that does not exist yet. Only for the default output_dir, so
-    that running the quickstart again starts a new run beside the old one; a directory the user names is theirs."""
-    candidate, number = path, 1
+    """`path`, or `path-2`, `path-3`, ... (`next_name`): the first that does not exist yet. Only for the default
+    output_dir, so that running the quickstart again starts a new run beside the old one; a directory the user names
+    is theirs."""
+    candidate = path
     while os.path.exists(candidate):
-        number += 1
-        candidate = f"{path}-{number}"
+        candidate = next_name(candidate)
     return candidate
+
+
+NUMBERED = re.compile(r"^(.*)-(\d+)$")
+
+
+def next_name(folder: str) -> str:
+    """The default folder's next name: `runs/x` -> `runs/x-2`, `runs/x-2` -> `runs/x-3` (also when a run's
+    claim finds it taken, run_folder.py)."""
+    numbered = NUMBERED.match(folder)
+    if numbered and int(numbered.group(2)) >= 2:
+        return f"{numbered.group(1)}-{int(numbered.group(2)) + 1}"
+    return f"{folder}-2"
 

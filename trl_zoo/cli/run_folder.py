@@ -23,11 +23,8 @@ Tests: tests/test_run_folders.py (claims started together in threads, a taken de
 from __future__ import annotations
 
 import os
-import re
 
-from .arguments import ConfigError
-
-NUMBERED = re.compile(r"^(.*)-(\d+)$")
+from .arguments import ConfigError, next_name
 
 
 def claim_run_folder(output_dir: str, rename: bool, existed: bool = False) -> tuple[str, bool]:
@@ -53,11 +50,3 @@ def claim_run_folder(output_dir: str, rename: bool, existed: bool = False) -> tu
             return candidate, False
         except OSError:  # a file on the way, a read-only folder: writable_output_dir says which, in one line
             return candidate, False
-
-
-def next_name(folder: str) -> str:
-    """`runs/x` -> `runs/x-2`, `runs/x-2` -> `runs/x-3`."""
-    numbered = NUMBERED.match(folder)
-    if numbered and int(numbered.group(2)) >= 2:
-        return f"{numbered.group(1)}-{int(numbered.group(2)) + 1}"
-    return f"{folder}-2"
