@@ -20,13 +20,16 @@ LoRA adapter merged into the weights, train mode, generating through the PEFT wr
 from the decoding's; `eager_peft_fp32`, `inductor_peft_fp32`: the same in float32, TRL's default dtype (TRL
 generates outside the training step's autocast, so its decoding runs in the weights' dtype);
 `eager_peft_fp32_autocast`, `inductor_peft_fp32_autocast`: float32 weights decoding under bf16 autocast, what
-`generation_autocast` does.
+`generation_autocast` does. `cuda_graph`, `cuda_graph_peft`, `cuda_graph_peft_fp32`,
+`cuda_graph_peft_fp32_autocast`: the same models decoding through trl_zoo's CUDA graph of the decode step
+(`compile_generation_backend="cuda_graph"`, trl_zoo/hooks/decode_graph.py: no torch.compile), with its counts of
+captures, replays and eager steps.
 
 Every call generates exactly `--new_tokens` tokens for `--batch` prompts (EOS suppressed by `min_new_tokens`), the
 prompts of call k being the k-th slice of the task's training questions, so every configuration does the same work.
 
     python benchmarks/compiled_decoding.py --out DIR [--devices 0,1] [--configs eager,static,inductor,...]
-    python benchmarks/compiled_decoding.py --out DIR --tiny          # CPU smoke: the tiny model, eager and static
+    python benchmarks/compiled_decoding.py --out DIR --tiny          # CPU smoke: tiny model, eager, static, cuda_graph
 
 Writes DIR/CONFIG.json per configuration and DIR/summary.md.
 """
@@ -59,6 +62,9 @@ class Config(NamedTuple):
     autocast: bool = False  # generate under bf16 autocast (trl_zoo's generation_autocast)
 
 
+# `Config.compile` meaning trl_zoo's CUDA graph of the decode step (trl_zoo/hooks/decode_graph.py), no torch.compile
+CUDA_GRAPH = {"trl_zoo": "cuda_graph"}
+
 CONFIGS: dict[str, Config] = {
     "eager": Config(None, None),
     "static": Config("static", None),
@@ -77,8 +83,13 @@ CONFIGS: dict[str, Config] = {
     # the same under `generation_autocast`: float32 weights, bf16 autocast
     "eager_peft_fp32_autocast": Config(None, None, peft=True, dtype="float32", autocast=True),
     "inductor_peft_fp32_autocast": Config("static", {}, peft=True, dtype="float32", autocast=True),
+    # trl_zoo's own CUDA graph of the decode step (compile_generation_backend="cuda_graph"), no torch.compile
+    "cuda_graph": Config("static", CUDA_GRAPH),
+    "cuda_graph_peft": Config("static", CUDA_GRAPH, peft=True),
+    "cuda_graph_peft_fp32": Config("static", CUDA_GRAPH, peft=True, dtype="float32"),
+    "cuda_graph_peft_fp32_autocast": Config("static", CUDA_GRAPH, peft=True, dtype="float32", autocast=True),
 }
-TINY_CONFIGS = "eager,static"
+TINY_CONFIGS = "eager,static,cuda_graph"
 
 
 def load(tiny: bool, device: str, dtype: str | None = None):
@@ -150,6 +161,12 @@ def measure(name: str, args) -> dict:
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
         cache_implementation=cache_implementation, disable_compile=compile_kwargs is None,
     )
+    graphed = compile_kwargs == CUDA_GRAPH
+    if graphed:
+        from trl_zoo.hooks import decode_graph
+
+        step = decode_graph.install(model)
+        compile_kwargs = {}
     if compile_kwargs is not None:
         config.compile_config = CompileConfig(**compile_kwargs)
         if device == "cpu":
@@ -174,6 +191,8 @@ def measure(name: str, args) -> dict:
         "first_call_seconds": seconds[0], "steady_call_seconds": steady,
         "tokens_per_second": args.batch * args.new_tokens / steady,
         **compile_counts(),
+        **({"graph_captures": step.captures, "graph_replays": step.replays, "graph_eager_steps": step.eager_steps,
+            "graph_disabled_because": step.disabled_because} if graphed else {}),
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
     }
 

@@ -105,6 +105,9 @@ COMPILED = ["--compile_generation", "true"]
 # CUDA graphs of the traced decoding without inductor's kernel generation: the compile of 19-38 s (second study) is
 # most of what compiled decoding cost on this ~2-minute task
 CUDAGRAPHS = [*COMPILED, "--compile_generation_backend", "cudagraphs"]
+# the decode step recorded as a CUDA graph by trl_zoo once per generation batch (hooks/decode_graph.py): no tracing,
+# no inductor, a capture costs one eager step
+CUDA_GRAPH = [*COMPILED, "--compile_generation_backend", "cuda_graph"]
 # the frozen base loaded in bf16 (TRL's own ModelConfig field; its default is float32). TRL generates outside the
 # training step's autocast, so with the default every decoding matmul runs in fp32: the step breakdown measured the
 # compiled `generate` inside training at 2.4× the bf16 decoding alone. The LoRA adapter stays fp32 (peft's default).
@@ -184,6 +187,9 @@ CONTENDERS: dict[str, list[str]] = {
     # needed one generation batch more than TRL on 3 of 4 seeds. Not yet run on a GPU
     "merged_autocast_compiled": MERGED + AUTOCAST + COMPILED,
     "merged_autocast_compiled" + WARM: MERGED + AUTOCAST + COMPILED,
+    # speed_recipe="lora_graphed": the cold-start tax of compiled decoding gone (a capture per generation batch)
+    "merged_cuda_graph_two_steps": MERGED + CUDA_GRAPH + TWO_STEPS,
+    "merged_autocast_cuda_graph_two_steps": MERGED + AUTOCAST + CUDA_GRAPH + TWO_STEPS,
 }
 # the recommended switch (0.62× in the fourth and fifth studies) and the fastest recipe so far (sixth study: compiled
 # decoding under the step's bf16 autocast, 0.87× cold, 0.54× with a warm compile cache)

@@ -27,8 +27,10 @@ def test_tiny_run_on_the_cpu(tmp_path):
         assert record["tokens_per_second"] == 3 * 5 / record["steady_call_seconds"]
         assert record["unique_graphs"] == 0 and record["cudagraph_skips"] == 0  # nothing compiled
     summary = (tmp_path / "summary.md").read_text().splitlines()
-    assert [row.split("|")[1].strip() for row in summary[2:]] == ["eager", "static"]
+    assert [row.split("|")[1].strip() for row in summary[2:]] == ["eager", "static", "cuda_graph"]
     assert summary[2].split("|")[4].strip() == "1.00"  # eager against itself
+    graphed = json.loads((tmp_path / "cuda_graph.json").read_text())  # on a CPU the step runs eagerly: 4 per call
+    assert (graphed["graph_eager_steps"], graphed["graph_captures"], graphed["graph_replays"]) == (2 * 4, 0, 0)
 
 
 def test_the_trainers_generation_model_merged_adapter_in_train_mode(tmp_path):

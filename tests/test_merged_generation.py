@@ -12,7 +12,7 @@ from peft import LoraConfig, get_peft_model
 
 from tests import tiny
 from trl_zoo import GRPOConfig, GRPOTrainer
-from trl_zoo.hooks.generation_speed import merge_refusal, merged_adapter, saved_copies
+from trl_zoo.hooks.generation_speed import HostCopies, host_buffers, merge_refusal, merged_adapter
 
 
 def lora():
@@ -137,25 +137,50 @@ def test_refusals_need_the_model_or_launch(base_attrs, state, fragment):
 
 
 def test_no_memory_for_the_copy_is_one_line_and_nothing_merged(monkeypatch):
-    """Out of device memory for W₀'s copy: a one-line error naming the option and the copy's size, raised before the
+    """Out of host memory for W₀'s copy: a one-line error naming the option and the copy's size, raised before the
     merge, so the model is left unmerged and unchanged."""
     model = get_peft_model(tiny.model(0), lora())
     nonzero_adapter(model)
     before = snapshot(model)
     weights = [p for n, p in model.named_parameters() if "base_layer" in n and n.endswith("weight")]
     expected = sum(w.numel() * w.element_size() for w in weights) / 2**30
+    real_empty = torch.empty
 
-    def out_of_memory(self):
-        raise torch.OutOfMemoryError("CUDA out of memory")
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
 
-    monkeypatch.setattr(torch.Tensor, "clone", out_of_memory)
+    monkeypatch.setattr(torch, "empty", out_of_memory)
     with pytest.raises(RuntimeError, match=rf"merge_adapter_for_generation: .* \({expected:.2f} GiB\) .* set "
                                            r"merge_adapter_for_generation=False\.") as error:
         with merged_adapter(model):
             pytest.fail("the block ran without the copy")
-    monkeypatch.undo()
+    monkeypatch.setattr(torch, "empty", real_empty)
     assert "\n" not in str(error.value)
     assert not any(getattr(m, "merged", False) for m in model.modules())
     for name, parameter in model.named_parameters():
         torch.testing.assert_close(parameter, before[name], rtol=0, atol=0)
-    assert len(saved_copies(weights)) == len(weights) == 2 * len(tiny.model(0).model.layers)
+    assert len(host_buffers(weights)) == len(weights) == 2 * len(tiny.model(0).model.layers)
+
+
+def test_the_copy_lives_in_host_memory_allocated_once_and_restores_exactly():
+    """W₀ is kept on the host (no device memory for it), in buffers allocated at the first merge and reused by the
+    next; after each merge the base weights are back bit for bit, after an optimizer-like update in between too."""
+    model = get_peft_model(tiny.model(0), lora())
+    nonzero_adapter(model)
+    copies = HostCopies()
+    ids = torch.tensor([[5, 9, 12, 7, 3, 11]])
+    for round_ in range(3):
+        before = snapshot(model)
+        with torch.no_grad(), merged_adapter(model, copies):
+            merged_logits = model(input_ids=ids).logits
+        assert all(buffer.device.type == "cpu" for buffer in copies.buffers)
+        if round_ == 0:
+            first = [buffer.data_ptr() for buffer in copies.buffers]
+        assert [buffer.data_ptr() for buffer in copies.buffers] == first
+        for name, parameter in model.named_parameters():
+            torch.testing.assert_close(parameter, before[name], rtol=0, atol=0)
+        with torch.no_grad():
+            assert (model(input_ids=ids).logits - merged_logits).abs().max().item() < 1e-5
+            for name, parameter in model.named_parameters():
+                if "lora_B" in name:
+                    parameter.add_(0.1)

@@ -15,10 +15,11 @@ from trl_zoo.cli.arguments import parse_train_args
 from trl_zoo.config import generation_speed
 from trl_zoo.config.speed_recipe import SPEED_RECIPES
 
-RECIPE_FIELDS = ("merge_adapter_for_generation", "compile_generation", "generation_autocast",
-                 "steps_per_generation", "generation_batch_size")
+RECIPE_FIELDS = ("merge_adapter_for_generation", "compile_generation", "compile_generation_backend",
+                 "generation_autocast", "steps_per_generation", "generation_batch_size")
 # the recipe and the contender of the README's table it stands for
-MEASURED_AS = {"lora": "merged_two_steps", "lora_compiled": "merged_autocast_compiled_two_steps"}
+MEASURED_AS = {"lora": "merged_two_steps", "lora_graphed": "merged_cuda_graph_two_steps",
+               "lora_compiled": "merged_autocast_compiled_two_steps"}
 needs_mixed_dtype_static_cache = pytest.mark.skipif(
     generation_speed.static_cache_fails_on_mixed_dtypes(),
     reason="generation_autocast with compiled decoding needs transformers >= 5.24",
@@ -30,7 +31,7 @@ def fields_of(training_args) -> dict:
 
 
 @pytest.mark.parametrize("recipe", [
-    "lora", pytest.param("lora_compiled", marks=needs_mixed_dtype_static_cache),
+    "lora", "lora_graphed", pytest.param("lora_compiled", marks=needs_mixed_dtype_static_cache),
 ])
 def test_a_recipe_sets_the_fields_of_the_contender_it_was_measured_as(recipe, tmp_path):
     task = ["--task", "chat_arithmetic", "--output_dir", str(tmp_path / "run"), "--bf16", "true", "--use_cpu", "true"]
@@ -61,7 +62,8 @@ def test_a_steps_per_generation_or_generation_batch_size_the_user_gives_wins(giv
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"speed_recipe": "fast"}, "speed_recipe: got 'fast'; choose one of 'lora', 'lora_compiled' or None."),
+    ({"speed_recipe": "fast"},
+     "speed_recipe: got 'fast'; choose one of 'lora', 'lora_graphed', 'lora_compiled' or None."),
     ({"speed_recipe": "lora", "use_vllm": True},
      "merge_adapter_for_generation (set by speed_recipe='lora'): not with use_vllm=True (TRL already syncs merged "
      "weights to vLLM); unset speed_recipe."),
@@ -118,9 +120,9 @@ def test_a_lora_run_under_the_recipe_generates_once_per_two_optimizer_steps_merg
     merges = []
     real = generation_speed.merged_adapter
 
-    def counted(peft_model):
+    def counted(peft_model, *copies):
         merges.append(peft_model)
-        return real(peft_model)
+        return real(peft_model, *copies)
 
     monkeypatch.setattr(generation_speed, "merged_adapter", counted)
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)

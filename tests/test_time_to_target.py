@@ -555,7 +555,9 @@ def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
     assert training.length_bucketing == ("--length_bucketing" in flags)
     assert training.compile_generation == ("--compile_generation" in flags)
     assert training.generation_autocast == ("--generation_autocast" in flags)
-    assert training.compile_generation_backend == ("cudagraphs" if "cudagraphs" in flags else "inductor")
+    given = "--compile_generation_backend" in flags
+    backend = flags[flags.index("--compile_generation_backend") + 1] if given else "inductor"
+    assert training.compile_generation_backend == backend
     if "--transformers_continuous_batching_config" in flags:
         assert training.transformers_continuous_batching_config["num_blocks"] == 128
 

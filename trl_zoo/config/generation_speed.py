@@ -71,9 +71,11 @@ class GenerationSpeedFields:
     compile_generation_backend: str = help_field(
         "How compile_generation compiles: 'inductor' (transformers' default CompileConfig: generated kernels and CUDA "
         "graphs) or 'cudagraphs' (CUDA graphs of the traced decoding only, no kernel generation: on a 135 M model "
-        "about 12 s of compiling instead of ~30 s cold, but decoding at 0.62x eager's time instead of 0.33x).",
+        "about 12 s of compiling instead of ~30 s cold, but decoding at 0.62x eager's time instead of 0.33x) or "
+        "'cuda_graph' (no torch.compile: trl_zoo records the decode step as a CUDA graph once per generation batch, "
+        "one eager step and one recording, and replays it; eager on a CPU).",
         "inductor",
-        choices=["inductor", "cudagraphs"],
+        choices=["inductor", "cudagraphs", "cuda_graph"],
     )
 
     def _check_generation_speed_combinations(self) -> None:

@@ -6,7 +6,9 @@ sizes (`GRPOConfig.__post_init__`), so the config a run prints and saves shows t
     "lora"            merge_adapter_for_generation = True
                       steps_per_generation = 2 · gradient_accumulation_steps   (when neither it nor
                                                                                 generation_batch_size is given)
-    "lora_compiled"   the same, and compile_generation = True, generation_autocast = True
+    "lora_graphed"    the same, and compile_generation = True, compile_generation_backend = "cuda_graph"
+                      (the decode step recorded as a CUDA graph once per generation batch, no torch.compile)
+    "lora_compiled"   "lora", and compile_generation = True, generation_autocast = True
 
 What they cost and gave (real-model task: SmolLM2-135M-Instruct with LoRA r 16, 128 completions a step; time to
 90 % of TRL's 40-step held-out gain, × TRL's on the same card, median (range) over 4 seeds, 2 × H200, peak memory
@@ -18,7 +20,7 @@ equal to TRL's; README, "Time to TRL's accuracy"):
                                          (0.76–1.10) on a first run, which pays ~40 s compiling: for long or
                                          repeated runs. Needs transformers >= 5.24 and bf16 or fp16.
 
-A value the user gives for `steps_per_generation` or `generation_batch_size` wins; the boolean fields are set on.
+A value the user gives for `steps_per_generation` or `generation_batch_size` wins; the recipe's other fields are set.
 A recipe that cannot work stops at the refusals of the fields it set, and those name the recipe and say "unset
 speed_recipe" (`refusal_words`): the config's (vLLM; for the compiled fields continuous batching, no mixed
 precision, a cache other than "static", transformers < 5.24) and the trainer's (no PEFT adapter, a quantized base,
@@ -29,8 +31,11 @@ Tests: tests/test_speed_recipe.py.
 
 from __future__ import annotations
 
-SPEED_RECIPES: dict[str, dict[str, bool]] = {
+SPEED_RECIPES: dict[str, dict[str, bool | str]] = {
     "lora": {"merge_adapter_for_generation": True},
+    "lora_graphed": {
+        "merge_adapter_for_generation": True, "compile_generation": True, "compile_generation_backend": "cuda_graph",
+    },
     "lora_compiled": {"merge_adapter_for_generation": True, "compile_generation": True, "generation_autocast": True},
 }
 OPTIMIZER_STEPS_PER_GENERATION = 2  # steps_per_generation = 2 · gradient_accumulation_steps

@@ -16,15 +16,18 @@ An unmerged LoRA layer computes y = W x + s · B (A x) (s = lora_alpha / r): two
 projection per decoded token, each a kernel launch that dominates decoding of a small model. Merged, the layer
 computes y = (W + s · B A) x, the same function up to float rounding, in one matmul.
 
+    copy out: W₀ → host memory            `HostCopies.save` (pinned buffers, allocated once, reused)
     merge:    W ← W + s · B A              peft's `merge_adapter()` (every LoRA layer, `merged` = True)
     generate  TRL's `_generate_single_turn` (the transformers paths: `generate`, `generate_batch`)
-    restore:  W ← W₀ (the saved copy)      peft's `unmerge_adapter()` then W₀ copied back
+    restore:  W ← W₀ (the host copy)       peft's `unmerge_adapter()` then W₀ copied back
 
 Restoring the saved W₀ rather than trusting W + s·BA − s·BA keeps the base weights bit-identical from step to step
-(in bfloat16 the round trip alone would move W by up to half an ulp of W at every generation batch). The copy costs
-the targeted base weights' memory for the duration of generation; when the device has no room for it, one line
-says so with its size (`saved_copies`), before anything is merged. The old log-probs, the reference and the loss are
-computed after the restore, by the unmerged model, as without the option.
+(in bfloat16 the round trip alone would move W by up to half an ulp of W at every generation batch). The copy lives
+in host memory, so the merge adds no device memory (a copy on the GPU raised the training peak of the real-model
+task from 2.02 to 2.42 GiB in an outside measurement); moving it out and back costs two transfers of the targeted
+weights per generation batch (≈ 0.4 GB each way in fp32 for SmolLM2-135M with every linear layer adapted). When
+the host cannot hold it, one line says so with its size (`host_buffers`), before anything is merged. The old
+log-probs, the reference and the loss are computed after the restore, by the unmerged model, as without the option.
 
 Refused (one line, at construction) where it cannot work: no PEFT adapter; vLLM (TRL already syncs merged weights to
 vLLM); a quantized base (merging into 4/8-bit weights is lossy); DeepSpeed ZeRO-3 or FSDP (sharded weights).
@@ -77,6 +80,11 @@ the generation config TRL built (`switch_on_compiled_decoding`, `hooks/trl_acces
 traces the decoding and replays it as CUDA graphs without generating kernels. On a CPU that backend runs the traced
 graph eagerly.
 
+`compile_generation_backend="cuda_graph"` compiles nothing: transformers' compiled-decoding hook
+(`get_compiled_call`) returns trl_zoo's `GraphedDecodeStep` (hooks/decode_graph.py), which records the decode
+forward as a CUDA graph once per generation batch (one eager step and one recording, no tracing) and replays it for
+every later token.
+
 Measured (benchmarks/compiled_decoding.py; SmolLM2-135M, 256 × 64 tokens, H200): decoding takes 0.33× eager's time
 with inductor, after a first call of 31.5 s (9.0 s with the compile cache a previous process left), and 0.62× with
 "cudagraphs", after 12.2 s: the graphs remove the launches, inductor's fused kernels most of the rest.
@@ -104,6 +112,7 @@ import torch
 from transformers import CompileConfig
 
 from ..config.speed_recipe import refusal_words
+from . import decode_graph
 from .trl_access import switch_on_compiled_decoding
 
 
@@ -141,32 +150,53 @@ def lora_base_weights(peft_model) -> list[torch.Tensor]:
     return [module.get_base_layer().weight for module in peft_model.modules() if isinstance(module, LoraLayer)]
 
 
-def saved_copies(weights: list[torch.Tensor]) -> list[torch.Tensor]:
-    """W₀ of every weight, on its device; out of memory there is one line naming the option and its size."""
+def host_buffers(weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """An empty host tensor for every weight (pinned when the weights are on a GPU, so the copies are asynchronous);
+    out of host memory there is one line naming the option and the size."""
     try:
-        return [weight.detach().clone() for weight in weights]
-    except torch.OutOfMemoryError:
+        return [torch.empty(w.shape, dtype=w.dtype, device="cpu", pin_memory=w.is_cuda) for w in weights]
+    except (torch.OutOfMemoryError, RuntimeError):
         size = sum(weight.numel() * weight.element_size() for weight in weights) / 2**30
         raise RuntimeError(
-            f"merge_adapter_for_generation: the copy of the adapted base weights that restores them after generation "
-            f"({size:.2f} GiB) does not fit in the device's free memory; set merge_adapter_for_generation=False."
+            f"merge_adapter_for_generation: the host-memory copy of the adapted base weights that restores them after "
+            f"generation ({size:.2f} GiB) could not be allocated; free host memory or set "
+            f"merge_adapter_for_generation=False."
         ) from None
 
 
+class HostCopies:
+    """W₀ of the adapted base weights, kept in host memory: allocated at the first merge and reused for every later
+    one, so the merge adds no device memory. The copies out and back are queued on the weights' stream in order
+    (copy out, merge, generate, unmerge, copy back), so they need no synchronisation."""
+
+    def __init__(self):
+        self.buffers: list[torch.Tensor] = []
+
+    def save(self, weights: list[torch.Tensor]) -> None:
+        if [(b.shape, b.dtype) for b in self.buffers] != [(w.shape, w.dtype) for w in weights]:
+            self.buffers = host_buffers(weights)
+        for buffer, weight in zip(self.buffers, weights):
+            buffer.copy_(weight.detach(), non_blocking=True)
+
+    def restore(self, weights: list[torch.Tensor]) -> None:
+        for weight, buffer in zip(weights, self.buffers):
+            weight.copy_(buffer, non_blocking=True)
+
+
 @contextmanager
-def merged_adapter(peft_model) -> Iterator[None]:
-    """W ← W + s·BA for the duration of the block, then W ← W₀ exactly (see the module docstring)."""
+def merged_adapter(peft_model, copies: HostCopies | None = None) -> Iterator[None]:
+    """W ← W + s·BA for the duration of the block, then W ← W₀ exactly from `copies` (see the module docstring)."""
     weights = lora_base_weights(peft_model)
-    saved = saved_copies(weights)
+    copies = copies if copies is not None else HostCopies()
     with torch.no_grad():
+        copies.save(weights)
         peft_model.merge_adapter()
     try:
         yield
     finally:
         with torch.no_grad():
             peft_model.unmerge_adapter()
-            for weight, original in zip(weights, saved):
-                weight.copy_(original)
+            copies.restore(weights)
 
 
 class GenerationSpeedMixin:
@@ -175,11 +205,17 @@ class GenerationSpeedMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._zoo_weight_copies = HostCopies()
+        self._zoo_graphed_decoding = None
         if getattr(self.args, "compile_generation", False):
             backend = getattr(self.args, "compile_generation_backend", "inductor")
+            graphed = backend == "cuda_graph"
+            default_config = backend == "inductor" or graphed  # cuda_graph: transformers only needs a config
             switch_on_compiled_decoding(
-                self, CompileConfig() if backend == "inductor" else CompileConfig(backend=backend, mode=None)
+                self, CompileConfig() if default_config else CompileConfig(backend=backend, mode=None)
             )
+            if graphed:
+                self._zoo_graphed_decoding = decode_graph.install(self.accelerator.unwrap_model(self.model))
         if getattr(self.args, "merge_adapter_for_generation", False):
             refusal = merge_refusal(self.model, self.args, self.accelerator)
             if refusal:
@@ -188,7 +224,7 @@ class GenerationSpeedMixin:
     def _zoo_generate_single_turn(self, *args, **kwargs):
         with ExitStack() as stack:
             if getattr(self.args, "merge_adapter_for_generation", False):
-                stack.enter_context(merged_adapter(self.accelerator.unwrap_model(self.model)))
+                stack.enter_context(merged_adapter(self.accelerator.unwrap_model(self.model), self._zoo_weight_copies))
             if getattr(self.args, "generation_autocast", False):
                 stack.enter_context(self.accelerator.autocast())
             return super()._zoo_generate_single_turn(*args, **kwargs)

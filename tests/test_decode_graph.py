@@ -1,0 +1,70 @@
+"""compile_generation_backend="cuda_graph": transformers' decode step goes through trl_zoo's `GraphedDecodeStep`
+(eager on a CPU, so the field works in every test), and on a GPU the replayed graph decodes what the eager step
+decodes, captures once per `generate` call and sees weights changed in place between calls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from peft import LoraConfig
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+from tests import tiny
+from trl_zoo import GRPOConfig, GRPOTrainer
+from trl_zoo.hooks import decode_graph
+
+NEW_TOKENS = 12
+
+
+def test_a_trainer_with_the_backend_decodes_through_the_step_on_a_cpu():
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    trainer = tiny.make_trainer(GRPOTrainer, GRPOConfig, peft_config=lora, speed_recipe="lora_graphed", max_steps=1,
+                                per_device_train_batch_size=8, gradient_accumulation_steps=1)
+    step = trainer._zoo_graphed_decoding
+    target = decode_graph.decoding_model(trainer.accelerator.unwrap_model(trainer.model))
+    assert target is not trainer.model and target.get_compiled_call(None) is step
+    assert trainer.generation_config.cache_implementation == "static" and not trainer.generation_config.disable_compile
+    result = trainer.train()
+    # every decode step after the prefill (max_completion_length 8: 7 a generate call) ran through the step, eagerly
+    assert step.eager_steps >= 7 and step.eager_steps % 7 == 0
+    assert step.captures == step.replays == 0
+    assert torch.isfinite(torch.tensor(result.training_loss))
+
+
+def tiny_llama(device):
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    return LlamaForCausalLM(config).to(device).eval()
+
+
+def generated(model, prompts, compiled: bool):
+    config = GenerationConfig(do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                              cache_implementation="static", disable_compile=not compiled, pad_token_id=0,
+                              eos_token_id=1, output_scores=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        out = model.generate(input_ids=prompts, attention_mask=(prompts != 0).long(), generation_config=config)
+    return out.sequences, torch.stack(out.scores)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_the_replayed_graph_decodes_as_the_eager_step_on_a_gpu():
+    model = tiny_llama("cuda")
+    prompts = torch.tensor([[0, 0, 5, 6, 7], [3, 4, 5, 6, 8], [0, 9, 10, 11, 12]], device="cuda")
+    eager_tokens, eager_scores = generated(model, prompts, compiled=False)
+    step = decode_graph.install(model)
+    graph_tokens, graph_scores = generated(model, prompts, compiled=True)
+    assert step.disabled_because is None
+    # NEW_TOKENS - 1 decode steps after the prefill: the first eager (warm-up), the second captured, all replayed
+    assert (step.eager_steps, step.captures, step.replays) == (1, 1, NEW_TOKENS - 2)
+    assert torch.equal(graph_tokens, eager_tokens)
+    torch.testing.assert_close(graph_scores, eager_scores, rtol=1e-4, atol=1e-4)
+
+    with torch.no_grad():  # an optimizer-like update in place: the next generate call must decode with it
+        model.model.layers[1].mlp.down_proj.weight.mul_(-3.0)
+    step_graph = generated(model, prompts, compiled=True)
+    assert step.captures == 2 and step.replays == 2 * (NEW_TOKENS - 2)
+    eager_after = generated(model, prompts, compiled=False)
+    assert not torch.allclose(eager_after[1], eager_scores, atol=1e-3)
+    assert torch.equal(step_graph[0], eager_after[0])
+    torch.testing.assert_close(step_graph[1], eager_after[1], rtol=1e-4, atol=1e-4)

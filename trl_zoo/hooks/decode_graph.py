@@ -1,0 +1,147 @@
+"""Decoding replayed as a CUDA graph, captured by trl_zoo without torch.compile (`compile_generation_backend=
+"cuda_graph"`).
+
+A small model decoding a batch is launch-bound: every new token runs the whole forward in Python, hundreds of
+small kernels each launched from the host. With a static KV cache every decode step has the same shapes and
+reads and writes the same tensors, so the step can be recorded once as a CUDA graph and replayed, one launch a
+token, no Python:
+
+    transformers' decoding loop (sampling, logits processors, stopping: unchanged)
+        prefill                       eager, as without the option
+        decode step 1                 eager, on a side stream (the warm-up a capture needs)
+        decode step 2                 captured: input_ids, position_ids, the 4-D mask copied into static buffers,
+                                      the forward recorded (nothing runs), then replayed
+        decode steps 3 … n            the new inputs copied into the buffers, the graph replayed
+
+transformers calls its decode forward through `model.get_compiled_call(compile_config)` when the generation config
+allows compilation and the cache is static; `install` puts a `GraphedDecodeStep` there (an attribute of the
+transformers model, the instance's own: its class is not changed). The static cache writes the new key and value
+at its own counter (`cumulative_length`, a device tensor advanced in place), so the replayed graph writes where
+the eager forward would. A capture costs one eager step and one recording (against 10-40 s of torch.compile);
+`generate` builds a new static cache each call, so each generation batch captures once, the previous graph and its
+memory released first.
+
+What the graph reads at replay — the weights, the LoRA factors, the cache — it reads from the tensors it recorded,
+so optimizer updates, the merge of `merge_adapter_for_generation` (written in place) and autocast
+(`generation_autocast`, its casts recorded in the graph) reach it. A new key (another cache, other shapes or
+dtypes, grad mode or autocast switched) captures again.
+
+On a CPU there are no CUDA graphs: the step runs the eager forward (the same static cache and masks), so a config
+that works on a GPU also runs in the tests. If a capture fails (a forward that synchronises with the host, such
+as a model whose mask code reads a tensor's value), one warning says so and decoding stays eager for the rest of
+the run.
+
+Tests: tests/test_decode_graph.py.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+
+def decoding_model(model):
+    """The transformers model whose `generate` runs the decoding loop: under a PEFT wrapper, its base model."""
+    get_base_model = getattr(model, "get_base_model", None)
+    return get_base_model() if callable(get_base_model) else model
+
+
+def install(model) -> GraphedDecodeStep:
+    """Make transformers' compiled-decoding hook of `model`'s decoding model return a `GraphedDecodeStep`."""
+    target = decoding_model(model)
+    step = GraphedDecodeStep(target)
+    target.get_compiled_call = step.as_compiled_call
+    return step
+
+
+def _key_part(value):
+    if torch.is_tensor(value):
+        return ("tensor", tuple(value.shape), value.dtype, value.device)
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return value
+    return ("object", id(value))
+
+
+class GraphedDecodeStep:
+    """transformers' decode forward, replayed from a CUDA graph per key (module docstring). Counts what it did:
+    `eager_steps`, `captures`, `replays`."""
+
+    def __init__(self, model):
+        self.model = model
+        self.eager_steps = 0
+        self.captures = 0
+        self.replays = 0
+        self.disabled_because: str | None = None
+        self._release()
+
+    def _release(self) -> None:
+        self._key = None
+        self._warm = False
+        self._graph = None
+        self._inputs: dict[str, torch.Tensor] = {}
+        self._output = None
+
+    def as_compiled_call(self, compile_config=None):
+        return self
+
+    def _key_of(self, inputs: dict) -> tuple:
+        device = next((v.device for v in inputs.values() if torch.is_tensor(v)), None)
+        autocast = (torch.is_autocast_enabled(device.type), torch.get_autocast_dtype(device.type)) if device else None
+        return (tuple(sorted((name, _key_part(value)) for name, value in inputs.items())),
+                torch.is_grad_enabled(), autocast)
+
+    def __call__(self, **inputs):
+        tensors = [v for v in inputs.values() if torch.is_tensor(v)]
+        if self.disabled_because is not None or not tensors or tensors[0].device.type != "cuda":
+            return self._eager(inputs)
+        key = self._key_of(inputs)
+        if key != self._key:
+            self._release()
+            self._key = key
+        if self._graph is None:
+            if not self._warm:
+                self._warm = True
+                return self._warm_up(inputs)
+            if not self._capture(inputs):
+                return self._eager(inputs)
+        for name, buffer in self._inputs.items():
+            buffer.copy_(inputs[name])
+        self._graph.replay()
+        self.replays += 1
+        return self._output
+
+    def _eager(self, inputs):
+        self.eager_steps += 1
+        return self.model(**inputs)
+
+    def _warm_up(self, inputs):
+        """One eager step on a side stream: the lazy allocations (cuBLAS workspaces, the caching allocator's blocks)
+        happen here, not inside the capture."""
+        current = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            output = self._eager(inputs)
+        current.wait_stream(side)
+        return output
+
+    def _capture(self, inputs) -> bool:
+        self._inputs = {name: value.clone() for name, value in inputs.items() if torch.is_tensor(value)}
+        static = {**inputs, **self._inputs}
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                output = self.model(**static)
+        except Exception as error:  # a host synchronisation or an unsupported kernel inside the forward
+            self.disabled_because = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            self._release()
+            warnings.warn(
+                f"compile_generation_backend='cuda_graph': the decode step could not be captured as a CUDA graph "
+                f"({self.disabled_because}); decoding stays eager for this run.",
+                stacklevel=2,
+            )
+            return False
+        self._graph, self._output = graph, output
+        self.captures += 1
+        return True
