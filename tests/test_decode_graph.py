@@ -1,6 +1,7 @@
 """compile_generation_backend="cuda_graph": transformers' decode step goes through trl_zoo's `GraphedDecodeStep`
 (eager on a CPU, so the field works in every test), and on a GPU the replayed graph decodes what the eager step
-decodes, captures once per `generate` call and sees weights changed in place between calls."""
+decodes, captures once per `generate` call, keeps no memory after `generate` returns and sees weights changed in
+place between calls."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_a_trainer_with_the_backend_decodes_through_the_step_on_a_cpu():
     result = trainer.train()
     # every decode step after the prefill (max_completion_length 8: 7 a generate call) ran through the step, eagerly
     assert step.eager_steps >= 7 and step.eager_steps % 7 == 0
-    assert step.captures == step.replays == 0
+    assert step.captures == step.replays == 0 and not step.holds_a_graph
     assert torch.isfinite(torch.tensor(result.training_loss))
 
 
@@ -57,12 +58,15 @@ def test_the_replayed_graph_decodes_as_the_eager_step_on_a_gpu():
     assert step.disabled_because is None
     # NEW_TOKENS - 1 decode steps after the prefill: the first eager (warm-up), the second captured, all replayed
     assert (step.eager_steps, step.captures, step.replays) == (1, 1, NEW_TOKENS - 2)
+    assert not step.holds_a_graph  # released when generate returned: no decoding memory kept for the loss step
     assert torch.equal(graph_tokens, eager_tokens)
     torch.testing.assert_close(graph_scores, eager_scores, rtol=1e-4, atol=1e-4)
 
     with torch.no_grad():  # an optimizer-like update in place: the next generate call must decode with it
         model.model.layers[1].mlp.down_proj.weight.mul_(-3.0)
+    free_before = torch.cuda.memory_allocated()
     step_graph = generated(model, prompts, compiled=True)
+    assert torch.cuda.memory_allocated() <= free_before + (step_graph[0].numel() + step_graph[1].numel()) * 8
     assert step.captures == 2 and step.replays == 2 * (NEW_TOKENS - 2)
     eager_after = generated(model, prompts, compiled=False)
     assert not torch.allclose(eager_after[1], eager_scores, atol=1e-3)
