@@ -33,7 +33,10 @@ ESTIMATOR_FIELDS = {
                                "vapo_length_alpha", "vapo_positive_nll_coef", "vapo_positive_reward_threshold")
 }
 SAMPLER_FIELDS = {
-    "dynamic_sampling_max_rounds": ["greso", "resample"], "dynamic_sampling_on_exhausted": ["greso", "resample"],
+    "dynamic_sampling_max_rounds": ["adaptive_budget", "greso", "resample"],
+    "dynamic_sampling_on_exhausted": ["adaptive_budget", "greso", "resample"],
+    **{name: ["adaptive_budget"] for name in ("adaptive_budget_first_size", "adaptive_budget_max_size",
+                                              "adaptive_budget_min_size", "adaptive_budget_give_up_size")},
     **{name: ["greso"] for name in ("greso_target_zero_spread", "greso_step", "greso_initial_explore",
                                     "greso_min_explore")},
 }

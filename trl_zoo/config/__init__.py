@@ -34,6 +34,7 @@ is built, their range when their entry is chosen. The files that declare fields:
     trl_zoo/critic.py
     trl_zoo/samplers/base.py
     trl_zoo/samplers/greso.py
+    trl_zoo/samplers/adaptive_budget.py
 
 A third party's loss, estimator or sampler declares its fields the same way; their values live in `plugin_args`,
 `GRPOConfig(my_field=3)` and `args.my_field` work, and `trl-zoo train` makes a flag and a YAML key of each

@@ -20,7 +20,8 @@ class SamplingFields:
     dynamic_sampling: str | None = help_field(
         f"Sampler from the sampler table: {names_of(SAMPLERS)} (resample: DAPO, drop zero-spread groups and generate "
         "more; reweight: drop them, scale the rest by 1/(1−p); greso: also skip prompts whose recent groups had no "
-        "spread before generating). None trains on every group."
+        "spread before generating; adaptive_budget: generate each prompt in increments up to G_max, stop at reward "
+        "spread, train on groups of unequal sizes). None trains on every group."
     )
 
 

@@ -30,8 +30,9 @@ from accelerate.utils import gather_object
 from datasets import IterableDataset
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
-from ..registry import SAMPLERS
-from ..samplers.base import Round, group_reward_spread, sampling_metrics
+from ..advantages import AdvantageInputs
+from ..registry import ADVANTAGES, SAMPLERS
+from ..samplers.base import Regrouped, Round, group_reward_spread, sampling_metrics
 from .batch_layout import batch_layouts, trim_padding
 from .model_inputs import loss_mask
 from .trl_access import log_metric, pad_token_id
@@ -62,9 +63,36 @@ class DynamicSamplingMixin:
             return scored.batch
         session = TrainerSamplingSession(self, self._scored_round, inputs)
         sampled = self.sampler(session, self.args)
+        if sampled.regrouped is not None:
+            sampled.batch["advantages"] = self._regrouped_advantages(sampled.batch, sampled.regrouped)
         for name, value in sampled.metrics.items():
             log_metric(self, name, value)
         return sampled.batch
+
+    def _regrouped_advantages(self, batch: dict, regrouped: Regrouped) -> torch.Tensor:
+        """This process's advantages of a batch regrouped row by row: the estimator (`advantage_estimator`, TRL's
+        grpo when None) over the trained rows and their groups of unequal size, 0 for the fillers."""
+        name = self.args.advantage_estimator or "grpo"
+        mask = loss_mask(batch)
+        local_rows, local_length = mask.shape
+        global_mask = self.accelerator.gather(self.accelerator.pad_across_processes(mask, dim=1, pad_index=0))
+        trained = regrouped.trained.to(global_mask.device)
+        if not bool(trained.any()):  # fillers only: nothing is trained on
+            return torch.zeros(local_rows, device=mask.device)
+        inputs = AdvantageInputs(
+            rewards=regrouped.rewards.to(global_mask.device)[trained],
+            num_generations=self.num_generations,
+            mask=global_mask[trained],
+            group_sizes=regrouped.group_sizes,
+        )
+        estimated = torch.nan_to_num(ADVANTAGES.get(name).fn(inputs, self.args), nan=0.0)
+        advantages = estimated.new_zeros((global_mask.size(0), *estimated.shape[1:]))
+        advantages[trained] = estimated
+        if advantages.dim() == 2:
+            advantages = advantages * global_mask
+        start = self.accelerator.process_index * local_rows
+        local = advantages[start : start + local_rows]
+        return local[:, :local_length] if local.dim() == 2 else local
 
     def next_prompt_batch(self) -> list:
         """This process's slice of the next generation batch of the sampler's own prompt stream."""
@@ -168,15 +196,22 @@ class TrainerSamplingSession:
         start = self.accelerator.process_index * self.local_size
         local_groups = torch.arange(start, start + self.local_size) // self.group_size
         group_reward = rewards.view(-1, self.group_size).nanmean(dim=1)
-        self._rounds.append(Round(batch, spread, local_groups, group_reward, rewards.nanmean().item()))
+        total = scored.total_rewards().cpu()
+        self._rounds.append(
+            Round(batch, spread, local_groups, group_reward, rewards.nanmean().item(), rewards, total)
+        )
         return self._rounds[-1]
 
     # ------------------------------------------------------------------ moving rows
     def assemble(self, picks: list[tuple[int, int]]) -> dict:
         if picks == [(0, group) for group in range(self.num_groups)]:
             return self.rounds[0].batch  # nothing dropped: TRL's batch as it is
+        return self.assemble_rows(
+            [(index, group * self.group_size + k) for index, group in picks for k in range(self.group_size)]
+        )
+
+    def assemble_rows(self, order: list[tuple[int, int]]) -> dict:
         size = self.local_size
-        order = [(index, group * self.group_size + k) for index, group in picks for k in range(self.group_size)]
         mine = order[self.accelerator.process_index * size : (self.accelerator.process_index + 1) * size]
         used = sorted({index for index, _ in order})  # the same on every process: collectives stay matched
         keys = list(self.rounds[0].batch)

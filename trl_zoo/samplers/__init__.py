@@ -1,5 +1,5 @@
 """Dynamic sampling: which prompt groups of a generation batch are trained on (the sampler table, one file per
-sampler: `resample.py`, `reweight.py`, `greso.py`; what they share in `base.py`).
+sampler: `resample.py`, `reweight.py`, `greso.py`, `adaptive_budget.py`; what they share in `base.py`).
 
 A group is the G completions of one prompt. When its task rewards are all equal (binary rewards: #correct is 0
 or G) every group-relative advantage is 0 and the group carries no learning signal. A group has *spread* when
@@ -34,6 +34,11 @@ reweight — filter and reweight (docs/formulas.md)
 greso — pre-rollout prompt filtering (GRESO, arXiv:2506.02177), `greso.py`
     resample's batch filling, with prompts that had no spread on their recent visits skipped before generation.
 
+adaptive_budget — a per-prompt rollout budget, `adaptive_budget.py`
+    each prompt generated in increments along a grid (2, 4, …, G_max): stop at the first reward spread, give up when
+    all G_max rewards are equal; the batch is exactly the configured number of completions, in informative groups of
+    unequal sizes, whose advantages are computed again over those groups.
+
 A sampler is `fn(session: SamplingSession, args) -> SampledBatch`; the trainer's mixin provides the session
 (generation, scoring, moving rows between processes). Metrics (all logged under `dynamic_sampling/`):
 `informative_share` (groups with spread / groups generated),
@@ -47,6 +52,7 @@ and, for resample and greso, `filled_groups`. Without a sampler the trainer logs
 from . import resample  # noqa: F401, I001
 from . import reweight  # noqa: F401
 from . import greso  # noqa: F401
+from . import adaptive_budget  # noqa: F401
 from .base import (  # noqa: F401  (re-exported: the contract a sampler is written against)
     DynamicSamplingExhausted,
     Round,

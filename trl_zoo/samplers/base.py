@@ -32,12 +32,27 @@ class Round:
     local_groups: Tensor  # (local rows,) long: the group of each of this process's rows
     group_reward: Tensor | None = None  # (num_groups,) mean task reward of each group's scorable completions
     mean_reward: float | None = None  # mean task reward of the round's scorable completions (all processes)
+    task_rewards: Tensor | None = None  # (rows,) every row's task reward, all processes in process order (NaN: none)
+    total_rewards: Tensor | None = None  # (rows,) the rewards the estimator sees (shaping included), all processes
 
 
 @dataclass
 class SampledBatch:
     batch: dict[str, Any]
     metrics: dict[str, float] = field(default_factory=dict)
+    # A batch regrouped row by row (adaptive_budget): its advantages are computed again over these groups.
+    regrouped: Regrouped | None = None
+
+
+@dataclass
+class Regrouped:
+    """The group structure of a batch assembled row by row (all processes, in batch order): `trained` rows form
+    groups of `group_sizes` consecutive rows, estimated on `rewards`; the other rows (`trained` False) are fillers
+    whose advantage is 0 and which no estimator sees."""
+
+    group_sizes: Tensor  # (P,) long, Σ = trained.sum()
+    rewards: Tensor  # (N,) the estimator's rewards of every row of the batch (a filler's is not read)
+    trained: Tensor  # (N,) bool
 
 
 class SamplingSession(Protocol):
@@ -56,6 +71,10 @@ class SamplingSession(Protocol):
 
     def assemble(self, picks: list[tuple[int, int]]) -> dict[str, Any]:
         """This process's share of the batch made of the groups `picks` = [(round index, group index), ...]."""
+
+    def assemble_rows(self, order: list[tuple[int, int]]) -> dict[str, Any]:
+        """This process's share of the batch made of the rows `order` = [(round index, row of all processes), ...]
+        (`num_groups · group_size` of them, the batch's rows in order)."""
 
 
 def group_reward_spread(rewards: Tensor, group_size: int) -> Tensor:

@@ -1,0 +1,375 @@
+"""adaptive_budget — a per-prompt rollout budget: each prompt is generated in increments along a grid; it stops
+once its group is informative, or is given up when it is not after enough completions.
+
+The grid. n_1 = `adaptive_budget_first_size`, G_max = `adaptive_budget_max_size` (None: `num_generations`); the
+grid doubles from n_1 and ends at G_max: n_1 < 2 n_1 < 4 n_1 < … < G_max (2, 4, 8 for the defaults with G = 8).
+Two more sizes place the decisions on it: n_stop = `adaptive_budget_min_size` (None: n_1), the least size of a
+trained group, and n_give = `adaptive_budget_give_up_size` (None: G_max).
+
+The rule, after each round, per prompt with n completions so far (a grid point; R_1 … R_n its task rewards, NaN
+ignored as in resample's group spread):
+
+    stop      max R > min R  and  n ≥ n_stop     informative: its group is these n completions
+    give up   max R = min R  and  n ≥ n_give     all equal after enough samples
+    continue  otherwise                          next round it gets the completions up to the next grid point
+
+With the defaults a prompt stops at its first spread and is given up when all G_max rewards are equal.
+
+Confidence of giving up (binary rewards, p the prompt's success rate): n completions all agree with probability
+q(n) = p^n + (1 − p)^n, so a prompt is given up with probability q(n_give): with n_give = 8 at most 0.100 for
+p ∈ [0.25, 0.75] and 0.0078 at p = 0.5; with n_give = 4 at most 0.32 and 0.125. A prompt with p = 0 or 1 is
+always given up, after n_give completions. To give up a prompt of p ≥ p_min (and ≤ 1 − p_min) with probability
+≤ α needs (1 − p_min)^{n_give} + p_min^{n_give} ≤ α, about n_give ≥ log α / log(1 − p_min) (p_min = 0.25,
+α = 0.05: 11). This is a fixed-grid rule, the same for every prompt. A rule calibrated per prompt — split-conformal
+prediction sets along the grid 2, 4, 8, 16, 32 — is C-GRPO's (the `trl-cgrpo` package, discussed for TRL in
+huggingface/trl#7402); it is not built here.
+
+Cost (`expected_counts`, exact for binary rewards). A prompt's state after n completions is all-0 (probability
+(1 − p)^n), all-1 (p^n) or spread; spread stays spread. Then
+
+    E[completions] = Σ_j (n_j − n_{j−1}) · P(reach n_j)          n_0 = 0
+    E[trained]     = Σ_j n_j · P(stop at n_j),    P(informative) = Σ_j P(stop at n_j)
+
+With the defaults P(reach n_j) = q(n_{j−1}) (q(0) = 1) and P(stop at n_j) = q(n_{j−1}) − q(n_j): grid 2, 4, 8 at
+p = 0.5 costs 3.5 completions (resample: 8) for 3.4375 trained; at p = 0 or 1, 8 and 0, as resample.
+
+Against resample (groups of G = G_max) on the same prompts, with H prompts given up and I informative of sizes
+n_i: resample generates (H + I)·G and trains I·G, adaptive_budget with the defaults generates H·G + Σ n_i and
+trains Σ n_i, so
+
+    generated / trained:   resample 1 + H / I   ≤   adaptive_budget 1 + H·G / Σ n_i      (n_i ≤ G)
+
+The defaults save completions per informative *prompt*, never per trained completion. Per trained completion the
+saving comes from the two sizes: n_give < G gives hopeless prompts up after n_give completions instead of G, and
+n_stop = G tops every informative group up to G, so it trains what it generates: generated / trained =
+1 + H'·n_give / (I'·G) (H', I' counted at n_give: a prompt whose spread would appear only after n_give is lost,
+with probability q(n_give) − q(G)).
+
+The stop at the first spread is optional stopping: a group of 2 is always one right and one wrong, so its baseline
+is 0.5 whatever p; the group sizes carry p rather than the baselines (n_stop > n_1 weakens this).
+
+Rounds. Every round generates exactly one generation batch of B = `generation_batch_size` completions (all
+processes), as resample's rounds do, so TRL's batch layout and the split across processes are unchanged: the
+prompts still open take their next increments first (in the order they were opened; one that does not fit waits
+for the next round), then new prompts from the stream (the inputs TRL handed over, then the sampler's own prompt
+stream) fill the rest with n_1 completions each (fewer in the last slots). Rounds stop once the informative groups
+hold ≥ B completions, or at `dynamic_sampling_max_rounds`. Prompts open or drawn when the batch is full are dropped
+(they come round again with the stream); nothing is kept between batches. Every process takes the same decisions
+(the rewards are the whole batch's).
+
+The batch. The trained batch has exactly B rows, as TRL's layout expects: the informative groups in the order they
+stopped, whole while they fit; the first that does not fit into the r ≥ 2 slots left is cut to r completions — its
+first r when they have spread, else its first lowest-reward and first highest-reward completions and then its
+earliest others (so it keeps spread); one slot left (possible only with an odd grid size) or, when the round cap
+was hit, every slot left takes a *filler*: a completion of a given-up or unfinished prompt with Â = 0 that no
+estimator sees (`dynamic_sampling_on_exhausted`: "fill" warns once, "raise" raises). Rows:
+
+    B = Σ_p n'_p + F        n'_p ≤ n_p the trained size of informative group p, F fillers (F ≤ 1 unless exhausted)
+
+The advantages are computed again over the trained groups (`advantage_estimator`, TRL's grpo when None) with
+`AdvantageInputs.group_sizes` = (n'_1, …, n'_P): group means and stds over each group's own rows
+(docs/formulas.md, "Groups of unequal size"); a filler's Â is 0 and leaves every statistic. Settings whose
+per-round state follows TRL's groups of G (a critic's values, the teacher's term, a KL penalty in the reward, ‖s‖²,
+GDPO's per-function normalisation) are refused.
+
+Metrics (under `dynamic_sampling/`): `generated_per_trained` (completions generated / trained completions of
+informative groups), `informative_share` (informative prompts / prompts opened), `generation_rounds`,
+`prompts_opened`, `given_up`, `mean_group_size` (trained informative groups), `filled_rows`.
+Tests: tests/test_adaptive_budget.py.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from ..registry import ADVANTAGES, SAMPLERS
+from ..specs import PluginField
+from .base import FILL_WARNING, MAX_ROUNDS, ON_EXHAUSTED, DynamicSamplingExhausted, Regrouped, SampledBatch
+
+FIRST_SIZE = PluginField(
+    "adaptive_budget_first_size", int, 2,
+    "adaptive_budget: completions a prompt gets in its first round, n_1; the grid doubles from it up to G_max",
+    low=2,
+)
+MAX_SIZE = PluginField(
+    "adaptive_budget_max_size", int, None,
+    "adaptive_budget: G_max, the last grid point: no prompt gets more completions (None: num_generations)", low=2,
+)
+MIN_SIZE = PluginField(
+    "adaptive_budget_min_size", int, None,
+    "adaptive_budget: n_stop, a prompt with reward spread stops at the first grid point ≥ n_stop (None: "
+    "adaptive_budget_first_size, the first spread)",
+    low=2,
+)
+GIVE_UP_SIZE = PluginField(
+    "adaptive_budget_give_up_size", int, None,
+    "adaptive_budget: n_give, a prompt whose rewards are all equal is given up at the first grid point ≥ n_give "
+    "(None: G_max); it is given up with probability p^n_give + (1 − p)^n_give at success rate p",
+    low=2,
+)
+
+
+def max_size(args) -> int:
+    """G_max: `adaptive_budget_max_size`, else `num_generations`."""
+    return args.adaptive_budget_max_size or args.num_generations
+
+
+def stop_size(args) -> int:
+    """n_stop: `adaptive_budget_min_size`, else n_1."""
+    return args.adaptive_budget_min_size or args.adaptive_budget_first_size
+
+
+def give_up_size(args) -> int:
+    """n_give: `adaptive_budget_give_up_size`, else G_max."""
+    return args.adaptive_budget_give_up_size or max_size(args)
+
+
+def decision(rewards: list[float], n_stop: int, n_give: int, top: int) -> str:
+    """"stop", "give up" or "continue" for a prompt with these task rewards (see the rule above)."""
+    size = len(rewards)
+    if has_spread(rewards):
+        return "stop" if size >= n_stop or size >= top else "continue"
+    return "give up" if size >= n_give or size >= top else "continue"
+
+
+def expected_counts(p: float, grid: list[int], n_stop: int, n_give: int) -> tuple[float, float, float]:
+    """(E[completions], E[trained completions], P(informative)) of one prompt of success rate p under the rule,
+    exact for binary rewards: an open prompt is all-0, all-1 or spread after n completions (spread stays spread)."""
+    zeros = ones = spread = 0.0
+    reach, previous = 1.0, 0
+    completions = trained = informative = 0.0
+    for point in grid:
+        step = point - previous
+        completions += step * reach
+        if previous == 0:
+            zeros, ones = (1 - p) ** step, p**step
+            spread = 1 - zeros - ones
+        else:
+            kept_zeros, kept_ones = zeros * (1 - p) ** step, ones * p**step
+            spread += zeros - kept_zeros + ones - kept_ones
+            zeros, ones = kept_zeros, kept_ones
+        last = point == grid[-1]
+        if point >= n_stop or last:
+            trained += point * spread
+            informative += spread
+            spread = 0.0
+        if point >= n_give or last:
+            zeros = ones = 0.0
+        reach, previous = zeros + ones + spread, point
+    return completions, trained, informative
+
+
+def budget_grid(first: int, top: int) -> list[int]:
+    """n_1 < 2 n_1 < 4 n_1 < … < G_max, ending at G_max: (2, 8) → [2, 4, 8], (2, 6) → [2, 4, 6], (3, 8) → [3, 6, 8]."""
+    sizes, size = [], first
+    while size < top:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, top]
+
+
+def next_size(grid: list[int], size: int) -> int:
+    """The first grid point above `size` (callers never ask above G_max)."""
+    return next(point for point in grid if point > size)
+
+
+def all_equal_probability(p: float, n: int) -> float:
+    """q(n) = p^n + (1 − p)^n: n Bernoulli(p) rewards all equal."""
+    return p**n + (1 - p) ** n
+
+
+def has_spread(rewards: list[float]) -> bool:
+    """max > min over the rewards that are not NaN."""
+    scored = [reward for reward in rewards if not math.isnan(reward)]
+    return bool(scored) and max(scored) > min(scored)
+
+
+def kept_rows(rewards: list[float], slots: int) -> list[int]:
+    """The rows of an informative group cut to `slots` ≥ 2: its first `slots` when they have spread, else its first
+    lowest and first highest reward and then its earliest others, in generation order."""
+    if has_spread(rewards[:slots]):
+        return list(range(slots))
+    scored = [i for i, reward in enumerate(rewards) if not math.isnan(reward)]
+    lowest = min(scored, key=lambda i: rewards[i])
+    highest = max(scored, key=lambda i: rewards[i])
+    others = [i for i in range(len(rewards)) if i not in (lowest, highest)]
+    return sorted([lowest, highest, *others[: slots - 2]])
+
+
+@dataclass
+class OpenPrompt:
+    """A prompt being generated in increments: its row and, per completion, (round, row) and task reward."""
+
+    row: dict
+    rows: list[tuple[int, int]] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+
+class PromptSource:
+    """New prompts in stream order: one row per prompt from the session's candidate batches (G rows per prompt)."""
+
+    def __init__(self, session):
+        self.session = session
+        self.waiting: list[dict] = []
+        self.opened = 0
+
+    def take(self) -> OpenPrompt:
+        while not self.waiting:
+            self.waiting += self.session.draw_prompts()[:: self.session.group_size]
+        self.opened += 1
+        return OpenPrompt(dict(self.waiting.pop(0)))
+
+
+def plan_round(active: list[OpenPrompt], source: PromptSource, grid: list[int], capacity: int):
+    """[(prompt, k)] filling `capacity` rows: the open prompts' next increments in order while they fit, then new
+    prompts with n_1 (fewer in the last slots); and the open prompts that wait."""
+    plan, space = [], capacity
+    for prompt in active:
+        increment = next_size(grid, prompt.size) - prompt.size
+        if increment > space:
+            break
+        plan.append((prompt, increment))
+        space -= increment
+    waiting = active[len(plan) :]
+    while space:
+        increment = min(grid[0], space)
+        plan.append((source.take(), increment))
+        space -= increment
+    return plan, waiting
+
+
+def validate_adaptive_budget(args) -> None:
+    """The grid fits a generation batch; settings whose per-round state follows groups of G are refused."""
+    top = max_size(args)
+    first = args.adaptive_budget_first_size
+    if first > top:
+        raise ValueError(
+            f"adaptive_budget_first_size: must be ≤ G_max = {top} (adaptive_budget_max_size, else num_generations), "
+            f"got {first}; e.g. 2."
+        )
+    for name in ("adaptive_budget_min_size", "adaptive_budget_give_up_size"):
+        value = getattr(args, name)
+        if value is not None and not first <= value <= top:
+            raise ValueError(
+                f"{name}: must be in [adaptive_budget_first_size, G_max] = [{first}, {top}], got {value}; or None."
+            )
+    batch = getattr(args, "generation_batch_size", None)
+    if batch is not None and top > batch:
+        raise ValueError(
+            f"adaptive_budget_max_size: G_max = {top} must be ≤ generation_batch_size = {batch}, one group must fit "
+            f"a batch; lower adaptive_budget_max_size."
+        )
+    refusals = [
+        (getattr(args, "kl_placement", "loss") == "reward", "kl_placement='reward'", "use kl_placement='loss'"),
+        (getattr(args, "teacher_model", None) is not None, "teacher_model", "unset teacher_model"),
+        (
+            getattr(args, "multi_objective_aggregation", None) == "normalize_then_sum",
+            "multi_objective_aggregation='normalize_then_sum'",
+            "use 'sum_then_normalize'",
+        ),
+    ]
+    estimator = getattr(args, "advantage_estimator", None)
+    if estimator is not None:
+        needs = set(ADVANTAGES.get(estimator).spec.needs) & {"values", "score_sq_norms"}
+        refusals.append((bool(needs), f"advantage_estimator='{estimator}'", "use an estimator of the rewards alone"))
+    for refused, setting, fix in refusals:
+        if refused:
+            raise ValueError(
+                f"dynamic_sampling: 'adaptive_budget' regroups completions across rounds and cannot carry {setting}'s "
+                f"per-round state; {fix} or use dynamic_sampling='resample'."
+            )
+
+
+@SAMPLERS.register(
+    "adaptive_budget",
+    description="generate each prompt in increments 2, 4, … G_max, stop at reward spread, give up at G_max; train on "
+    "informative groups of unequal sizes",
+    source="fixed-grid rule; C-GRPO (trl-cgrpo, huggingface/trl#7402) calibrates it by conformal prediction",
+    validate=validate_adaptive_budget,
+    fields=(MAX_ROUNDS, ON_EXHAUSTED, FIRST_SIZE, MAX_SIZE, MIN_SIZE, GIVE_UP_SIZE),
+)
+def adaptive_budget(session, args) -> SampledBatch:
+    grid = budget_grid(args.adaptive_budget_first_size, max_size(args))
+    n_stop, n_give = stop_size(args), give_up_size(args)
+    capacity = session.num_groups * session.group_size
+    source = PromptSource(session)
+    active: list[OpenPrompt] = []
+    informative: list[OpenPrompt] = []
+    given_up: list[OpenPrompt] = []
+    rounds = 0
+    while sum(p.size for p in informative) < capacity and rounds < args.dynamic_sampling_max_rounds:
+        plan, waiting = plan_round(active, source, grid, capacity)
+        scored = session.generate_round([dict(prompt.row) for prompt, k in plan for _ in range(k)])
+        rounds += 1
+        index, position, continuing = len(session.rounds) - 1, 0, []
+        for prompt, increment in plan:
+            prompt.rows += [(index, row) for row in range(position, position + increment)]
+            prompt.rewards += scored.task_rewards[position : position + increment].tolist()
+            position += increment
+            outcome = decision(prompt.rewards, n_stop, n_give, grid[-1])
+            if outcome == "stop":
+                informative.append(prompt)
+            elif outcome == "give up":
+                given_up.append(prompt)
+            else:
+                continuing.append(prompt)
+        active = waiting + continuing
+    return packed_batch(session, args, informative, given_up, active, rounds, source.opened)
+
+
+def packed_batch(session, args, informative, given_up, active, rounds: int, opened: int) -> SampledBatch:
+    """Exactly `num_groups · group_size` rows: the informative groups (the last cut), then fillers (see above)."""
+    capacity = session.num_groups * session.group_size
+    order: list[tuple[int, int]] = []
+    sizes: list[int] = []
+    spare: list[tuple[int, int]] = []  # rows no group trains on, fillers in this order
+    for prompt in informative:
+        space = capacity - len(order)
+        if space < 2:
+            spare += prompt.rows
+            continue
+        keep = range(prompt.size) if prompt.size <= space else kept_rows(prompt.rewards, space)
+        order += [prompt.rows[i] for i in keep]
+        sizes.append(len(keep))
+        spare += [row for i, row in enumerate(prompt.rows) if i not in set(keep)]
+    trained = len(order)
+    missing = capacity - trained
+    exhausted = sum(p.size for p in informative) < capacity
+    if exhausted:
+        message = (
+            f"after {rounds} generation rounds the informative groups held {trained} of the {capacity} completions "
+            f"of a batch"
+        )
+        if args.dynamic_sampling_on_exhausted == "raise":
+            raise DynamicSamplingExhausted(
+                f"dynamic_sampling_max_rounds: {message}; raise dynamic_sampling_max_rounds or "
+                f"adaptive_budget_max_size, or set dynamic_sampling_on_exhausted='fill'."
+            )
+        warnings.warn(FILL_WARNING, stacklevel=3)
+    fillers = [row for prompt in given_up + active for row in prompt.rows] + spare
+    order += fillers[:missing]
+
+    totals = torch.stack([session.rounds[index].total_rewards[row] for index, row in order])
+    flags = torch.zeros(capacity, dtype=torch.bool)
+    flags[:trained] = True
+    regrouped = Regrouped(torch.tensor(sizes, dtype=torch.long), totals, flags)
+    generated = rounds * capacity
+    metrics = {
+        "dynamic_sampling/informative_share": len(informative) / max(opened, 1),
+        "dynamic_sampling/generation_rounds": float(rounds),
+        "dynamic_sampling/prompts_opened": float(opened),
+        "dynamic_sampling/given_up": float(len(given_up)),
+        "dynamic_sampling/filled_rows": float(missing),
+    }
+    if trained:
+        metrics["dynamic_sampling/generated_per_trained"] = generated / trained
+        metrics["dynamic_sampling/mean_group_size"] = trained / len(sizes)
+    return SampledBatch(session.assemble_rows(order), metrics, regrouped)
