@@ -10,6 +10,23 @@ Operands are two-digit numbers; the held-out questions are drawn first, by seed,
 The prompts are plain questions: the model answers in its own words (a chat model explains, rambles, and ends with
 a number or not), so the reward reads the last number it wrote.
 
+A base model (a tokenizer without a chat template, e.g. the packaged Gemma 3 270M, `gemma3-270m`) continues a
+plain question with more questions, so it is asked in a plain-text format it continues instead (`prompt_format`,
+chosen by `prompt_format_for(tokenizer)`; `prompts_for` rewrites a dataset's prompts):
+
+    few_shot          FEW_SHOT_EXAMPLES solved questions of the level (the first training questions), then
+                      "Question: What is 47 + 38?\nAnswer:"
+    question_answer   "Question: What is 47 + 38?\nAnswer:" alone
+
+and, since the model goes on after its answer ("Answer: 85\n\nQuestion: ..."), the reward reads the answer line:
+
+    reward R = [ number on the completion's first line == answer ]   (final_number with the dataset column
+                                                                     answer_first_line = True, rewards.py: the
+                                                                     number after the line's last "=", else its
+                                                                     first number)
+
+Gemma 3 270M's greedy accuracy in both formats is in docs/models.md; few_shot is the one chosen (BASE_FORMAT).
+
 How the levels were chosen (SmolLM2-135M-Instruct, greedy, 64 new tokens, chat template): two-digit sums start at
 15.6 % of the 500 held-out questions (H200, bf16; 20 % of the first 100 on a CPU in float32), and at step 1 of
 training 81 % of the groups of 8 samples carry no reward spread — enough signal for plain GRPO (every loss reached
@@ -31,6 +48,7 @@ completions a step in micro-batches of 32, 64 new tokens, learning rate 2e-4, 40
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -39,6 +57,11 @@ from datasets import Dataset
 from .rewards import final_number_reward
 
 Question = tuple[int, ...]
+
+PROMPT_FORMATS = ("chat", "few_shot", "question_answer")
+BASE_FORMAT = "few_shot"  # the base-model format a tokenizer without a chat template gets (docs/models.md)
+FEW_SHOT_EXAMPLES = 3
+ANSWER_CUE = "Answer:"
 
 
 @dataclass(frozen=True)
@@ -111,12 +134,58 @@ class ChatArithmeticTask:
             }
         )
 
-    def train_dataset(self) -> Dataset:
-        """Columns `prompt` (a plain question; the CLI wraps it in the chat template) and `answer`."""
-        return self._dataset(self._split[0])
+    def train_dataset(self, prompt_format: str = "chat") -> Dataset:
+        """Columns `prompt` (a plain question, which the CLI wraps in the chat template, or in a base-model format:
+        `prompt_format`) and `answer` (and `answer_first_line` in a base-model format)."""
+        return self.in_format(self._dataset(self._split[0]), prompt_format)
 
-    def heldout_dataset(self) -> Dataset:
-        return self._dataset(self._split[1])
+    def heldout_dataset(self, prompt_format: str = "chat") -> Dataset:
+        return self.in_format(self._dataset(self._split[1]), prompt_format)
+
+    # ------------------------------------------------------------------ base-model prompt formats
+    @cached_property
+    def few_shot_header(self) -> str:
+        """The solved examples that open a few_shot prompt: the level's first FEW_SHOT_EXAMPLES training questions
+        (never held out), each "Question: …\nAnswer: N" and a blank line."""
+        return "".join(
+            f"Question: {self.prompt(q, self.signs)}\n{ANSWER_CUE} {self.answer(q, self.signs)}\n\n"
+            for q in self._split[0][:FEW_SHOT_EXAMPLES]
+        )
+
+    def format_prompt(self, question_text: str, prompt_format: str) -> str:
+        """A plain question ("What is 47 + 38?") in `prompt_format` (module docstring)."""
+        if prompt_format == "chat":
+            return question_text
+        if prompt_format == "question_answer":
+            return f"Question: {question_text}\n{ANSWER_CUE}"
+        if prompt_format == "few_shot":
+            return f"{self.few_shot_header}Question: {question_text}\n{ANSWER_CUE}"
+        raise ValueError(f"prompt_format: one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}.")
+
+    def in_format(self, dataset: Dataset, prompt_format: str) -> Dataset:
+        """The task's `dataset` (plain questions) with its prompts in `prompt_format`; a base-model format adds the
+        column `answer_first_line` (True), which makes the final_number reward read the answer line."""
+        if prompt_format == "chat":
+            return dataset
+        self.format_prompt("", prompt_format)  # a bad name fails here, in one line, not inside map
+        formatted = dataset.map(lambda row: {"prompt": self.format_prompt(row["prompt"], prompt_format)})
+        return formatted.add_column("answer_first_line", [True] * len(formatted))
+
+    @staticmethod
+    def prompt_format_for(tokenizer) -> str:
+        """"chat" when the tokenizer has a chat template (the CLI renders the question with it), else BASE_FORMAT."""
+        return "chat" if getattr(tokenizer, "chat_template", None) else BASE_FORMAT
+
+    def prompts_for(self, dataset: Dataset | None, tokenizer, log: Callable = print) -> Dataset | None:
+        """`dataset` (this task's, plain questions) as this tokenizer's model should be asked: unchanged for a chat
+        model, in BASE_FORMAT (with a line saying so) for a tokenizer without a chat template."""
+        prompt_format = self.prompt_format_for(tokenizer)
+        if dataset is None or prompt_format == "chat":
+            return dataset
+        log(f"{self.name}: the tokenizer has no chat template (a base model), so the questions are asked in the "
+            f"{prompt_format} format ({FEW_SHOT_EXAMPLES} solved examples, then 'Question: …\\nAnswer:') and the "
+            "reward reads the number on the answer line")
+        return self.in_format(dataset, prompt_format)
 
     def preset(self) -> dict:
         """What differs on this task from the built-in tasks' defaults (`arguments.quickstart_preset`: LoRA r 16 on

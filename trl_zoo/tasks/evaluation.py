@@ -19,7 +19,8 @@ collective that all processes must join; accelerate's FSDP2 wrapping is not one 
 
 Tests: tests/test_quickstart.py (greedy batches, accuracy, the callback), tests/test_heldout_mean_reward.py,
 tests/test_cpu_run_notice.py (progress lines),
-tests/test_heldout_eval_multiprocess.py (two processes, FSDP2 and DDP).
+tests/test_heldout_eval_multiprocess.py (two processes, FSDP2 and DDP), tests/test_base_prompt.py (plain-text
+prompts tokenized with the special tokens, as TRL does).
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ def render_prompt(tokenizer, prompt) -> str:
     if isinstance(prompt, list):
         return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
     return prompt
+
+
+def adds_special_tokens(prompts: list) -> bool:
+    """Whether the prompts are tokenized with the tokenizer's special tokens, as TRL tokenizes them (it decides by
+    the first prompt): plain text with them (`processing_class(text=prompts)`: a base model's BOS, which Gemma
+    needs), chat messages without (the chat template writes its own)."""
+    return not isinstance(prompts[0], list) if prompts else False
 
 
 GREEDY = {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
@@ -77,11 +85,12 @@ def decoded_completions_and_ids(
     tokenizer.padding_side = "left"
     device = next(model.parameters()).device
     texts = [render_prompt(tokenizer, prompt) for prompt in prompts]
+    special = adds_special_tokens(prompts)
     completions, ids = [], []
     try:
         for start in range(0, len(texts), batch_size):
             batch = tokenizer(
-                texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=False
+                texts[start : start + batch_size], return_tensors="pt", padding=True, add_special_tokens=special
             )
             batch = {key: value.to(device) for key, value in batch.items()}
             output = model.generate(

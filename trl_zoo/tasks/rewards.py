@@ -2,13 +2,18 @@
 
     exact_match:   R = [ normalise(completion) == normalise(answer) ]
     final_number:  R = [ last number in completion == reference number ]   (GSM8K style: "... #### 72")
+                   R = [ answer_line_number(completion) == reference number ]   where the dataset's column
+                       `answer_first_line` is True (a base model's "Question: …\nAnswer:" prompt: the completion
+                       opens with the answer line, then the model goes on with more questions); the answer line is
+                       the completion's first line, its number the one after its last "=" if it has one (" 47 + 38
+                       = 85"), else its first (" 85", " 85 (47 + 38)")
     final_answer:  R = [ normalise(text after the completion's last ":") == normalise(answer) ]   (worked solutions)
 
 All follow TRL's reward-function signature `f(completions, **dataset_columns) -> list[float]`, reading the
 reference from the dataset's `answer` column.
 
 Tests: tests/test_quickstart.py (exact_match, final_number), tests/test_testbed_task.py (final_answer),
-tests/test_chat_arithmetic.py (last number of a rambling answer).
+tests/test_chat_arithmetic.py (last number of a rambling answer), tests/test_base_prompt.py (the answer line).
 """
 
 from __future__ import annotations
@@ -56,11 +61,24 @@ def final_number(text: str) -> str | None:
     return number
 
 
-def final_number_reward(completions, answer, **kwargs) -> list[float]:
-    """1.0 where the last number in the completion equals the reference's number (GSM8K's '#### N')."""
+def answer_line_number(text: str) -> str | None:
+    """The number on the answer line, the first line of `text`: the first number after the line's last "=" if it
+    has one (a worked " 47 + 38 = 85"), else the line's first number (" 85"); None if there is none there;
+    normalised as `final_number`."""
+    line = text.lstrip(" \t").split("\n", 1)[0]
+    match = _NUMBER.search(line.rsplit("=", 1)[-1])
+    return None if match is None else final_number(match.group())
+
+
+def final_number_reward(completions, answer, answer_first_line=None, **kwargs) -> list[float]:
+    """1.0 where the last number in the completion equals the reference's number (GSM8K's '#### N'); in the rows
+    whose `answer_first_line` column is True, where the number on the completion's first line (`answer_line_number`)
+    does."""
+    first_line = answer_first_line if answer_first_line is not None else [False] * len(completions)
     rewards = []
-    for completion, reference in zip(completions, answer, strict=True):
-        predicted = final_number(completion_text(completion))
+    for completion, reference, on_first_line in zip(completions, answer, first_line, strict=True):
+        text = completion_text(completion)
+        predicted = answer_line_number(text) if on_first_line else final_number(text)
         expected = final_number(reference_answer(reference))
         rewards.append(float(predicted is not None and predicted == expected))
     return rewards
