@@ -87,6 +87,7 @@ class GraphedDecodeStep:
         self.captures = 0
         self.replays = 0
         self.disabled_because: str | None = None
+        self._stream = None
         self.release()
 
     @property
@@ -138,19 +139,26 @@ class GraphedDecodeStep:
         """One eager step on a side stream: the lazy allocations (cuBLAS workspaces, the caching allocator's blocks)
         happen here, not inside the capture."""
         current = torch.cuda.current_stream()
-        side = torch.cuda.Stream()
+        side = self._side_stream()
         side.wait_stream(current)
         with torch.cuda.stream(side):
             output = self._eager(inputs)
         current.wait_stream(side)
         return output
 
+    def _side_stream(self) -> torch.cuda.Stream:
+        """One side stream for every warm-up and capture: cuBLAS keeps a workspace per stream (32 MiB on an H100),
+        so a new stream per generation batch would hold one more workspace each time."""
+        if self._stream is None:
+            self._stream = torch.cuda.Stream()
+        return self._stream
+
     def _capture(self, inputs) -> bool:
         self._inputs = {name: value.clone() for name, value in inputs.items() if torch.is_tensor(value)}
         static = {**inputs, **self._inputs}
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, stream=self._side_stream()):
                 output = self.model(**static)
         except Exception as error:  # a host synchronisation or an unsupported kernel inside the forward
             self.disabled_because = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
