@@ -15,9 +15,31 @@ sequence_sum                (1/B) Σ_i Σ_t m ℓ                               
 
 `token_sum_over_max_length` was named `constant` (its normaliser is); that name is still accepted.
 
+Groups of unequal size (`dynamic_sampling="adaptive_budget"`, `AdvantageInputs.group_sizes`). Every normaliser is a
+sum over rows with a weight per row or token; none sees groups. With groups of n_1, …, n_P completions (B = Σ n_p
+rows) the weight of group p — the value of the aggregation when ℓ = 1 on p's tokens and 0 elsewhere — is
+
+==========================  ================================  ===========================================
+name                        weight of group p                 reading
+==========================  ================================  ===========================================
+sequence_mean               n_p / B                           each completion 1/B: a group by its size
+token_mean_local / global   Σ_{i∈p} T_i / Σ_j T_j             each token alike: a group by its tokens
+token_sum_over_max_length   Σ_{i∈p} T_i / (B · T_max)         each token 1/(B · T_max)
+sequence_sum                Σ_{i∈p} T_i / B                   each completion's token sum, 1/B
+==========================  ================================  ===========================================
+
+With equal groups (n_p = G) sequence_mean is GRPO's (1/P) Σ_p (1/G) Σ_{i∈p}; with unequal groups it is not a mean
+over prompts: a group of 8 weighs 4× a group of 2. On-policy the gradient of log π(y_{i,t}) is Â_i·m_{i,t} times
+the row's weight (1/(B·T_i) for sequence_mean, 1/Σ_j T_j for the token means), so a prompt pushes by
+Σ_{i∈p} |Â_i| × weight: with GRPO's advantages of one right answer among n (Â = (n−1)/√n and −1/√n, unbiased std
+1/√n, ε = 0), Σ |Â_i| = 2(n − 1)/√n = √2, 3, 7/√2 for n = 2, 4, 8 — the group of 8 pushes 3.5× the group of 2
+under sequence_mean. No normaliser here weighs prompts equally (1/(P · n_p) per completion); the group sizes are
+the sampler's budget.
+
 Tests: tests/test_parity.py (TRL's normalisers, with gradient accumulation), tests/test_losses_math.py,
 tests/test_numerics.py and tests/test_losses_extreme.py (every loss under every aggregation),
-tests/test_length_bucketing.py (grouping invariance).
+tests/test_length_bucketing.py (grouping invariance), tests/test_aggregation_unequal.py (groups of 2, 4 and 8 in one
+batch).
 """
 
 from __future__ import annotations
