@@ -116,6 +116,8 @@ STUDIES: dict[str, tuple[str, list[str]]] = {
     "2026-11-27-h200x2-time-to-target-6": time_to_target_study("bf16_weights/records.jsonl",
                                                                "bf16_weights/summary.md"),
     "2026-11-27-h100x4-time-to-target-trl-best": time_to_target_study(),
+    "2026-11-27-h100x4-time-to-target-cuda-graph": time_to_target_study("graph_kept_alive/records.jsonl",
+                                                                        "graph_kept_alive/summary.md"),
 }
 
 

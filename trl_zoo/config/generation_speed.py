@@ -41,7 +41,9 @@ class GenerationSpeedFields:
     speed_recipe: str | None = help_field(
         "Set the measured single-GPU LoRA speed-ups together (trl_zoo/config/speed_recipe.py). 'lora': "
         "merge_adapter_for_generation and steps_per_generation = 2 x gradient_accumulation_steps (real model on an "
-        "H200: 0.62x TRL's time to its accuracy). 'lora_compiled': also compile_generation and generation_autocast "
+        "H200: 0.62x TRL's time to its accuracy). 'lora_graphed': also compile_generation with "
+        "compile_generation_backend='cuda_graph' (0.53x on a first run, H100). 'lora_compiled': 'lora' with "
+        "compile_generation and generation_autocast "
         "(0.54x once torch's compile cache is warm, 0.87x on a first run; transformers >= 5.24). A "
         "steps_per_generation or generation_batch_size you give wins.",
         None,
