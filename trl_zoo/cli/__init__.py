@@ -24,6 +24,7 @@ trl_zoo.cli`), tests/test_broken_plugin.py (a broken plugin listed).
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 import warnings
 from importlib import metadata
@@ -129,3 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"trl-zoo {command}: interrupted.", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`trl-zoo list | head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 141
