@@ -26,9 +26,12 @@ def test_the_few_shot_prompt_is_three_solved_training_questions_then_the_questio
     task = get_task("chat_arithmetic")
     train, heldout = task.train_dataset(), task.heldout_dataset()
     based = task.heldout_dataset("few_shot")
-    shots = [f"Question: {q}\nAnswer: {a}\n\n" for q, a in zip(train["prompt"][:3], train["answer"][:3])]
-    assert FEW_SHOT_EXAMPLES == 3
-    assert based[0]["prompt"] == "".join(shots) + f"Question: {heldout[0]['prompt']}\nAnswer:"
+    worked = [f"Question: {q}\nAnswer: {q[8:-1]} = {a}\n\n" for q, a in zip(train["prompt"][:3], train["answer"][:3])]
+    assert FEW_SHOT_EXAMPLES == 3 and worked[0].startswith("Question: What is ") and " + " in worked[0]
+    assert based[0]["prompt"] == "".join(worked) + f"Question: {heldout[0]['prompt']}\nAnswer:"
+    short = [f"Question: {q}\nAnswer: {a}\n\n" for q, a in zip(train["prompt"][:3], train["answer"][:3])]
+    assert task.heldout_dataset("few_shot_short")[0]["prompt"] == "".join(short) + based[0]["prompt"][-len(
+        f"Question: {heldout[0]['prompt']}\nAnswer:"):]
     assert based["answer"] == heldout["answer"] and based["answer_first_line"] == [True] * len(heldout)
     examples = set(train["prompt"][:3])
     assert not examples & set(heldout["prompt"])  # the solved examples are never held-out questions
@@ -41,9 +44,12 @@ def test_the_few_shot_prompt_is_three_solved_training_questions_then_the_questio
 def test_each_level_solves_its_own_examples():
     for name, example in [("chat_arithmetic_medium", r"What is (\d+) - (\d+)\?"),
                           ("chat_arithmetic_hard", r"What is (\d+) \+ (\d+) - (\d+)\?")]:
-        header = get_task(name).few_shot_header
+        header = get_task(name).few_shot_header(worked=False)
         pairs = re.findall(rf"Question: {example}\nAnswer: (-?\d+)\n\n", header)
         assert len(pairs) == 3
+        worked = get_task(name).few_shot_header(worked=True)
+        assert [line.split(" = ")[-1] for line in worked.split("\n") if line.startswith("Answer:")] == [
+            answer for *_, answer in pairs]
         for *numbers, answer in pairs:
             numbers = [int(n) for n in numbers]
             expected = numbers[0] - numbers[1] if len(numbers) == 2 else numbers[0] + numbers[1] - numbers[2]
@@ -51,21 +57,23 @@ def test_each_level_solves_its_own_examples():
 
 
 def test_a_bad_prompt_format_is_one_line():
-    with pytest.raises(ValueError, match=r"^prompt_format: one of chat, few_shot, question_answer, got 'fewshot'\.$"):
+    expected = r"^prompt_format: one of chat, few_shot, few_shot_short, question_answer, got 'fewshot'\.$"
+    with pytest.raises(ValueError, match=expected):
         get_task("chat_arithmetic").heldout_dataset("fewshot")
 
 
 def test_prompts_for_rewrites_only_for_a_base_model():
     task = get_task("chat_arithmetic_medium")
-    heldout = task.heldout_dataset().select(range(4))
+    train, heldout = task.train_dataset().select(range(6)), task.heldout_dataset().select(range(4))
     lines = []
-    based = task.prompts_for(heldout, tiny.tokenizer(), log=lines.append)
-    assert based["prompt"] == task.heldout_dataset("few_shot")["prompt"][:4]
+    based_train, based_heldout = task.prompts_for(train, heldout, tiny.tokenizer(), log=lines.append)
+    assert based_heldout["prompt"] == task.heldout_dataset("few_shot")["prompt"][:4]
+    assert based_train["prompt"] == task.train_dataset("few_shot")["prompt"][:6]
     assert len(lines) == 1 and "no chat template" in lines[0] and "few_shot" in lines[0]
     templated = tiny.build_char_tokenizer()
     templated.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-    assert task.prompts_for(heldout, templated, log=lines.append) is heldout and len(lines) == 1
-    assert task.prompts_for(None, tiny.tokenizer()) is None
+    assert task.prompts_for(train, heldout, templated, log=lines.append) == (train, heldout) and len(lines) == 1
+    assert task.prompts_for(train, None, tiny.tokenizer(), log=lines.append)[1] is None
 
 
 @pytest.mark.parametrize("completion, read", [

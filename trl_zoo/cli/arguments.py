@@ -139,7 +139,8 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
         metadata={
             "help": "A GGUF file in the model_name_or_path folder (as transformers' from_pretrained(dir, "
             "gguf_file=...)): its weights are dequantized once into a cached float32 checkpoint, which the run "
-            "trains. model_name_or_path may also name a .gguf file, or a packaged model (smollm2-135m-instruct)."
+            "trains. model_name_or_path may also name a .gguf file, or a packaged model: smollm2-135m-instruct "
+            "(a chat model) or gemma3-270m (a base model; see docs/models.md)."
         },
     )
     null_reward_control: bool = field(

@@ -12,13 +12,16 @@ a number or not), so the reward reads the last number it wrote.
 
 A base model (a tokenizer without a chat template, e.g. the packaged Gemma 3 270M, `gemma3-270m`) continues a
 plain question with more questions, so it is asked in a plain-text format it continues instead (`prompt_format`,
-chosen by `prompt_format_for(tokenizer)`; `prompts_for` rewrites a dataset's prompts):
+chosen by `prompt_format_for(tokenizer)`; `prompts_for` rewrites the datasets):
 
-    few_shot          FEW_SHOT_EXAMPLES solved questions of the level (the first training questions), then
-                      "Question: What is 47 + 38?\nAnswer:"
+    few_shot          FEW_SHOT_EXAMPLES solved questions of the level (the first training questions, never held
+                      out), each answered with its worked line, then the question:
+                          Question: What is 12 + 34?\nAnswer: 12 + 34 = 46\n\n ... Question: What is 47 + 38?\nAnswer:
+    few_shot_short    the same examples answered with the number alone ("Answer: 46")
     question_answer   "Question: What is 47 + 38?\nAnswer:" alone
 
-and, since the model goes on after its answer ("Answer: 85\n\nQuestion: ..."), the reward reads the answer line:
+and, since the model goes on after its answer ("Answer: 47 + 38 = 85\n\nQuestion: ..."), the reward reads the
+answer line:
 
     reward R = [ number on the completion's first line == answer ]   (final_number with the dataset column
                                                                      answer_first_line = True, rewards.py: the
@@ -58,7 +61,7 @@ from .rewards import final_number_reward
 
 Question = tuple[int, ...]
 
-PROMPT_FORMATS = ("chat", "few_shot", "question_answer")
+PROMPT_FORMATS = ("chat", "few_shot", "few_shot_short", "question_answer")
 BASE_FORMAT = "few_shot"  # the base-model format a tokenizer without a chat template gets (docs/models.md)
 FEW_SHOT_EXAMPLES = 3
 ANSWER_CUE = "Answer:"
@@ -143,12 +146,12 @@ class ChatArithmeticTask:
         return self.in_format(self._dataset(self._split[1]), prompt_format)
 
     # ------------------------------------------------------------------ base-model prompt formats
-    @cached_property
-    def few_shot_header(self) -> str:
-        """The solved examples that open a few_shot prompt: the level's first FEW_SHOT_EXAMPLES training questions
-        (never held out), each "Question: …\nAnswer: N" and a blank line."""
+    def few_shot_header(self, worked: bool = True) -> str:
+        """The solved examples that open a few-shot prompt: the level's first FEW_SHOT_EXAMPLES training questions
+        (never held out), each "Question: …\nAnswer: a + b = N" (`worked`) or "…\nAnswer: N", and a blank line."""
         return "".join(
-            f"Question: {self.prompt(q, self.signs)}\n{ANSWER_CUE} {self.answer(q, self.signs)}\n\n"
+            f"Question: {self.prompt(q, self.signs)}\n{ANSWER_CUE} "
+            f"{self.expression(q, self.signs) + ' = ' if worked else ''}{self.answer(q, self.signs)}\n\n"
             for q in self._split[0][:FEW_SHOT_EXAMPLES]
         )
 
@@ -156,11 +159,11 @@ class ChatArithmeticTask:
         """A plain question ("What is 47 + 38?") in `prompt_format` (module docstring)."""
         if prompt_format == "chat":
             return question_text
-        if prompt_format == "question_answer":
-            return f"Question: {question_text}\n{ANSWER_CUE}"
-        if prompt_format == "few_shot":
-            return f"{self.few_shot_header}Question: {question_text}\n{ANSWER_CUE}"
-        raise ValueError(f"prompt_format: one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}.")
+        headers = {"question_answer": "", "few_shot": None, "few_shot_short": None}
+        if prompt_format not in headers:
+            raise ValueError(f"prompt_format: one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}.")
+        header = "" if prompt_format == "question_answer" else self.few_shot_header(prompt_format == "few_shot")
+        return f"{header}Question: {question_text}\n{ANSWER_CUE}"
 
     def in_format(self, dataset: Dataset, prompt_format: str) -> Dataset:
         """The task's `dataset` (plain questions) with its prompts in `prompt_format`; a base-model format adds the
@@ -176,29 +179,20 @@ class ChatArithmeticTask:
         """"chat" when the tokenizer has a chat template (the CLI renders the question with it), else BASE_FORMAT."""
         return "chat" if getattr(tokenizer, "chat_template", None) else BASE_FORMAT
 
-    def prompts_for(self, dataset: Dataset | None, tokenizer, log: Callable = print) -> Dataset | None:
-        """`dataset` (this task's, plain questions) as this tokenizer's model should be asked: unchanged for a chat
-        model, in BASE_FORMAT (with a line saying so) for a tokenizer without a chat template."""
+    def prompts_for(
+        self, train: Dataset, heldout: Dataset | None, tokenizer, log: Callable = print
+    ) -> tuple[Dataset, Dataset | None]:
+        """This task's training and held-out datasets (plain questions; held-out may be None) as this tokenizer's
+        model should be asked: unchanged for a chat model, in BASE_FORMAT for a tokenizer without a chat template
+        (a line says so)."""
         prompt_format = self.prompt_format_for(tokenizer)
-        if dataset is None or prompt_format == "chat":
-            return dataset
+        if prompt_format == "chat":
+            return train, heldout
         log(f"{self.name}: the tokenizer has no chat template (a base model), so the questions are asked in the "
-            f"{prompt_format} format ({FEW_SHOT_EXAMPLES} solved examples, then 'Question: …\\nAnswer:') and the "
+            f"{prompt_format} format ({FEW_SHOT_EXAMPLES} solved examples, then 'Question: …' and 'Answer:') and the "
             "reward reads the number on the answer line")
-        return self.in_format(dataset, prompt_format)
-
-    def preset(self) -> dict:
-        """What differs on this task from the built-in tasks' defaults (`arguments.quickstart_preset`: LoRA r 16 on
-        every linear layer, temperature 1, β = 0); measured on one GPU, any field can be overridden."""
-        return {
-            "model_name_or_path": self.default_model,
-            "learning_rate": 2e-4,
-            "max_steps": 40,
-            "per_device_train_batch_size": 32,  # × 4 accumulated = 128 completions (16 prompts × 8) a step
-            "gradient_accumulation_steps": 4,  # one micro-batch of 128 rows peaks at 12 GiB (the logits), 32 at 3.7
-            "logging_steps": 1,
-            "eval_every_steps": 20,
-        }
+        based_heldout = None if heldout is None else self.in_format(heldout, prompt_format)
+        return self.in_format(train, prompt_format), based_heldout
 
 
 CHAT_ARITHMETIC = ChatArithmeticTask(
