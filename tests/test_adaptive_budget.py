@@ -197,16 +197,29 @@ def test_one_batch_by_hand():
 
 
 def test_give_up_early_and_top_up():
-    # n_give = 4, n_stop = 8: z0 is given up after 4, a and b are topped up to 8
+    # n_give = 4, n_stop = 8: z is given up after 4; a prompt with spread goes straight to 8
     session = ScriptedSession("abz", num_groups=2)
     sampled = run(session, budget_args(adaptive_budget_min_size=8, adaptive_budget_give_up_size=4))
-    sizes = sampled.regrouped.group_sizes.tolist()
-    assert sizes == [8, 8]
-    assert sampled.batch["names"] == ["a0"] * 8 + ["b0"] * 8
-    # round 1: a0 b0 z0 a1 b1 z1 a2 b2 × 2; round 2: all to 4 (12 rows: z0 z1 given up), a3 b3 × 2;
-    # round 3: a0 b0 a1 to 8 (12 rows), b1 waits; a0, b0 are the first informative groups
-    assert len(session.rounds) == 3
-    assert sampled.metrics["dynamic_sampling/given_up"] == 2
+    # round 1: a0 b0 z0 a1 b1 z1 a2 b2 × 2 (a has spread); round 2: a0 +6 (to 8), b0 +2, z0 +2, a1 +6 = 16 rows,
+    # b1 z1 a2 b2 wait; a0 and a1 stop at 8, z0 is given up at 4, b0 (spread at 4) would go on to 8
+    assert len(session.rounds) == 2
+    assert sampled.regrouped.group_sizes.tolist() == [8, 8]
+    assert sampled.batch["names"] == ["a0"] * 8 + ["a1"] * 8
+    assert sampled.batch["order"][:8] == [(0, 0), (0, 1)] + [(1, row) for row in range(6)]
+    assert sampled.metrics["dynamic_sampling/given_up"] == 1
+    assert sampled.metrics["dynamic_sampling/generated_per_trained"] == 32 / 16
+
+
+def test_the_next_decision_skips_grid_points_where_the_rule_cannot_act():
+    from trl_zoo.samplers.adaptive_budget import next_decision
+
+    grid = [2, 4, 8, 16]
+    assert next_decision(grid, [0.0, 1.0], 2, 16) == 4  # defaults: every point can stop or give up
+    assert next_decision(grid, [0.0, 1.0], 8, 16) == 8  # spread: straight to n_stop
+    assert next_decision(grid, [0.0, 0.0], 8, 4) == 4  # no spread: next point ≥ min(n_stop, n_give)
+    assert next_decision(grid, [0.0, 0.0], 16, 8) == 8
+    assert next_decision(grid, [0.0, 1.0], 5, 16) == 8  # n_stop off the grid: the first point above it
+    assert next_decision(grid, [0.0], 2, 16) == 2  # a prompt started with one completion (the last slot)
 
 
 def test_exhausted_fills_with_zero_weight_rows_or_raises():

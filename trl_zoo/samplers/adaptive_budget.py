@@ -50,9 +50,12 @@ is 0.5 whatever p; the group sizes carry p rather than the baselines (n_stop > n
 
 Rounds. Every round generates exactly one generation batch of B = `generation_batch_size` completions (all
 processes), as resample's rounds do, so TRL's batch layout and the split across processes are unchanged: the
-prompts still open take their next increments first (in the order they were opened; one that does not fit waits
-for the next round), then new prompts from the stream (the inputs TRL handed over, then the sampler's own prompt
-stream) fill the rest with n_1 completions each (fewer in the last slots). Rounds stop once the informative groups
+prompts still open first take the completions up to the next grid point where the rule can act (one with spread
+straight to the first point ≥ n_stop, one without to the next point ≥ min(n_stop, n_give): the points skipped
+could only say "continue", so the counts above are unchanged and a prompt needs fewer rounds), in the order they
+were opened (one that does not fit waits for the next round); then new prompts from the stream (the inputs TRL
+handed over, then the sampler's own prompt stream) fill the rest with n_1 completions each (fewer in the last
+slots). Rounds stop once the informative groups
 hold ≥ B completions, or at `dynamic_sampling_max_rounds`. Prompts open or drawn when the batch is full are dropped
 (they come round again with the stream); nothing is kept between batches. Every process takes the same decisions
 (the rewards are the whole batch's).
@@ -172,11 +175,6 @@ def budget_grid(first: int, top: int) -> list[int]:
     return [*sizes, top]
 
 
-def next_size(grid: list[int], size: int) -> int:
-    """The first grid point above `size` (callers never ask above G_max)."""
-    return next(point for point in grid if point > size)
-
-
 def all_equal_probability(p: float, n: int) -> float:
     """q(n) = p^n + (1 − p)^n: n Bernoulli(p) rewards all equal."""
     return p**n + (1 - p) ** n
@@ -228,12 +226,21 @@ class PromptSource:
         return OpenPrompt(dict(self.waiting.pop(0)))
 
 
-def plan_round(active: list[OpenPrompt], source: PromptSource, grid: list[int], capacity: int):
-    """[(prompt, k)] filling `capacity` rows: the open prompts' next increments in order while they fit, then new
-    prompts with n_1 (fewer in the last slots); and the open prompts that wait."""
+def next_decision(grid: list[int], rewards: list[float], n_stop: int, n_give: int) -> int:
+    """The next grid point where the rule can act on an open prompt: with spread, the first ≥ n_stop (where it
+    stops); without, the first above its size that is ≥ min(n_stop, n_give) (below both nothing can happen)."""
+    size = len(rewards)
+    floor = n_stop if has_spread(rewards) else min(n_stop, n_give)
+    return next(point for point in grid if point > size and (point >= floor or point == grid[-1]))
+
+
+def plan_round(active: list[OpenPrompt], source: PromptSource, grid: list[int], capacity: int, n_stop: int,
+               n_give: int):
+    """[(prompt, k)] filling `capacity` rows: the open prompts' increments to their next decision in order while
+    they fit, then new prompts with n_1 (fewer in the last slots); and the open prompts that wait."""
     plan, space = [], capacity
     for prompt in active:
-        increment = next_size(grid, prompt.size) - prompt.size
+        increment = next_decision(grid, prompt.rewards, n_stop, n_give) - prompt.size
         if increment > space:
             break
         plan.append((prompt, increment))
@@ -306,7 +313,7 @@ def adaptive_budget(session, args) -> SampledBatch:
     given_up: list[OpenPrompt] = []
     rounds = 0
     while sum(p.size for p in informative) < capacity and rounds < args.dynamic_sampling_max_rounds:
-        plan, waiting = plan_round(active, source, grid, capacity)
+        plan, waiting = plan_round(active, source, grid, capacity, n_stop, n_give)
         scored = session.generate_round([dict(prompt.row) for prompt, k in plan for _ in range(k)])
         rounds += 1
         index, position, continuing = len(session.rounds) - 1, 0, []
