@@ -46,6 +46,19 @@ def test_an_env_block_that_is_not_a_mapping_is_one_line(tmp_path):
         apply_config_env(["--config", write_config(tmp_path, "env: [A, B]\n")], restart=lambda: None)
 
 
+def test_an_env_value_made_of_nested_aliases_is_one_line_not_a_hang(tmp_path, monkeypatch):
+    """str() of a YAML alias of aliases nine deep would spell out 9**9 values; the block takes single values only."""
+    monkeypatch.delenv("TRL_ZOO_LAUGHS", raising=False)
+    laughs = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+    )
+    config = write_config(tmp_path, laughs + "env:\n  TRL_ZOO_LAUGHS: *i\n")
+    with pytest.raises(ConfigError, match=r"^env: TRL_ZOO_LAUGHS in .* must be one value \(text or a number\), got a "
+                                          r"list\.$"):
+        apply_config_env(["--config", config], restart=lambda: pytest.fail("restarted"))
+    assert "TRL_ZOO_LAUGHS" not in os.environ
+
+
 def test_hf_datasets_cache_from_the_config_file_is_the_cache_datasets_uses(tmp_path):
     """datasets reads HF_DATASETS_CACHE when it is imported: the command's data cache lands where env: says."""
     data = tmp_path / "sums.jsonl"

@@ -40,6 +40,11 @@ def config_env(argv: list[str]) -> dict[str, str]:
         return {}
     if not isinstance(block, dict):
         raise ConfigError(f"env: in {path} must map variable names to values (NAME: value), got {block!r:.80}.")
+    for name, value in block.items():
+        if isinstance(value, (list, dict)):  # str() of a YAML alias of aliases would spell out billions of values
+            raise ConfigError(
+                f"env: {name} in {path} must be one value (text or a number), got a {type(value).__name__}."
+            )
     return {str(name): str(value) for name, value in block.items()}
 
 
