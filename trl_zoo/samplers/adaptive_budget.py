@@ -71,7 +71,8 @@ estimator sees (`dynamic_sampling_on_exhausted`: "fill" warns once, "raise" rais
 
 The advantages are computed again over the trained groups (`advantage_estimator`, TRL's grpo when None) with
 `AdvantageInputs.group_sizes` = (n'_1, …, n'_P): group means and stds over each group's own rows
-(docs/formulas.md, "Groups of unequal size"); a filler's Â is 0 and leaves every statistic. Settings whose
+(docs/formulas.md, "Groups of unequal size"); a filler's Â is 0 and leaves every estimator statistic (like
+resample's filled groups it still counts in the loss's normaliser, and in the KL term). Settings whose
 per-round state follows TRL's groups of G (a critic's values, the teacher's term, a KL penalty in the reward, ‖s‖²,
 GDPO's per-function normalisation) are refused.
 

@@ -37,14 +37,6 @@ class Round:
 
 
 @dataclass
-class SampledBatch:
-    batch: dict[str, Any]
-    metrics: dict[str, float] = field(default_factory=dict)
-    # A batch regrouped row by row (adaptive_budget): its advantages are computed again over these groups.
-    regrouped: Regrouped | None = None
-
-
-@dataclass
 class Regrouped:
     """The group structure of a batch assembled row by row (all processes, in batch order): `trained` rows form
     groups of `group_sizes` consecutive rows, estimated on `rewards`; the other rows (`trained` False) are fillers
@@ -53,6 +45,14 @@ class Regrouped:
     group_sizes: Tensor  # (P,) long, Σ = trained.sum()
     rewards: Tensor  # (N,) the estimator's rewards of every row of the batch (a filler's is not read)
     trained: Tensor  # (N,) bool
+
+
+@dataclass
+class SampledBatch:
+    batch: dict[str, Any]
+    metrics: dict[str, float] = field(default_factory=dict)
+    # A batch regrouped row by row (adaptive_budget): its advantages are computed again over these groups.
+    regrouped: Regrouped | None = None
 
 
 class SamplingSession(Protocol):
@@ -153,12 +153,14 @@ def fill_batch(session: SamplingSession, args, informative: list[tuple[int, int]
     return SampledBatch(batch, metrics)
 
 
-# the round cap of the samplers that generate more rounds (resample, greso: the same declarations)
+# the round cap of the samplers that generate more rounds (resample, greso, adaptive_budget: the same declarations)
 MAX_ROUNDS = PluginField(
-    "dynamic_sampling_max_rounds", int, 8, "resample, greso: maximum generation rounds per generation batch", low=1
+    "dynamic_sampling_max_rounds", int, 8,
+    "resample, greso, adaptive_budget: maximum generation rounds per generation batch", low=1,
 )
 ON_EXHAUSTED = PluginField(
     "dynamic_sampling_on_exhausted", str, "fill",
-    "resample, greso: when the cap is hit, 'fill' (pad with the collected zero-spread groups and warn) or 'raise'",
+    "resample, greso, adaptive_budget: when the cap is hit, 'fill' (pad with the collected zero-spread groups, "
+    "adaptive_budget with zero-weight rows, and warn) or 'raise'",
     choices=("fill", "raise"),
 )
