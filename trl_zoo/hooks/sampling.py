@@ -18,6 +18,15 @@ width a row's left padding changes, which leaves rotary-position models unchange
 positions) up to float rounding. Advantages are those of the round a group was generated in: exact for per-group
 estimators; batch-level statistics (`scale_rewards="batch"`) come from that round. Multimodal inputs cannot be
 regrouped yet (use `reweight`).
+
+A sampler that assembles its batch row by row (`adaptive_budget`: a prompt's completions come from several rounds)
+calls `assemble_rows` and returns the batch's group structure (`SampledBatch.regrouped`); its advantages are then
+computed again here over those groups of unequal size (`_regrouped_advantages`: the estimator of
+`advantage_estimator`, TRL's grpo when None, on the rows' total rewards with `AdvantageInputs.group_sizes`, 0 for
+filler rows), replacing those of the rounds, whose groups of G consecutive rows were not the prompts' groups (what
+the rounds logged of their advantages and reward spread is theirs).
+Tests: tests/test_sampling.py, tests/test_sampling_multiprocess.py, tests/test_adaptive_budget.py,
+tests/test_adaptive_budget_multiprocess.py.
 """
 
 from __future__ import annotations
