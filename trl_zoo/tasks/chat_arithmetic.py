@@ -28,7 +28,7 @@ answer line:
                                                                      number after the line's last "=", else its
                                                                      first number)
 
-Gemma 3 270M's greedy accuracy in both formats is in docs/models.md; few_shot is the one chosen (BASE_FORMAT).
+Gemma 3 270M's greedy accuracy in each format is in docs/models.md; few_shot is the one chosen (BASE_FORMAT).
 
 How the levels were chosen (SmolLM2-135M-Instruct, greedy, 64 new tokens, chat template): two-digit sums start at
 15.6 % of the 500 held-out questions (H200, bf16; 20 % of the first 100 on a CPU in float32), and at step 1 of
@@ -157,11 +157,10 @@ class ChatArithmeticTask:
 
     def format_prompt(self, question_text: str, prompt_format: str) -> str:
         """A plain question ("What is 47 + 38?") in `prompt_format` (module docstring)."""
+        if prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"prompt_format: one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}.")
         if prompt_format == "chat":
             return question_text
-        headers = {"question_answer": "", "few_shot": None, "few_shot_short": None}
-        if prompt_format not in headers:
-            raise ValueError(f"prompt_format: one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}.")
         header = "" if prompt_format == "question_answer" else self.few_shot_header(prompt_format == "few_shot")
         return f"{header}Question: {question_text}\n{ANSWER_CUE}"
 
