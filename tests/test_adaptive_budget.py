@@ -16,6 +16,7 @@ from tests.scripts.resample_two_processes import describe
 from tests.tiny import make_trainer
 from trl_zoo.registry import SAMPLERS
 from trl_zoo.samplers.adaptive_budget import (
+    FILL_WARNING,
     all_equal_probability,
     budget_grid,
     decision,
@@ -23,7 +24,7 @@ from trl_zoo.samplers.adaptive_budget import (
     kept_rows,
     validate_adaptive_budget,
 )
-from trl_zoo.samplers.base import FILL_WARNING, DynamicSamplingExhausted, Round
+from trl_zoo.samplers.base import DynamicSamplingExhausted, Round
 
 # scripted task rewards of the k-th completion of a prompt, by the prompt's class (its name's first letter)
 SEQUENCES = {

@@ -92,8 +92,15 @@ import torch
 
 from ..registry import ADVANTAGES, SAMPLERS
 from ..specs import PluginField
-from .base import FILL_WARNING, MAX_ROUNDS, ON_EXHAUSTED, DynamicSamplingExhausted, Regrouped, SampledBatch
+from .base import MAX_ROUNDS, ON_EXHAUSTED, DynamicSamplingExhausted, Regrouped, SampledBatch
 
+# One text, so Python's default filter shows it once a process; the count of every step is the metric.
+FILL_WARNING = (
+    "dynamic_sampling: a batch reached dynamic_sampling_max_rounds before its informative groups held the batch's "
+    "completions, so the rest are zero-weight rows of given-up or unfinished prompts "
+    "(dynamic_sampling_on_exhausted='fill'). Shown once; the metric dynamic_sampling/filled_rows counts them at every "
+    "step. Raise dynamic_sampling_max_rounds or set dynamic_sampling_on_exhausted='raise' to stop instead."
+)
 FIRST_SIZE = PluginField(
     "adaptive_budget_first_size", int, 2,
     "adaptive_budget: completions a prompt gets in its first round, n_1; the grid doubles from it up to G_max",
