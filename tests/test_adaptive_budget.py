@@ -167,6 +167,9 @@ def test_per_trained_completion_defaults_never_beat_resample_and_early_give_up_d
     assert generated_per_trained(mix, [2, 4, 8], 2, 8) / resample == pytest.approx(2.154, abs=1e-3)
     # give up after 4, top informative groups up to 8: (0.88·4 + 0.12·7.5) / (0.12·7) / 8.40 = 0.63
     assert generated_per_trained(mix, [2, 4, 8], 8, 4) / resample == pytest.approx(0.6267, abs=1e-3)
+    # but where the prompts without spread are nearly always right (p = 0.9), giving up at 4 loses more than it saves
+    assert generated_per_trained({0.9: 1.0}, [2, 4, 8], 8, 4) == pytest.approx(1.9543, abs=1e-4)
+    assert resample_generated_per_trained({0.9: 1.0}, 8) == pytest.approx(1.7558, abs=1e-4)
 
 
 # ---------------------------------------------------------------------------------------------------- the sampler
