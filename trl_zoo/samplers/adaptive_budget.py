@@ -298,15 +298,15 @@ def validate_adaptive_budget(args) -> None:
     for refused, setting, fix in refusals:
         if refused:
             raise ValueError(
-                f"dynamic_sampling: 'adaptive_budget' regroups completions across rounds and cannot carry {setting}'s "
-                f"per-round state; {fix} or use dynamic_sampling='resample'."
+                f"dynamic_sampling: 'adaptive_budget' regroups completions across rounds and cannot carry the "
+                f"per-round state of {setting}; {fix} or use dynamic_sampling='resample'."
             )
 
 
 @SAMPLERS.register(
     "adaptive_budget",
-    description="generate each prompt in increments 2, 4, … G_max, stop at reward spread, give up at G_max; train on "
-    "informative groups of unequal sizes",
+    description="generate each prompt in increments 2, 4, … G_max, stop at reward spread, give up when all equal "
+    "at n_give; train on informative groups of unequal sizes",
     source="fixed-grid rule; C-GRPO (trl-cgrpo, huggingface/trl#7402) calibrates it by conformal prediction",
     validate=validate_adaptive_budget,
     fields=(MAX_ROUNDS, ON_EXHAUSTED, FIRST_SIZE, MAX_SIZE, MIN_SIZE, GIVE_UP_SIZE),
