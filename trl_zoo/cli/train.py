@@ -315,6 +315,8 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if builtin and isinstance(task, ChatArithmeticTask):  # a base model (no chat template): a plain-text format
+        train, heldout = task.prompts_for(train, heldout, tokenizer, log)
     train, heldout = (
         chat_prompts(d, task_args, tokenizer, f"the {name} split of {source}", log) if d is not None else d
         for d, name in ((train, "training"), (heldout, "held-out"))
