@@ -6,7 +6,7 @@ import pytest
 from benchmarks import real_model
 from trl_zoo.cli.arguments import parse_train_args
 
-PLANS = ["easy", "medium", "hard", "offpolicy", "trl"]
+PLANS = ["easy", "medium", "hard", "offpolicy", "trl", "gemma"]
 
 
 @pytest.mark.parametrize("name", PLANS)
@@ -34,7 +34,7 @@ def test_clip_higher_is_the_only_difference_between_the_dapo_pair():
 
 
 def test_an_unknown_plan_names_the_plans():
-    with pytest.raises(SystemExit, match="easy, medium, hard, offpolicy or trl"):
+    with pytest.raises(SystemExit, match="easy, medium, hard, offpolicy, trl or gemma"):
         real_model.plan("hardest")
 
 
