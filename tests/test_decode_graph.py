@@ -48,6 +48,20 @@ def generated(model, prompts, compiled: bool):
     return out.sequences, torch.stack(out.scores)
 
 
+def assert_same_greedy_decoding(graphed, eager, tolerance=1e-4):
+    """The same scores within `tolerance` at every step, and the same tokens wherever eager's best score leads the
+    second by more than twice the tolerance (a nearer tie may flip under rounding; the tokens after it would then
+    differ, and so would the scores, which the first check catches)."""
+    (tokens, scores), (eager_tokens, eager_scores) = graphed, eager
+    torch.testing.assert_close(scores, eager_scores, rtol=tolerance, atol=tolerance)
+    top2 = eager_scores.topk(2, dim=-1).values  # (steps, rows, 2)
+    clear = (top2[..., 0] - top2[..., 1] > 2 * tolerance).T  # (rows, steps)
+    new = tokens.shape[1] - clear.shape[1]
+    assert clear.float().mean() > 0.9  # the check compares most tokens
+    assert torch.equal(tokens[:, new:][clear], eager_tokens[:, new:][clear])
+    assert torch.equal(tokens[:, :new], eager_tokens[:, :new])  # the prompts, copied
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_the_replayed_graph_decodes_as_the_eager_step_on_a_gpu():
     model = tiny_llama("cuda")
@@ -59,8 +73,7 @@ def test_the_replayed_graph_decodes_as_the_eager_step_on_a_gpu():
     # NEW_TOKENS - 1 decode steps after the prefill: the first eager (warm-up), the second captured, all replayed
     assert (step.eager_steps, step.captures, step.replays) == (1, 1, NEW_TOKENS - 2)
     assert not step.holds_a_graph  # released when generate returned: no decoding memory kept for the loss step
-    assert torch.equal(graph_tokens, eager_tokens)
-    torch.testing.assert_close(graph_scores, eager_scores, rtol=1e-4, atol=1e-4)
+    assert_same_greedy_decoding((graph_tokens, graph_scores), (eager_tokens, eager_scores))
 
     with torch.no_grad():  # an optimizer-like update in place: the next generate call must decode with it
         model.model.layers[1].mlp.down_proj.weight.mul_(-3.0)
@@ -74,5 +87,4 @@ def test_the_replayed_graph_decodes_as_the_eager_step_on_a_gpu():
     assert step.captures == 6 and step.replays == 6 * (NEW_TOKENS - 2)
     eager_after = generated(model, prompts, compiled=False)
     assert not torch.allclose(eager_after[1], eager_scores, atol=1e-3)
-    assert torch.equal(step_graph[0], eager_after[0])
-    torch.testing.assert_close(step_graph[1], eager_after[1], rtol=1e-4, atol=1e-4)
+    assert_same_greedy_decoding(step_graph, eager_after)
