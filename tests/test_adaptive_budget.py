@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import trl_zoo
-from tests.scripts.resample_two_processes import describe
+from tests.scripts.resample_two_processes import RecordsTrainedBatches
 from tests.tiny import make_trainer
 from trl_zoo.registry import SAMPLERS
 from trl_zoo.samplers.adaptive_budget import (
@@ -285,14 +285,8 @@ def staged_reward(prompts, completions, trainer_state=None, **kwargs):
     return rewards
 
 
-class Recording(trl_zoo.GRPOTrainer):
+class Recording(RecordsTrainedBatches, trl_zoo.GRPOTrainer):
     """Keeps every trained generation batch and the group structure its advantages were computed over."""
-
-    def _generate_and_score_completions(self, inputs):
-        batch = super()._generate_and_score_completions(inputs)
-        if self.model.training:
-            self.recorded.append(describe(self, batch))
-        return batch
 
     def _regrouped_advantages(self, batch, regrouped):
         self.regroupings.append(regrouped)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.scripts.resample_two_processes import describe, half_constant_reward
+from tests.scripts.resample_two_processes import RecordsTrainedBatches, half_constant_reward
 from tests.test_adaptive_budget import grpo_by_hand
 from tests.two_processes import REPO, WORKER_TIMEOUT_S, _run_worker, write_result
 
@@ -26,13 +26,7 @@ def main(output_path: str):
 
     model_dir(0)  # saved before the process group exists
 
-    class Recording(trl_zoo.GRPOTrainer):
-        def _generate_and_score_completions(self, inputs):
-            batch = super()._generate_and_score_completions(inputs)
-            if self.model.training:
-                self.recorded.append(describe(self, batch))
-            return batch
-
+    class Recording(RecordsTrainedBatches, trl_zoo.GRPOTrainer):
         def _regrouped_advantages(self, batch, regrouped):
             self.regroupings.append(
                 {"sizes": regrouped.group_sizes.tolist(), "trained": regrouped.trained.tolist()}

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import trl_zoo
-from tests.scripts.resample_two_processes import describe
+from tests.scripts.resample_two_processes import RecordsTrainedBatches
 from tests.tiny import TEST_OUTPUT_DIR, config_kwargs, model, prompts_dataset, tokenizer
 from trl_zoo.registry import SAMPLERS
 from trl_zoo.samplers.base import Round
@@ -180,12 +180,8 @@ def test_skipped_prompts_are_replaced_before_generation():
 
 
 # ---------------------------------------------------------------------------------------------------- training
-class Recording(trl_zoo.GRPOTrainer):
-    def _generate_and_score_completions(self, inputs):
-        batch = super()._generate_and_score_completions(inputs)
-        if self.model.training:
-            self.recorded.append(describe(self, batch))
-        return batch
+class Recording(RecordsTrainedBatches, trl_zoo.GRPOTrainer):
+    pass
 
 
 def train(sampler, seed, max_steps, trainer_cls=Recording, resume=None, **overrides):

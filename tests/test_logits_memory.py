@@ -20,14 +20,13 @@ import tempfile
 
 import pytest
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 import trl_zoo
 from tests import tiny
-from trl_zoo.tasks.tiny import CHARACTERS, SPECIAL_TOKENS
+from trl_zoo.tasks.tiny import build_char_tokenizer
 
 VOCAB = 65536  # wider than TRL's LM-head tile (32,768 columns): a tensor with V columns is a full-vocabulary one
 ROWS = 8  # per_device_train_batch_size: the generation batch's rows (steps_per_generation = 1)
@@ -35,18 +34,8 @@ ROWS = 8  # per_device_train_batch_size: the generation batch's rows (steps_per_
 
 @functools.lru_cache(maxsize=1)
 def wide_tokenizer() -> PreTrainedTokenizerFast:
-    """The tiny tests' character tokenizer with the vocabulary padded to VOCAB tokens (<x…>, never produced by
-    encoding; decoded when sampled)."""
-    base = SPECIAL_TOKENS + CHARACTERS
-    vocab = {token: i for i, token in enumerate(base + [f"<x{i}>" for i in range(VOCAB - len(base))])}
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    backend.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="?"
-    )
-    tokenizer.padding_side = "left"
-    return tokenizer
+    """The tiny tests' character tokenizer with the vocabulary padded to VOCAB tokens."""
+    return build_char_tokenizer(VOCAB)
 
 
 def _ids(config_cls, **extra):

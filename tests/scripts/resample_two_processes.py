@@ -37,6 +37,17 @@ def describe(trainer, batch) -> dict:
     }
 
 
+class RecordsTrainedBatches:
+    """Trainer mixin (before the trainer class): every trained generation batch, as `describe` writes it, appended
+    to the trainer's `recorded` list (set it to [] after construction)."""
+
+    def _generate_and_score_completions(self, inputs):
+        batch = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            self.recorded.append(describe(self, batch))
+        return batch
+
+
 def grpo_advantages(rewards: list[float], group_size: int) -> list[float]:
     """TRL's default advantages: (R − group mean) / (unbiased group std + 1e-4)."""
     grouped = torch.tensor(rewards).view(-1, group_size)
@@ -52,12 +63,8 @@ def main(output_path: str):
 
     model_dir(0)  # save the tiny model before the process group exists (transformers then saves on rank 0 only)
 
-    class Recording(trl_zoo.GRPOTrainer):
-        def _generate_and_score_completions(self, inputs):
-            batch = super()._generate_and_score_completions(inputs)
-            if self.model.training:
-                self.recorded.append(describe(self, batch))
-            return batch
+    class Recording(RecordsTrainedBatches, trl_zoo.GRPOTrainer):
+        pass
 
     trainer = make_trainer(
         Recording,

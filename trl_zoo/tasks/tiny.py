@@ -19,9 +19,12 @@ SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>"]
 CHARACTERS = list(string.digits + string.ascii_lowercase + " +-*=?.,:;()<>/'!")
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per character; `<eos>` ends a completion, `<pad>` pads."""
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+def build_char_tokenizer(vocab_size: int | None = None) -> PreTrainedTokenizerFast:
+    """One token per character; `<eos>` ends a completion, `<pad>` pads. With `vocab_size`, the vocabulary is padded
+    to that many tokens with `<x0>`, `<x1>`, … (never produced by encoding; decoded when sampled)."""
+    base = SPECIAL_TOKENS + CHARACTERS
+    padding = [f"<x{i}>" for i in range((vocab_size or len(base)) - len(base))]
+    vocab = {token: i for i, token in enumerate(base + padding)}
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="?"))
     tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tokenizer.decoder = decoders.Fuse()
