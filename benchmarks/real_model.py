@@ -13,8 +13,10 @@ Plans (each run: `benchmarks/lib/real_model_run.py`, 3 seeds unless --seeds):
               estimator; grpo with the teacher signal ("self": the base weights, the answer in its prompt) and
               the same teacher without the answer (grpo_teacher_no_context); the control
     medium    chat_arithmetic_medium (a - b: below 5 % greedy, yet a tenth of the groups with spread): grpo, grpo +
-              resample, grpo + greso (at most 3 generation rounds a step), MaxRL's estimator, the teacher signal
-              with and without the answer in the teacher's prompt (sparse rewards that are present), the control
+              resample, grpo + greso, grpo + adaptive_budget (4 completions, given up when they agree, else
+              topped up to 8; each sampler at most 3 generation rounds a step), MaxRL's estimator, the teacher
+              signal with and without the answer in the teacher's prompt (sparse rewards that are present), the
+              control
     offpolicy chat_arithmetic, 8 optimizer steps per generation batch (--num_iterations 8, 80 steps = 10
               batches): dapo with ε_high 0.28 (clip-higher) and 0.2 (symmetric), dppo, topr, m2po
     trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
@@ -71,6 +73,12 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
                 "--loss_type", "grpo", "--dynamic_sampling", "resample", "--dynamic_sampling_max_rounds", "3",
             ],
             "grpo_greso": ["--loss_type", "grpo", "--dynamic_sampling", "greso", "--dynamic_sampling_max_rounds", "3"],
+            # a prompt opened with 4 completions, given up when they agree, else topped up to a group of 8
+            "grpo_adaptive_budget": [
+                "--loss_type", "grpo", "--dynamic_sampling", "adaptive_budget", "--dynamic_sampling_max_rounds", "3",
+                "--adaptive_budget_first_size", "4", "--adaptive_budget_min_size", "8",
+                "--adaptive_budget_give_up_size", "4",
+            ],
             "maxrl": ["--loss_type", "grpo", "--advantage_estimator", "maxrl"],
             **TEACHER_PAIR,
             "control": ["--loss_type", "grpo", "--null_reward_control", "true"],
