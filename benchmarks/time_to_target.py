@@ -190,6 +190,9 @@ CONTENDERS: dict[str, list[str]] = {
     # speed_recipe="lora_graphed": the cold-start tax of compiled decoding gone (a capture per generation batch)
     "merged_cuda_graph_two_steps": MERGED + CUDA_GRAPH + TWO_STEPS,
     "merged_autocast_cuda_graph_two_steps": MERGED + AUTOCAST + CUDA_GRAPH + TWO_STEPS,
+    # the recipe itself, as it now is: merged_cuda_graph_two_steps and skip_on_policy_old_logps (the first optimizer
+    # step's old log-probs are the policy's own; only the second step's are computed). Not yet run on a GPU
+    "lora_graphed": ["--speed_recipe", "lora_graphed"],
 }
 # the recommended switch (0.62× in the fourth and fifth studies) and the fastest recipe so far (sixth study: compiled
 # decoding under the step's bf16 autocast, 0.87× cold, 0.54× with a warm compile cache)

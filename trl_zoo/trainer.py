@@ -6,6 +6,8 @@ seam `_zoo_<name>` to which `TRLSeams`, the one override of TRL's private method
 are the method resolution order, outermost first; this is the one place it is written:
 
     ResumableStateMixin      checkpoints carry trl_zoo's state                      hooks/resume.py
+    OldLogpsMixin            old log-probs only for micro-batches of later          hooks/old_logps.py
+                             optimizer steps (`skip_on_policy_old_logps`)
     LengthBucketingMixin     TRL's buffered micro-batches re-cut by length and      hooks/length_bucketing.py
                              trimmed (`_zoo_prepare_inputs`)
     RouterStatsMixin         MoE router statistics (old: per generation batch,      hooks/router.py
@@ -37,8 +39,9 @@ are the method resolution order, outermost first; this is the one place it is wr
 The layers above the generation seam override its hook points, never TRL's generation: per round the reward call
 (rewards), values before the advantages (critic), the advantages (estimator), value targets after (critic); per
 generation batch the rounds (dynamic sampling) and the whole-batch entries (old routers). Length bucketing
-wraps `_zoo_prepare_inputs`, which no other layer overrides: it re-cuts the buffer TRL built from the batch every
-generation layer has finished, and the resume layer saves the re-cut buffer. See
+wraps `_zoo_prepare_inputs`: it re-cuts the buffer TRL built from the batch every generation layer has finished; the
+old-log-prob layer then adds old log-probs to the re-cut micro-batches of later optimizer steps (before any
+per-micro-batch transformation of the loss step), and the resume layer saves that buffer. See
 docs/architecture.md for the pipeline of one step.
 
 Tests: tests/test_trainer_layers.py (the layer table is the real MRO), tests/test_parity.py (a drop-in for TRL's),
@@ -66,6 +69,7 @@ from .hooks.kl_control import KLControlMixin
 from .hooks.length_bucketing import LengthBucketingMixin
 from .hooks.loss_step import PolicyLossStep
 from .hooks.model_object import ModelObjectMixin
+from .hooks.old_logps import OldLogpsMixin
 from .hooks.prompt_length import PromptLengthMixin
 from .hooks.resume import ResumableStateMixin
 from .hooks.rewards import RewardsMixin
@@ -167,6 +171,7 @@ def dense_policy(model, args):
 
 class GRPOTrainer(
     ResumableStateMixin,
+    OldLogpsMixin,
     LengthBucketingMixin,
     RouterStatsMixin,
     DynamicSamplingMixin,

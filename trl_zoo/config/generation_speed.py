@@ -34,6 +34,32 @@ def refuse_conflicts(config, field: str, conflicts) -> None:
             raise ValueError(f"{label}: not with {name} ({why}); {fix}.")
 
 
+def old_logps_skip_conflicts(config, requires_moe: bool) -> tuple:
+    """(setting, active, why) under which skip_on_policy_old_logps cannot apply (`refuse_conflicts`)."""
+    generate_every = config.steps_per_generation * config.num_iterations
+    return (
+        ("num_iterations > 1", config.num_iterations > 1,
+         "later iterations train the batch after updates, and TRL's old log-probs of every row serve them"),
+        ("gradient_accumulation_steps a multiple of steps_per_generation",
+         config.num_iterations == 1 and config.gradient_accumulation_steps % generate_every == 0,
+         "every micro-batch is on-policy, TRL computes no old log-probs"),
+        ("use_vllm with vllm_importance_sampling_correction",
+         config.use_vllm and config.vllm_importance_sampling_correction,
+         "the correction needs every row's old log-probs"),
+        ("teacher_model", config.teacher_model is not None, "the teacher signal reads every row's old log-probs"),
+        ("kl_placement='reward'", config.kl_placement == "reward" and config.beta != 0,
+         "the reward's KL penalty reads every row's old log-probs"),
+        ("a loss on MoE routers", requires_moe, "old routers are recorded with TRL's old log-probs"),
+    )
+
+
+def old_logps_skip_applies(config, requires_moe: bool) -> bool:
+    """Whether skip_on_policy_old_logps is on and no setting keeps it from applying."""
+    return bool(config.skip_on_policy_old_logps) and not any(
+        active for _, active, _ in old_logps_skip_conflicts(config, requires_moe)
+    )
+
+
 @dataclass
 class GenerationSpeedFields:
     """Faster generation with the same completions (up to float rounding)."""
@@ -79,6 +105,23 @@ class GenerationSpeedFields:
         "inductor",
         choices=["inductor", "cudagraphs", "cuda_graph"],
     )
+    skip_on_policy_old_logps: bool = help_field(
+        "Skip the half of TRL's old-log-prob pass that equals the policy's own log-probs. With steps_per_generation "
+        "> gradient_accumulation_steps and num_iterations = 1, the micro-batches of the first optimizer step after "
+        "a generation are trained with the weights that generated them, so their old log-probs are the policy's "
+        "own (detached, ratio 1); only the later steps' micro-batches get old log-probs, computed right after "
+        "generation, before any update (same forward as TRL's). Not with num_iterations > 1, vLLM's "
+        "importance-sampling correction, a teacher_model, kl_placement='reward' or a MoE-router loss, which read "
+        "every row's old log-probs; does nothing where TRL computes none. 'lora_graphed' sets it.",
+        False,
+    )
+
+    def _check_old_logps_skip(self, requires_moe: bool) -> None:
+        """skip_on_policy_old_logps set by the user with a setting under which it can never apply: one line. Set by
+        a speed_recipe, it then silently does not apply (`old_logps_skip_applies`)."""
+        if not self.skip_on_policy_old_logps or "skip_on_policy_old_logps" in SPEED_RECIPES.get(self.speed_recipe, {}):
+            return
+        refuse_conflicts(self, "skip_on_policy_old_logps", old_logps_skip_conflicts(self, requires_moe))
 
     def _check_generation_speed_combinations(self) -> None:
         if self.compile_generation:

@@ -129,6 +129,7 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         self._check_kl_combinations()
         self._check_compute_combinations(entry)
         self._check_generation_speed_combinations()
+        self._check_old_logps_skip(bool(entry.spec.requires_moe))
         self._check_estimator_combinations()
 
     def _validate_names(self):

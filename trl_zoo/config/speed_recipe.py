@@ -7,7 +7,10 @@ sizes (`GRPOConfig.__post_init__`), so the config a run prints and saves shows t
                       steps_per_generation = 2 · gradient_accumulation_steps   (when neither it nor
                                                                                 generation_batch_size is given)
     "lora_graphed"    the same, and compile_generation = True, compile_generation_backend = "cuda_graph"
-                      (the decode step recorded as a CUDA graph once per generation batch, no torch.compile)
+                      (the decode step recorded as a CUDA graph once per generation batch, no torch.compile),
+                      skip_on_policy_old_logps = True (old log-probs only for the second optimizer step's
+                      micro-batches; the first step's are the policy's own; where it cannot apply, e.g.
+                      num_iterations > 1, it silently does not)
     "lora_compiled"   "lora", and compile_generation = True, generation_autocast = True
 
 What they cost and gave (real-model task: SmolLM2-135M-Instruct with LoRA r 16, 128 completions a step; time to
@@ -18,7 +21,8 @@ equal to TRL's; README, "Time to TRL's accuracy"):
                                          generation batch, the second off-policy (TRL's clipped importance ratio)
     "lora_graphed"    0.53 (0.33–0.55)   4 × H100, 3 seeds, a first run (no compile cache involved); 0.52–0.60 of
                                          TRL with its own steps_per_generation set alike (2 seeds). The decode
-                                         step recorded once per generation batch (hooks/decode_graph.py)
+                                         step recorded once per generation batch (hooks/decode_graph.py). Measured
+                                         before skip_on_policy_old_logps joined it: with it, measurement pending
     "lora_compiled"   0.54 (0.51–0.66)   with torch's compile cache warm (a machine's second run); 0.87
                                          (0.76–1.10) on a first run, which pays ~40 s compiling: for long or
                                          repeated runs. Needs transformers >= 5.24 and bf16 or fp16.
@@ -38,6 +42,7 @@ SPEED_RECIPES: dict[str, dict[str, bool | str]] = {
     "lora": {"merge_adapter_for_generation": True},
     "lora_graphed": {
         "merge_adapter_for_generation": True, "compile_generation": True, "compile_generation_backend": "cuda_graph",
+        "skip_on_policy_old_logps": True,
     },
     "lora_compiled": {"merge_adapter_for_generation": True, "compile_generation": True, "generation_autocast": True},
 }

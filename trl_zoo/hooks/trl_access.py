@@ -31,6 +31,11 @@ public or overridable method for these:
   in-memory copy while TRL's constructor runs (`hooks/model_object.py`); TRL builds the reference inline.
 - `vllm_generation._iter_named_params` (`weight_sync_without`): the policy's tensors without the value head, while
   TRL's `_generate` runs (its weight sync is inside, `hooks/critic.py`); TRL's `sync_weights` takes no filter.
+- `trainer._get_per_token_logps_and_entropies` (`old_logps_pass_skipped`): while TRL's
+  `_generate_and_score_completions` runs with `skip_on_policy_old_logps` on (`hooks/old_logps.py`), its old-log-prob
+  pass (its first call of that method, on the policy under no_grad: `RELIED_CALLS`) returns (None, None, None), so
+  TRL returns no `old_per_token_logps`; TRL computes them inline, under its own condition
+  (`old_logps_pass_skippable` repeats it). Its later calls (the reference's) are TRL's.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import trl
 import trl.trainer.grpo_trainer as trl_grpo_trainer
 from transformers import CompileConfig
@@ -68,6 +74,15 @@ RELIED_METHODS = {
     "_get_output_dir": "(self, trial)",
     "_remove_unused_columns": "(self, dataset, description)",
 }
+# the order of TRL's calls inside its methods that trl_zoo relies on: (method, callee, (call, ...)): the calls appear
+# in this order in the method's source, and the first is the method's first call of `callee`
+# (`old_logps_pass_skipped`: the old-log-prob pass comes before the reference's)
+RELIED_CALLS = (
+    ("_generate_and_score_completions", "self._get_per_token_logps_and_entropies(", (
+        "old_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(",
+        "ref_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(",
+    )),
+)
 # TRL's trainer class attributes trl_zoo reads or sets
 RELIED_CLASS_ATTRIBUTES = ("_name", "_paper", "_tag_names")
 # TRL's trainer attributes its constructor sets, which trl_zoo reads or writes
@@ -127,16 +142,34 @@ def _drift(owner, name: str, expected: str | None) -> str | None:
     return None
 
 
+def _call_order_drift(owner, method: str, callee: str, calls: tuple[str, ...]) -> str | None:
+    """What differs in the order of `calls` inside `owner.method`'s source from what trl_zoo relies on, or None."""
+    where = f"{_owner_name(owner)}.{method}"
+    try:
+        source = inspect.getsource(getattr(owner, method))
+    except (AttributeError, OSError, TypeError):
+        return f"trl_zoo relies on reading TRL's {where}, which the installed TRL lacks"
+    positions = [source.find(call) for call in calls]
+    in_order = all(position >= 0 for position in positions) and positions == sorted(positions)
+    if not in_order or source.find(callee) != positions[0] + calls[0].find(callee):
+        return (
+            f"trl_zoo relies on TRL's {where} calling {' then '.join(call.rstrip('(') for call in calls)} (the first "
+            f"its first {callee.rstrip('(')}), which the installed TRL does not"
+        )
+    return None
+
+
 def trl_drift(trainer_class=TRLGRPOTrainer) -> str | None:
     """The first name trl_zoo relies on that `trainer_class` (TRL's trainer) or the installed TRL lacks or changed,
     as one line with the installed and the tested TRL versions; None when all match."""
     checks = [(trainer_class, name, expected) for name, expected in RELIED_METHODS.items()]
     checks += [(trainer_class, name, None) for name in RELIED_CLASS_ATTRIBUTES]
     checks += [(_resolve(owner), name, expected) for owner, name, expected in RELIED_ELSEWHERE]
-    for owner, name, expected in checks:
-        found = _drift(owner, name, expected)
-        if found:
-            return f"{found} (installed TRL {trl.__version__}; trl_zoo is tested with TRL {TESTED_TRL}.x)."
+    found = next(filter(None, (_drift(owner, name, expected) for owner, name, expected in checks)), None)
+    if found is None:
+        found = next(filter(None, (_call_order_drift(trainer_class, *relied) for relied in RELIED_CALLS)), None)
+    if found:
+        return f"{found} (installed TRL {trl.__version__}; trl_zoo is tested with TRL {TESTED_TRL}.x)."
     return None
 
 
@@ -163,6 +196,8 @@ class TRLSeams(TRLGRPOTrainer):
     The layers above override the seams and call `super()`; here each seam is TRL's method."""
 
     _tag_names = ["trl", "grpo", "trl-zoo"]  # the tags TRL adds to the model and its card
+    # set by hooks/old_logps.py: TRL's old-log-prob pass skipped at generation (`old_logps_pass_skipped`)
+    skip_on_policy_old_logps = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -201,7 +236,11 @@ class TRLSeams(TRLGRPOTrainer):
 
     # ------------------------------------------------------------------ the seams: TRL's methods
     def _zoo_generate_and_score_completions(self, inputs):
-        """TRL's generation and scoring of `inputs` (one generation batch)."""
+        """TRL's generation and scoring of `inputs` (one generation batch); without its old-log-prob pass when
+        `skip_on_policy_old_logps` is on, the model trains and TRL would run that pass (`old_logps_pass_skippable`)."""
+        if self.skip_on_policy_old_logps and self.model.training and old_logps_pass_skippable(self):
+            with old_logps_pass_skipped(self):
+                return super()._generate_and_score_completions(inputs)
         return super()._generate_and_score_completions(inputs)
 
     def _zoo_calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -383,6 +422,44 @@ def reference_loaded_from(name: str, reference):
         return reference if model_id == name else load(model_id, *args, **kwargs)
 
     return swapped(trl_grpo_trainer, "create_model_from_path", create_model_from_path)
+
+
+def trl_computes_old_logps(trainer) -> bool:
+    """Whether TRL's `_generate_and_score_completions` runs its old-log-prob pass (its inline condition): the
+    generation is not at the end of a full optimizer step (gradient_accumulation_steps not a multiple of
+    steps_per_generation × num_iterations), or vLLM's importance-sampling correction is on."""
+    generate_every = trainer.args.steps_per_generation * trainer.num_iterations
+    vllm_correction = trainer.use_vllm and trainer.vllm_importance_sampling_correction
+    return trainer.args.gradient_accumulation_steps % generate_every != 0 or bool(vllm_correction)
+
+
+def old_logps_pass_skippable(trainer) -> bool:
+    """Whether TRL runs its old-log-prob pass and nothing in TRL reads its result: not vLLM's importance-sampling
+    correction, which TRL computes from it inline."""
+    return trl_computes_old_logps(trainer) and not (trainer.use_vllm and trainer.vllm_importance_sampling_correction)
+
+
+_LOGPS_OPTIONS = ("batch_size", "compute_entropy", "compute_aux_loss")  # the rest are multimodal inputs
+
+
+@contextlib.contextmanager
+def old_logps_pass_skipped(trainer):
+    """While TRL's `_generate_and_score_completions` runs inside the block, its old-log-prob pass returns (None, None,
+    None), so TRL returns no `old_per_token_logps`: the block's first call of `_get_per_token_logps_and_entropies`
+    (`RELIED_CALLS`: TRL's old-log-prob pass comes first, the reference's after it), when it is on `trainer.model`,
+    under no_grad and without multimodal inputs. Every other call, that one included when it is not so, is TRL's."""
+    compute = trainer._get_per_token_logps_and_entropies
+    armed = [True]
+
+    def get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        first, armed[0] = armed[0], False
+        text_only = not args and all(value is None for name, value in kwargs.items() if name not in _LOGPS_OPTIONS)
+        if first and model is trainer.model and not torch.is_grad_enabled() and text_only:
+            return None, None, None
+        return compute(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+
+    with swapped(trainer, "_get_per_token_logps_and_entropies", get_per_token_logps_and_entropies):
+        yield
 
 
 def weight_sync_without(vllm_generation, dropped: Callable[[str], bool]):

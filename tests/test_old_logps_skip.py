@@ -1,0 +1,198 @@
+"""skip_on_policy_old_logps: with steps_per_generation = 2 x gradient_accumulation_steps and one iteration, TRL's
+old-log-prob pass is skipped at generation; the micro-batches of the second optimizer step get old log-probs equal
+to TRL's right after the buffer is built, those of the first carry none (their ratio is the policy's own, 1) and
+train the same gradient; the reference's pass still runs; half the rows go through an old-log-prob pass; a setting
+under which the field can never apply is refused when the user set it and ignored when the recipe did."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from peft import LoraConfig
+
+import trl_zoo
+from tests import tiny
+from trl_zoo import GRPOConfig
+from trl_zoo.config.generation_speed import old_logps_skip_applies
+from trl_zoo.hooks import trl_access
+from trl_zoo.hooks.old_logps import OLD_LOGPS, ROWS, on_policy_entries
+
+ACCUMULATION, STEPS_PER_GENERATION, ROWS_PER_MICRO_BATCH = 2, 4, 4
+BATCH_ROWS = STEPS_PER_GENERATION * ROWS_PER_MICRO_BATCH
+
+
+def _trainer(skip: bool, **overrides):
+    settings = dict(
+        per_device_train_batch_size=ROWS_PER_MICRO_BATCH, num_generations=4, gradient_accumulation_steps=ACCUMULATION,
+        steps_per_generation=STEPS_PER_GENERATION, skip_on_policy_old_logps=skip,
+    )
+    settings.update(overrides)
+    return tiny.make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, **settings)
+
+
+def _buffer(trainer) -> list[dict]:
+    """TRL's buffer of one generation batch, built as at the first micro-step of training (same seed each time)."""
+    trainer.model.train()
+    torch.manual_seed(0)
+    trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    return trainer._buffered_inputs
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """(trainer, buffer) with the field on and off, from the same seed: the same rows in the same micro-batches."""
+    result = {}
+    for skip in (True, False):
+        trainer = _trainer(skip, beta=0.1)
+        result[skip] = trainer, _buffer(trainer)
+    on, off = result[True][1], result[False][1]
+    for mine, trls in zip(on, off):
+        assert torch.equal(mine["completion_ids"], trls["completion_ids"])
+        assert torch.equal(mine["prompt_ids"], trls["prompt_ids"])
+    return result
+
+
+def test_later_micro_batches_get_trls_old_logps_and_the_first_steps_none(runs):
+    (_, on), (_, off) = runs[True], runs[False]
+    assert all(OLD_LOGPS in batch for batch in off)  # TRL's pass over the whole batch
+    for index, (mine, trls) in enumerate(zip(on, off)):
+        if index < ACCUMULATION:
+            assert OLD_LOGPS not in mine
+        else:
+            torch.testing.assert_close(mine[OLD_LOGPS], trls[OLD_LOGPS], atol=1e-5, rtol=0)
+
+
+def test_the_reference_pass_still_runs(runs):
+    (_, on), (_, off) = runs[True], runs[False]
+    for mine, trls in zip(on, off):
+        assert mine["ref_per_token_logps"] is not None
+        torch.testing.assert_close(mine["ref_per_token_logps"], trls["ref_per_token_logps"], atol=1e-5, rtol=0)
+
+
+def test_half_the_rows_go_through_an_old_logps_pass(runs):
+    assert runs[True][0]._metrics["train"][ROWS] == [BATCH_ROWS / 2]
+    assert runs[False][0]._metrics["train"][ROWS] == [float(BATCH_ROWS)]
+
+
+def _gradient(trainer, micro_batch) -> dict:
+    trainer.model.zero_grad()
+    trainer.current_gradient_accumulation_steps = ACCUMULATION
+    trainer.compute_loss(trainer.model, micro_batch).backward()
+    return {name: p.grad.clone() for name, p in trainer.model.named_parameters() if p.grad is not None}
+
+
+def test_the_first_steps_gradient_is_trls(runs):
+    (trainer_on, on), (trainer_off, off) = runs[True], runs[False]
+    for name, parameter in trainer_on.model.named_parameters():  # the same weights (nothing trained yet)
+        assert torch.equal(parameter, dict(trainer_off.model.named_parameters())[name])
+    for index in range(ACCUMULATION):
+        mine, trls = _gradient(trainer_on, on[index]), _gradient(trainer_off, off[index])
+        assert mine.keys() == trls.keys() and mine
+        for name, gradient in mine.items():
+            torch.testing.assert_close(gradient, trls[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_on_policy_entries_follow_the_optimizer_step_of_the_generation():
+    assert on_policy_entries(4, 2, 0) == [True, True, False, False]
+    assert on_policy_entries(4, 2, 8) == [True, True, False, False]
+    assert on_policy_entries(3, 2, 3) == [True, False, False]  # generated in the middle of an optimizer step
+    assert on_policy_entries(4, 2, 2) == [False, False, True, True]  # a resume at the second step lost the buffer
+
+
+def test_the_door_leaves_trls_pass_alone_where_it_is_off():
+    trainer = _trainer(False)
+    assert not trainer.skip_on_policy_old_logps and trl_access.trl_computes_old_logps(trainer)
+
+
+def test_the_recipe_lora_graphed_sets_the_field_and_lora_does_not():
+    assert GRPOConfig(**tiny.config_kwargs(speed_recipe="lora_graphed")).skip_on_policy_old_logps
+    assert not GRPOConfig(**tiny.config_kwargs(speed_recipe="lora")).skip_on_policy_old_logps
+    assert not GRPOConfig(**tiny.config_kwargs(speed_recipe="lora_compiled", bf16=True)).skip_on_policy_old_logps
+
+
+@pytest.mark.parametrize("overrides, setting", [
+    ({"num_iterations": 2}, "num_iterations > 1"),
+    ({"steps_per_generation": ACCUMULATION}, "gradient_accumulation_steps a multiple of steps_per_generation"),
+    ({"teacher_model": "self"}, "teacher_model"),
+    ({"kl_placement": "reward", "beta": 0.1}, "kl_placement='reward'"),
+])
+def test_a_setting_it_cannot_apply_under_is_refused_when_the_user_set_it(overrides, setting):
+    settings = {"gradient_accumulation_steps": ACCUMULATION, "steps_per_generation": STEPS_PER_GENERATION, **overrides}
+    with pytest.raises(ValueError) as error:
+        GRPOConfig(**tiny.config_kwargs(skip_on_policy_old_logps=True, **settings))
+    message = str(error.value)
+    assert message.startswith(f"skip_on_policy_old_logps: not with {setting} (")
+    assert message.endswith("; set skip_on_policy_old_logps=False.") and "\n" not in message
+    by_recipe = GRPOConfig(**tiny.config_kwargs(speed_recipe="lora_graphed", **settings))
+    assert by_recipe.skip_on_policy_old_logps and not old_logps_skip_applies(by_recipe, requires_moe=False)
+
+
+def test_with_two_iterations_from_the_recipe_trls_pass_runs():
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    trainer = _trainer(False, num_iterations=2, speed_recipe="lora_graphed", peft_config=lora)
+    assert trainer.args.skip_on_policy_old_logps and not trainer.skip_on_policy_old_logps
+    buffer = _buffer(trainer)
+    assert all(OLD_LOGPS in batch for batch in buffer)
+    assert trainer._metrics["train"][ROWS] == [float(BATCH_ROWS)]
+
+
+def test_a_trl_whose_old_logps_pass_is_not_first_gets_one_line():
+    class ReorderedTRL(trl_access.TRLGRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            ref_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, inputs, None, 1)
+            old_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(self.model, inputs, None, 1)
+            return old_per_token_logps, ref_per_token_logps
+
+    line = trl_access.trl_drift(ReorderedTRL)
+    assert line.startswith("trl_zoo relies on TRL's ")
+    assert "_generate_and_score_completions calling old_per_token_logps" in line and "\n" not in line
+
+
+def test_a_short_run_with_the_field_on_has_a_finite_loss(tmp_path):
+    trainer = _trainer(True, max_steps=4, output_dir=str(tmp_path / "run"))
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 4 and all(math.isfinite(loss) for loss in losses)
+    rows = [entry[ROWS] for entry in trainer.state.log_history if ROWS in entry]
+    assert rows and all(value == BATCH_ROWS / 2 for value in rows)
+
+
+def test_the_peft_reference_pass_on_the_policy_itself_still_runs():
+    """With a PEFT adapter the reference's pass is a second call on the policy (adapter off), after the skipped one;
+    at initialisation (LoRA's B = 0) the policy's old log-probs equal the reference's."""
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    trainer = _trainer(True, beta=0.1, peft_config=lora)
+    buffer = _buffer(trainer)
+    assert trainer._metrics["train"][ROWS] == [BATCH_ROWS / 2]
+    for index, batch in enumerate(buffer):
+        assert batch["ref_per_token_logps"] is not None and torch.isfinite(batch["ref_per_token_logps"]).all()
+        if index >= ACCUMULATION:
+            torch.testing.assert_close(batch[OLD_LOGPS], batch["ref_per_token_logps"], atol=1e-5, rtol=0)
+
+
+def test_dynamic_sampling_rounds_skip_the_pass_and_trained_rows_get_old_logps():
+    from tests.scripts.resample_two_processes import half_constant_reward
+
+    trainer = _trainer(True, reward_funcs=half_constant_reward, dynamic_sampling="resample",
+                       dynamic_sampling_max_rounds=20)
+    buffer = _buffer(trainer)
+    assert [OLD_LOGPS in batch for batch in buffer] == [False, False, True, True]
+    assert trainer._metrics["train"][ROWS] == [BATCH_ROWS / 2]
+
+
+def test_a_resume_inside_the_generation_batch_trains_the_same_second_step(tmp_path):
+    """The checkpoint after the first optimizer step holds the buffer with the second step's old log-probs."""
+    options = dict(max_steps=2, save_strategy="steps", save_steps=1, output_dir=str(tmp_path / "run"))
+    full = _trainer(True, **options)
+    full.train()
+    resumed = _trainer(True, **options)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-1"))
+
+    def second_step_loss(trainer):
+        return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry and entry["step"] == 2]
+
+    assert second_step_loss(resumed) == pytest.approx(second_step_loss(full), rel=1e-5)
+    assert len(second_step_loss(full)) == 1
+    assert [OLD_LOGPS in batch for batch in resumed._buffered_inputs] == [False, False, True, True]

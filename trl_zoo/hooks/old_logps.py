@@ -1,0 +1,109 @@
+"""Trainer hook: `skip_on_policy_old_logps`, old log-probs only where they differ from the policy's own.
+
+TRL computes old log-probs log π_old(y_t) of the whole generation batch in one no-grad forward inside
+`_generate_and_score_completions` whenever gradient_accumulation_steps is not a multiple of steps_per_generation ×
+num_iterations. With num_iterations = 1 and steps_per_generation > gradient_accumulation_steps (G), the batch's
+micro-batches are trained at micro-steps s, s + 1, …: those inside the optimizer step of the generation (buffer
+entries 0 … G − 1 when s is a multiple of G) are trained with the very weights that generated them, so their old
+log-probs are the policy's own, detached, which is what TRL's loss and `hooks/loss_step.py` use when a micro-batch
+carries none (ratio 1). Only the later entries need old log-probs.
+
+With the field on and applicable (`old_logps_skip_applies`, config/generation_speed.py), TRL's pass is not run at
+generation (`old_logps_pass_skipped`, the door); right after TRL's `_prepare_inputs` built (and length bucketing
+re-cut) the buffer of micro-batches, before any optimizer update on it, each micro-batch of a later optimizer step
+gets `old_per_token_logps` from the same forward TRL uses (`_zoo_get_per_token_logps_and_entropies` on prompt +
+completion ids and masks, chunked by the per-device batch size, under `_generation_pass("old_logps")`: no grad,
+gradient checkpointing off, outside autocast as TRL's pass). Computed on the re-cut micro-batches, they are the
+log-probs of exactly the rows and padding the loss forward sees. The buffer then goes to the resume layer, which
+saves it with them. Entries not used before the next generation (only after a resume that lost the buffer) get them
+too.
+
+Where it does not apply, TRL's behaviour is unchanged: eval, a multimodal batch (TRL's pass then runs in full), and
+every setting of `old_logps_skip_conflicts` (num_iterations > 1, vLLM's importance-sampling correction, a teacher, the
+reward's KL, a MoE-router loss: these read every row's old log-probs). Set by the user, such a setting is refused when
+the config is built; set by `speed_recipe`, the field silently does not apply. Dynamic sampling composes: its rounds
+generate without the pass, and only trained rows get old log-probs.
+
+`old_logps/rows`, the rows put through an old-log-prob pass per generation batch (TRL's and this one's, summed over
+processes), is logged at each generation batch where TRL would run its pass: half of TRL's with the recipe's
+steps_per_generation = 2 G.
+
+Tests: tests/test_old_logps_skip.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..config.generation_speed import old_logps_skip_applies
+from .generation import ScoredRound
+from .model_inputs import forward_inputs, is_multimodal
+from .trl_access import (
+    generation_buffer,
+    log_metric,
+    micro_step,
+    set_generation_buffer,
+    trl_computes_old_logps,
+)
+
+ROWS = "old_logps/rows"
+OLD_LOGPS = "old_per_token_logps"
+
+
+def on_policy_entries(steps_per_generation: int, accumulation: int, step: int) -> list[bool]:
+    """Per buffer entry: whether it is trained in the optimizer step of the generation, at micro-step `step` (the
+    buffer then serves entries `step % steps_per_generation` onward, one a micro-step)."""
+    first = step % steps_per_generation
+    optimizer_step = step // accumulation
+    return [j >= first and (step + j - first) // accumulation == optimizer_step for j in range(steps_per_generation)]
+
+
+class OldLogpsMixin:
+    """`skip_on_policy_old_logps` (see the module docstring)."""
+
+    _old_logps_rows = 0  # rows through an old-log-prob pass in the current generation batch, this process
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.skip_on_policy_old_logps = old_logps_skip_applies(self.args, bool(self.loss_entry.spec.requires_moe))
+
+    def _before_advantages(self, scored: ScoredRound) -> None:
+        super()._before_advantages(scored)
+        old = scored.batch.get(OLD_LOGPS)
+        if old is not None and self.model.training:
+            self._old_logps_rows += old.size(0)  # TRL's pass over this round
+
+    def _zoo_prepare_inputs(self, generation_batch):
+        step = micro_step(self)
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        new_buffer = self.model.training and (step % generate_every == 0 or generation_buffer(self) is None)
+        if new_buffer:
+            self._old_logps_rows = 0
+        inputs = super()._zoo_prepare_inputs(generation_batch)
+        if not new_buffer:
+            return inputs
+        if self.skip_on_policy_old_logps:
+            buffer = self._with_old_logps(generation_buffer(self), step)
+            set_generation_buffer(self, buffer)
+            inputs = buffer[step % self.args.steps_per_generation]
+        if trl_computes_old_logps(self):
+            rows = torch.tensor(float(self._old_logps_rows), device=self.accelerator.device)
+            log_metric(self, ROWS, self.accelerator.reduce(rows, reduction="sum").item())
+        return inputs
+
+    def _with_old_logps(self, micro_batches: list[dict], step: int) -> list[dict]:
+        """`micro_batches` with `old_per_token_logps` in each one not trained in the generation's optimizer step."""
+        on_policy = on_policy_entries(len(micro_batches), self.args.gradient_accumulation_steps, step)
+        result = []
+        with self._generation_pass("old_logps") as chunk:
+            for micro_batch, own in zip(micro_batches, on_policy):
+                if own or OLD_LOGPS in micro_batch or is_multimodal(micro_batch):
+                    result.append(micro_batch)
+                    continue
+                input_ids, attention_mask, logits_to_keep, _ = forward_inputs(micro_batch)
+                old, _, _ = self._zoo_get_per_token_logps_and_entropies(
+                    self.model, input_ids, attention_mask, logits_to_keep, batch_size=chunk
+                )
+                result.append({**micro_batch, OLD_LOGPS: old})
+                self._old_logps_rows += input_ids.size(0)
+        return result
