@@ -138,3 +138,14 @@ def test_the_report_answers_the_studys_own_questions_paired_by_seed(tmp_path):
     assert "| grpo_teacher − grpo_teacher_no_context | +2.5 | [+0.2, +4.9] | 3 of 3 seeds | significant |" in text
     assert "| grpo_teacher − grpo | -10.0 |" in text and "0 of 3 seeds" in text
     assert "maxrl − grpo" not in text  # a question asks only where both configurations ran
+
+
+def test_the_studys_recording_reward_reads_the_answer_line_of_a_base_models_prompts():
+    """The instrumented reward forwards the dataset's `answer_first_line` column, as final_number does: without it a
+    base model's few-shot completion ("85\n\nQuestion: …\nAnswer: 21") is graded by its last number."""
+    from benchmarks.lib.real_model_run import recorded_final_number
+
+    completions = [" 85\n\nQuestion: What is 10 + 11?\nAnswer: 21"] * 2
+    graded = recorded_final_number(completions, answer=["85", "21"], answer_first_line=[True, True])
+    assert graded == [1.0, 0.0]
+    assert recorded_final_number(completions, answer=["85", "21"]) == [0.0, 1.0]

@@ -99,10 +99,12 @@ def restore_random_state(state: dict) -> None:
         torch.cuda.set_rng_state(tensor(state["cuda"]))
 
 
-def recorded_final_number(completions, answer, completion_ids=None, trainer_state=None, **kwargs):
-    """final_number, and for training batches (completion_ids given) a record of lengths by correctness, with the
+def recorded_final_number(completions, answer, completion_ids=None, trainer_state=None, answer_first_line=None,
+                          **kwargs):
+    """final_number (reading the answer line where the dataset's `answer_first_line` says so: a base model's
+    few-shot prompts), and for training batches (completion_ids given) a record of lengths by correctness, with the
     optimizer step the batch is generated for."""
-    rewards = final_number_reward(completions, answer)
+    rewards = final_number_reward(completions, answer, answer_first_line=answer_first_line)
     if completion_ids is not None and os.environ.get(RECORD_ENV):
         lengths = [len(ids) for ids in completion_ids]
         right = [n for n, r in zip(lengths, rewards) if r == 1.0]
