@@ -16,10 +16,13 @@ from trl_zoo.config import generation_speed
 from trl_zoo.config.speed_recipe import SPEED_RECIPES
 
 RECIPE_FIELDS = ("merge_adapter_for_generation", "compile_generation", "compile_generation_backend",
-                 "generation_autocast", "steps_per_generation", "generation_batch_size")
-# the recipe and the contender of the README's table it stands for
-MEASURED_AS = {"lora": "merged_two_steps", "lora_graphed": "merged_cuda_graph_two_steps",
-               "lora_compiled": "merged_autocast_compiled_two_steps"}
+                 "generation_autocast", "skip_on_policy_old_logps", "steps_per_generation", "generation_batch_size")
+# the recipe and the flags of the contenders of docs/benchmarks.md's table it stands for
+MEASURED_AS = {
+    "lora": CONTENDERS["merged_two_steps"],
+    "lora_graphed": [*CONTENDERS["merged_cuda_graph_two_steps"], "--skip_on_policy_old_logps", "true"],
+    "lora_compiled": CONTENDERS["merged_autocast_compiled_two_steps"],
+}
 needs_mixed_dtype_static_cache = pytest.mark.skipif(
     generation_speed.static_cache_fails_on_mixed_dtypes(),
     reason="generation_autocast with compiled decoding needs transformers >= 5.24",
@@ -36,7 +39,7 @@ def fields_of(training_args) -> dict:
 def test_a_recipe_sets_the_fields_of_the_contender_it_was_measured_as(recipe, tmp_path):
     task = ["--task", "chat_arithmetic", "--output_dir", str(tmp_path / "run"), "--bf16", "true", "--use_cpu", "true"]
     _, by_recipe, _ = parse_train_args([*task, "--speed_recipe", recipe])
-    _, by_flags, _ = parse_train_args([*task, *CONTENDERS[MEASURED_AS[recipe]]])
+    _, by_flags, _ = parse_train_args([*task, *MEASURED_AS[recipe]])
     assert fields_of(by_recipe) == fields_of(by_flags)
     assert by_recipe.steps_per_generation == 2 * by_recipe.gradient_accumulation_steps == 8
     assert by_recipe.generation_batch_size == 2 * 128  # two optimizer steps of the task's 128 completions
