@@ -20,8 +20,10 @@ Plans (each run: `benchmarks/lib/real_model_run.py`, 3 seeds unless --seeds):
     offpolicy chat_arithmetic, 8 optimizer steps per generation batch (--num_iterations 8, 80 steps = 10
               batches): dapo with ε_high 0.28 (clip-higher) and 0.2 (symmetric), dppo, topr, m2po
     trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
-    gemma     chat_arithmetic with the base model gemma3-270m (few-shot prompts, 24 new tokens): the six losses of
-              `easy`, the null-reward control and TRL's GRPOTrainer with grpo (not run yet)
+    gemma     chat_arithmetic with the base model gemma3-270m (few-shot prompts) at the model's own preset
+              (learning rate 5e-5, 24 new tokens: PackagedModel.preset; a --learning_rate flag overrides it): the
+              six losses of `easy`, the null-reward control and TRL's GRPOTrainer with grpo. At the task's 2e-4
+              every run fell below the base model (benchmarks/results/2026-11-27-h100x4-gemma.md)
 Several plans: `--plan hard,offpolicy` (one queue, seeds outermost). `--skip_done` leaves out runs that finished in
 an earlier invocation (their summary.json exists: a run that failed writes costs.json but no summary) and resumes,
 from its last complete checkpoint, a run an earlier invocation stopped (runs save one every `--save_steps`, 10 by
@@ -94,8 +96,9 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
         runs["dapo_clip_higher"] = ["--loss_type", "dapo", "--epsilon_high", "0.28", *updates]
         return "chat_arithmetic", runs
     if name == "gemma":
-        # the base model in the few-shot format (docs/models.md); 24 new tokens hold its answer line on every level
-        gemma = ["--model_name_or_path", "gemma3-270m", "--max_completion_length", "24"]
+        # the base model in the few-shot format (docs/models.md); the model's own preset gives learning rate 5e-5
+        # and 24 new tokens (its answer line on every level), unless the invocation's flags override them
+        gemma = ["--model_name_or_path", "gemma3-270m"]
         runs = {loss: ["--loss_type", loss, *gemma] for loss in LOSSES}
         runs["control"] = ["--loss_type", "grpo", "--null_reward_control", "true", *gemma]
         runs["trl_grpo"] = ["--trainer", "trl", "--loss_type", "grpo", *gemma]

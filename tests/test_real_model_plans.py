@@ -149,3 +149,14 @@ def test_the_studys_recording_reward_reads_the_answer_line_of_a_base_models_prom
     graded = recorded_final_number(completions, answer=["85", "21"], answer_first_line=[True, True])
     assert graded == [1.0, 0.0]
     assert recorded_final_number(completions, answer=["85", "21"]) == [0.0, 1.0]
+
+
+def test_the_gemma_plan_runs_at_the_models_own_preset_unless_a_flag_overrides_it(tmp_path):
+    task, runs = real_model.plan("gemma")
+    for run, flags in runs.items():
+        argv = real_model.command(task, flags, 0, tmp_path / run, [])
+        _, training, model = parse_train_args(argv[argv.index("--task"):], log=lambda *_: None)
+        assert model.model_name_or_path == "gemma3-270m", run
+        assert (training.learning_rate, training.max_completion_length) == (5e-5, 24), run
+    argv = real_model.command(task, runs["grpo"], 0, tmp_path / "lr", ["--learning_rate", "2e-4"])
+    assert parse_train_args(argv[argv.index("--task"):], log=lambda *_: None).training.learning_rate == 2e-4

@@ -6,16 +6,20 @@ TRL's `ModelConfig`, `TaskArguments` below (which holds the fields of TRL's grpo
 `GRPOConfig.plugin_args`) — so a YAML file gives values and `--field value` flags override them. Every field
 `trl grpo` accepts is accepted here. Precedence, lowest first:
 
-    TRL's defaults  <  trl_zoo's defaults  <  quickstart preset (built-in task only)  <  YAML  <  flags
+    TRL's defaults  <  trl_zoo's defaults  <  quickstart preset  <  model preset  <  YAML  <  flags
 
 trl_zoo's defaults: LoRA on (`use_peft`); fp32 (`bf16` off) and no pinned memory when no GPU is present. The
-quickstart preset fits the built-in tasks' tiny policy (learning rate, group size, completion length, steps).
+quickstart preset (built-in task only) fits the built-in tasks' tiny policy (learning rate, group size, completion
+length, steps), with the task's own `preset()` over it. The model preset (built-in task only): what a packaged
+model's `PackagedModel.preset` sets when model_name_or_path is its short name (gemma3-270m: learning rate 5e-5, 24
+new tokens), said in one line.
 
 Bad configuration (unknown loss, misspelt key, wrong type) raises `ConfigError`, which the CLI prints as one line
 naming the field (exit status 2), never a traceback.
 
 Tests: tests/test_cli.py (precedence of defaults, preset, YAML and flags), tests/test_configs.py (every config file),
-tests/test_presets_builtin.py (the quickstart preset), tests/test_cli_messages.py (one-line errors).
+tests/test_presets_builtin.py (the quickstart preset), tests/test_model_preset.py (a packaged model's preset),
+tests/test_cli_messages.py (one-line errors).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
 
 from ..config import GRPOConfig, plugin_fields
+from ..io.gguf_checkpoint import PACKAGED_MODELS
 from ..numerics import short_repr
 from ..tasks import get_task
 from ..tasks.bootstrap import BootstrapRecipe
@@ -377,6 +382,19 @@ def quickstart_preset(task) -> dict:
     }
 
 
+def model_preset(model_name_or_path: str | None) -> dict:
+    """The preset a packaged model carries (`PackagedModel.preset`, measured on that model), applied over the task's
+    on a built-in task; empty for any other model."""
+    packaged = PACKAGED_MODELS.get(model_name_or_path) if isinstance(model_name_or_path, str) else None
+    return dict(packaged.preset) if packaged else {}
+
+
+def model_preset_message(name: str, values: dict) -> str:
+    given = ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}" for key, value in
+                      values.items())
+    return f"{name}: {given} from the model's own preset (measured on it: docs/models.md); a flag or config value wins"
+
+
 def config_path(argv: list[str]) -> str | None:
     if "--config" not in argv:
         return None
@@ -457,7 +475,14 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
     parser.set_defaults(**trl_zoo_defaults())
     if namespace.dataset_name is None and not namespace.datasets:
         task = get_task(namespace.task)
-        parser.set_defaults(**quickstart_preset(task))
+        task_preset = quickstart_preset(task)
+        parser.set_defaults(**task_preset)
+        model = namespace.model_name_or_path or task_preset.get("model_name_or_path")
+        model_values = model_preset(model)
+        parser.set_defaults(**model_values)  # after the task's preset; the config file and flags still win
+        kept = {key: value for key, value in model_values.items() if not (key in config or given_as_flag(key, argv))}
+        if kept:
+            log(model_preset_message(model, kept))
         if namespace.model_name_or_path is None and not hasattr(task, "preset"):  # the bootstrapped tiny policy
             preset = {key: config[key] for key in LENGTH_FIELDS if key in config}
             flags = {key: getattr(namespace, key) for key in LENGTH_FIELDS if given_as_flag(key, argv)}

