@@ -334,3 +334,28 @@ def test_trainer_trains_groups_of_unequal_sizes_with_their_own_advantages():
     for row in logged:
         assert row["dynamic_sampling/generated_per_trained"] == row["dynamic_sampling/generation_rounds"]
         assert row["dynamic_sampling/filled_rows"] == 0
+
+
+def test_the_last_allowed_round_opens_new_prompts_where_their_spread_can_be_trained():
+    # n_1 = 4, n_stop = 8, n_give = 4, 2 rounds. Round 1: z0 b0 c0 z1 × 4 (b0 spread at 4; the others given up).
+    # Round 2, the last: b0 + 4 (stops at 8), then new prompts open with 8, not 4: b1 × 8 (spread, trained), c1 × 4
+    # (the last slots). Opened with 4, b1's spread would show but could not be topped up: 8 filler rows.
+    session = ScriptedSession("zbc")
+    sampled = run(session, budget_args(adaptive_budget_first_size=4, adaptive_budget_min_size=8,
+                                       adaptive_budget_give_up_size=4, dynamic_sampling_max_rounds=2))
+    assert len(session.rounds) == 2
+    assert sampled.batch["names"] == ["b0"] * 8 + ["b1"] * 8
+    assert sampled.batch["order"][8:] == [(1, row) for row in range(4, 12)]
+    assert sampled.regrouped.group_sizes.tolist() == [8, 8]
+    assert sampled.metrics["dynamic_sampling/filled_rows"] == 0
+    assert sampled.metrics["dynamic_sampling/given_up"] == 4  # z0 c0 z1 after 4, c1 after its 4
+
+
+def test_the_last_round_changes_nothing_when_a_prompt_stops_at_its_first_size():
+    from trl_zoo.samplers.adaptive_budget import PromptSource, plan_round
+
+    session = ScriptedSession("ab")
+    plan, _ = plan_round([], PromptSource(session), [2, 4, 8], 16, 2, 8, last=True)
+    assert [k for _, k in plan] == [2] * 8
+    plan, _ = plan_round([], PromptSource(ScriptedSession("ab")), [2, 4, 8], 16, 8, 4, last=True)
+    assert [k for _, k in plan] == [8, 8]

@@ -55,10 +55,11 @@ straight to the first point ≥ n_stop, one without to the next point ≥ min(n_
 could only say "continue", so the counts above are unchanged and a prompt needs fewer rounds), in the order they
 were opened (one that does not fit waits for the next round); then new prompts from the stream (the inputs TRL
 handed over, then the sampler's own prompt stream) fill the rest with n_1 completions each (fewer in the last
-slots). Rounds stop once the informative groups
-hold ≥ B completions, or at `dynamic_sampling_max_rounds`. Prompts open or drawn when the batch is full are dropped
-(they come round again with the stream); nothing is kept between batches. Every process takes the same decisions
-(the rewards are the whole batch's).
+slots); in the last allowed round (`dynamic_sampling_max_rounds`) with the first grid point ≥ n_stop instead: a
+prompt opened there is never topped up, so opened with n_1 < n_stop its spread could not be trained. Rounds stop
+once the informative groups hold ≥ B completions, or at `dynamic_sampling_max_rounds`. Prompts open or drawn when
+the batch is full are dropped (they come round again with the stream); nothing is kept between batches. Every
+process takes the same decisions (the rewards are the whole batch's).
 
 The batch. The trained batch has exactly B rows, as TRL's layout expects: the informative groups in the order they
 stopped, whole while they fit; the first that does not fit into the r ≥ 2 slots left is cut to r completions — its
@@ -80,9 +81,10 @@ Measured on the real model (SmolLM2-135M-Instruct, chat_arithmetic_medium, 3 see
 benchmarks/results/2026-11-27-h100x4-adaptive-budget-medium.md): with (n_1, n_stop, n_give) = (4, 8, 4) it generated
 1.49–2.39× resample's completions per trained informative completion, at lower held-out accuracy on 3 of 3 seeds
 (6.0 / 5.4 / 11.4 % against 15.2 / 18.0 / 13.6 %). With rare successes (small p) the spread within n grows about
-linearly in n, so n_give < G loses informative prompts in proportion; a prompt whose spread shows in the last allowed
-round is never topped up. Use it for fewer completions per informative prompt at p near 0.5; resample fills batches
-with informative groups more cheaply.
+linearly in n, so n_give < G loses informative prompts in proportion; and a prompt whose spread showed in the last
+allowed round was never topped up (since then, new prompts of the last round open with the first grid point
+≥ n_stop; a bound from the study's counts, every such prompt topped up, is still 1.03–1.63×). Use it for fewer
+completions per informative prompt at p near 0.5; resample fills batches with informative groups more cheaply.
 
 Metrics (under `dynamic_sampling/`): `generated_per_trained` (completions generated / trained completions of
 informative groups), `informative_share` (informative prompts / prompts opened), `generation_rounds`,
@@ -251,9 +253,10 @@ def next_decision(grid: list[int], rewards: list[float], n_stop: int, n_give: in
 
 
 def plan_round(active: list[OpenPrompt], source: PromptSource, grid: list[int], capacity: int, n_stop: int,
-               n_give: int):
+               n_give: int, last: bool = False):
     """[(prompt, k)] filling `capacity` rows: the open prompts' increments to their next decision in order while
-    they fit, then new prompts with n_1 (fewer in the last slots); and the open prompts that wait."""
+    they fit, then new prompts with n_1 (fewer in the last slots), or in the `last` allowed round with the first grid
+    point ≥ n_stop, where a spread can still be trained; and the open prompts that wait."""
     plan, space = [], capacity
     for prompt in active:
         increment = next_decision(grid, prompt.rewards, n_stop, n_give) - prompt.size
@@ -262,8 +265,9 @@ def plan_round(active: list[OpenPrompt], source: PromptSource, grid: list[int], 
         plan.append((prompt, increment))
         space -= increment
     waiting = active[len(plan) :]
+    opening = next(point for point in grid if point >= n_stop) if last else grid[0]
     while space:
-        increment = min(grid[0], space)
+        increment = min(opening, space)
         plan.append((source.take(), increment))
         space -= increment
     return plan, waiting
@@ -329,7 +333,8 @@ def adaptive_budget(session, args) -> SampledBatch:
     given_up: list[OpenPrompt] = []
     rounds = 0
     while sum(p.size for p in informative) < capacity and rounds < args.dynamic_sampling_max_rounds:
-        plan, waiting = plan_round(active, source, grid, capacity, n_stop, n_give)
+        last = rounds + 1 == args.dynamic_sampling_max_rounds
+        plan, waiting = plan_round(active, source, grid, capacity, n_stop, n_give, last)
         scored = session.generate_round([dict(prompt.row) for prompt, k in plan for _ in range(k)])
         rounds += 1
         index, position, continuing = len(session.rounds) - 1, 0, []
