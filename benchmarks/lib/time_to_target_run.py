@@ -125,7 +125,7 @@ class TargetStop(TrainerCallback):
             self.curve.append((step, accuracy, clock))
         decision = stop_decision(clock, self.budget, accuracy, self.target)
         if decision == "cutoff" and accuracy is None:
-            self.accuracy.measure(model, step)
+            self.accuracy.measure(model, step, state)
             accuracy = self.accuracy.history[-1][1]
             self.curve.append((step, accuracy, clock))
             decision = stop_decision(clock, self.budget, accuracy, self.target)

@@ -419,6 +419,7 @@ def _heldout_accuracy(heldout, tokenizer, scorer, run_log, task_args, training_a
             batch_size=task_args.eval_batch_size,
             across_processes=True,
             progress=EvaluationProgress(log) if training_args.process_index == 0 else None,
+            trainer_state=accuracy_callback.state,  # the trainer's, as TRL hands it to a reward
         )
 
     def record(step: int, result: HeldOutResult):
@@ -485,7 +486,7 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         # a run log without its step-0 record: the base policy, measured before the checkpoint is loaded (under FSDP
         # this sees the model before accelerate prepares it; a fresh run measures in on_train_begin instead)
         try:
-            accuracy.measure(trainer.model, 0)
+            accuracy.measure(trainer.model, 0, trainer.state)
         except RewardOutputError as error:
             raise ConfigError(one_line(error)) from None
     elif prepared.checkpoint and accuracy is not None:

@@ -63,13 +63,13 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 from accelerate.utils import DistributedType, is_peft_model
-from torch.nn.parallel import DistributedDataParallel
 from trl.models.utils import disable_gradient_checkpointing
 
 from ..critic import ValueHead, clipped_value_loss, explained_variance, policy_gae, positive_example_nll, value_targets
 from .generation import ScoredRound, row_chunks
 from .loss_step import PolicyForward
 from .model_inputs import forward_inputs, is_multimodal, loss_mask
+from .trl_access import ignored_by_ddp
 
 VALUE_ADAPTER = "value"
 VALUE_HEAD = "trl_zoo_value_head"
@@ -126,7 +126,7 @@ class Critic:
         one-process distributed launch too (torchrun --nproc_per_node 1 on CPU)."""
         critic_ids = {id(parameter) for parameter in self.parameters}
         names = [name for name, parameter in self.model.named_parameters() if id(parameter) in critic_ids]
-        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.model, names)
+        ignored_by_ddp(self.model, names)
 
     def _share_weights_across_processes(self):
         """Start every process from rank 0's critic weights; their gradients are averaged at each optimizer step

@@ -1,5 +1,6 @@
 """The door: the one module of trl_zoo that reads or writes TRL's and transformers' private names, overrides or calls
-their private methods, or swaps one of their attributes. Every other module reaches TRL through what is defined here
+their private methods, or swaps one of their attributes (and the one place that calls a private method of torch's:
+`ignored_by_ddp`). Every other module reaches TRL through what is defined here
 (tests/test_trl_access.py walks the package's syntax trees and keeps it so), so the next TRL is a change of this file.
 
 What trl_zoo relies on is listed here once and checked against the installed TRL when a trainer is built
@@ -49,6 +50,7 @@ from typing import Any
 import torch
 import trl
 import trl.trainer.grpo_trainer as trl_grpo_trainer
+from torch.nn.parallel import DistributedDataParallel
 from transformers import CompileConfig
 from trl import GRPOTrainer as TRLGRPOTrainer
 
@@ -384,6 +386,13 @@ def switch_on_compiled_decoding(trainer, compile_config: CompileConfig) -> None:
         config.compile_config = compile_config
     if trainer.accelerator.device.type == "cpu":
         config.compile_config._compile_all_devices = True
+
+
+def ignored_by_ddp(model, names: list[str]) -> None:
+    """Mark `model`'s parameters `names` as ignored by any DistributedDataParallel that later wraps it (torch's own
+    mark, `DistributedDataParallel._set_params_and_buffers_to_ignore_for_model`, which accelerate and DeepSpeed use
+    too; torch offers no public one). Inert without DDP."""
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
 
 
 # ---------------------------------------------------------------------- swaps for one call of TRL's

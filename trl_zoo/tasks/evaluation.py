@@ -194,12 +194,14 @@ def greedy_evaluation(
     batch_size: int = 256,
     across_processes: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    trainer_state=None,
 ) -> HeldOutResult:
     """Accuracy and mean reward of the prompts' greedy completions (module docstring). An output that is not one
     number or None per prompt raises `RewardOutputError`, as in training.
 
     `reward` is called like TRL calls a reward function, by keyword (`call_reward`), with the dataset's other columns
-    (e.g. `answer`) in `reward_kwargs`; chat prompts get chat-message completions. `progress(done, total)` is
+    (e.g. `answer`) in `reward_kwargs`, and `trainer_state` (the training's `TrainerState` at the evaluation, as TRL
+    passes it; None outside training); chat prompts get chat-message completions. `progress(done, total)` is
     called after each batch (`EvaluationProgress` prints a line every ~10 s; in a distributed run, of this
     process's share).
     """
@@ -209,14 +211,15 @@ def greedy_evaluation(
     processes = dist.get_world_size() if across_processes and dist.is_available() and dist.is_initialized() else 1
     if processes == 1:
         rewards = _greedy_rewards(
-            model, tokenizer, prompts, max_new_tokens, reward, reward_kwargs, batch_size, progress=progress
+            model, tokenizer, prompts, max_new_tokens, reward, reward_kwargs, batch_size, progress=progress,
+            trainer_state=trainer_state,
         )
         return _result(_tally(rewards), len(prompts))
     rows, own = process_share(len(prompts), dist.get_rank(), processes)
     rewards = _greedy_rewards(
         model, tokenizer, [prompts[i] for i in rows], max_new_tokens, reward,
         {key: [column[i] for i in rows] for key, column in reward_kwargs.items()}, batch_size, synced=True,
-        progress=progress,
+        progress=progress, trainer_state=trainer_state,
     )
     totals = torch.tensor(_tally(rewards[:own]), dtype=torch.float64, device=next(model.parameters()).device)
     dist.all_reduce(totals)
@@ -245,13 +248,13 @@ def process_share(count: int, index: int, processes: int) -> tuple[list[int], in
 
 def _greedy_rewards(
     model, tokenizer, prompts: list, max_new_tokens: int, reward: Callable, reward_kwargs: dict, batch_size: int,
-    synced: bool = False, progress: Callable[[int, int], None] | None = None,
+    synced: bool = False, progress: Callable[[int, int], None] | None = None, trainer_state=None,
 ) -> list:
     """The reward of each prompt's greedy completion (None where the reward could not score it), shape-checked."""
     texts, ids = decoded_completions_and_ids(
         model, tokenizer, prompts, max_new_tokens, GREEDY, batch_size, synced, progress
     )
-    rewards = call_reward(reward, prompts, as_completions(prompts, texts), ids, reward_kwargs)
+    rewards = call_reward(reward, prompts, as_completions(prompts, texts), ids, reward_kwargs, trainer_state)
     check_reward_shape(getattr(reward, "__name__", type(reward).__name__), rewards, len(prompts))
     return list(rewards)
 
@@ -269,7 +272,9 @@ class HeldOutAccuracyCallback(TrainerCallback):
     """Measure greedy held-out accuracy when training starts (step 0), every `every_steps` optimizer steps and at the
     last step.
 
-    `evaluate(model)` does the measuring and returns the accuracy or a `HeldOutResult`; `on_result(step, result)`
+    `evaluate(model)` does the measuring and returns the accuracy or a `HeldOutResult`; while it runs, `state` is the
+    trainer's `TrainerState` at that step (None where the caller gave none), for a reward that reads `trainer_state`
+    (the CLI's evaluation passes it on); `on_result(step, result)`
     receives what it returned (the CLI writes it to the run's metrics file). `history` keeps (step, accuracy) pairs
     and `results` maps each step to what was returned, both starting from `history` (a resumed run's earlier
     (step, result) pairs). The step-0 measurement is taken in `on_train_begin`, once the trainer has prepared the
@@ -286,8 +291,14 @@ class HeldOutAccuracyCallback(TrainerCallback):
         self.results: dict[int, float | HeldOutResult] = dict(history)
         self.history: list[tuple[int, float]] = [(step, accuracy_of(result)) for step, result in history]
 
-    def measure(self, model, step: int) -> float | HeldOutResult:
-        result = self.evaluate(model)
+    state = None  # the trainer's TrainerState of the measurement in progress (see the class docstring)
+
+    def measure(self, model, step: int, state=None) -> float | HeldOutResult:
+        self.state = state
+        try:
+            result = self.evaluate(model)
+        finally:
+            self.state = None
         self.history.append((step, accuracy_of(result)))
         self.results[step] = result
         if self.on_result is not None:
@@ -296,12 +307,12 @@ class HeldOutAccuracyCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if state.global_step == 0 and not any(step == 0 for step, _ in self.history):
-            self.measure(model, 0)
+            self.measure(model, 0, state)
         return control
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         last_step = state.global_step >= state.max_steps
         if state.global_step % self.every_steps == 0 or last_step:
             if not self.history or self.history[-1][0] != state.global_step:
-                self.measure(model, state.global_step)
+                self.measure(model, state.global_step, state)
         return control
