@@ -18,7 +18,8 @@ def run(monkeypatch, tmp_path):
     monkeypatch.setenv(real_model_run.RECORD_ENV, "")
     monkeypatch.setattr(real_model_run, "GENERATIONS", dict(real_model_run.GENERATIONS))
     # a reward with spread from the completions' text (the tiny random model never writes the right number)
-    monkeypatch.setattr(real_model_run, "final_number_reward", lambda completions, answer: digit_reward(completions))
+    monkeypatch.setattr(real_model_run, "final_number_reward",
+                        lambda completions, answer, **kwargs: digit_reward(completions))
 
     def train(name, *flags, seed=0):
         output_dir = tmp_path / name
