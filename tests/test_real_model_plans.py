@@ -160,3 +160,24 @@ def test_the_gemma_plan_runs_at_the_models_own_preset_unless_a_flag_overrides_it
         assert (training.learning_rate, training.max_completion_length) == (5e-5, 24), run
     argv = real_model.command(task, runs["grpo"], 0, tmp_path / "lr", ["--learning_rate", "2e-4"])
     assert parse_train_args(argv[argv.index("--task"):], log=lambda *_: None).training.learning_rate == 2e-4
+
+
+def test_the_recording_reward_labels_training_batches_with_their_step_and_the_evaluations_none(tmp_path,
+                                                                                                 monkeypatch):
+    """Both get the trainer's state; the held-out evaluation's call is told apart by its no-op loggers."""
+    import json
+    from types import SimpleNamespace
+
+    from benchmarks.lib import real_model_run
+    from trl_zoo.tasks.evaluation import not_recorded
+
+    record = tmp_path / "completions.jsonl"
+    monkeypatch.setenv(real_model_run.RECORD_ENV, str(record))
+    state = SimpleNamespace(global_step=3)
+    batch = {"completions": [" 5", " 6"], "answer": ["5", "5"], "completion_ids": [[1], [2, 3]],
+             "trainer_state": state}
+    real_model_run.recorded_final_number(**batch, log_metric=lambda *a: None)
+    real_model_run.recorded_final_number(**batch, log_metric=not_recorded)
+    rows = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [row["step"] for row in rows] == [4, None]
+    assert rows[0]["reward"] == 0.5 and rows[0]["length_right"] == 1 and rows[0]["length_wrong"] == 2

@@ -36,14 +36,14 @@ def test_stop_decision():
 
 
 class FakeAccuracy:
-    """The held-out callback's interface: `history` [(step, a)], `measure(model, step)`; accuracies by step."""
+    """The held-out callback's interface: `history` [(step, a)], `measure(model, step, state)`; accuracies by step."""
 
     def __init__(self, by_step):
         self.by_step = by_step
         self.history = [(0, by_step[0])]
         self.measured = []
 
-    def measure(self, model, step):
+    def measure(self, model, step, state=None):
         self.measured.append(step)
         self.history.append((step, self.by_step[step]))
 

@@ -23,10 +23,10 @@ from . import tiny
 SCORED = []  # (prompts, completions) of every batch the trainer scored with `recording_reward`
 
 
-def recording_reward(completions, prompts=None, trainer_state=None, **kwargs):
-    """A zero reward that keeps what the trainer scored (the greedy held-out evaluation, outside a training step,
-    passes no trainer_state)."""
-    if trainer_state is not None:
+def recording_reward(completions, prompts=None, **kwargs):
+    """A zero reward that keeps what the trainer scored: a training batch, where each prompt comes num_generations
+    times (the greedy held-out evaluation scores each prompt once)."""
+    if len(set(map(str, prompts))) < len(prompts):
         SCORED.append((list(prompts), list(completions)))
     return [0.0] * len(completions)
 

@@ -47,6 +47,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from trl_zoo.tasks.evaluation import not_recorded
 from trl_zoo.tasks.rewards import final_number_reward
 
 RECORD_ENV = "REAL_MODEL_COMPLETIONS"
@@ -102,15 +103,16 @@ def restore_random_state(state: dict) -> None:
 def recorded_final_number(completions, answer, completion_ids=None, trainer_state=None, answer_first_line=None,
                           **kwargs):
     """final_number (reading the answer line where the dataset's `answer_first_line` says so: a base model's
-    few-shot prompts), and for training batches (completion_ids given) a record of lengths by correctness, with the
-    optimizer step the batch is generated for."""
+    few-shot prompts), and for every scored batch (completion_ids given) a record of lengths by correctness, with the
+    optimizer step a training batch is generated for (None for the held-out evaluation's)."""
     rewards = final_number_reward(completions, answer, answer_first_line=answer_first_line)
     if completion_ids is not None and os.environ.get(RECORD_ENV):
         lengths = [len(ids) for ids in completion_ids]
         right = [n for n, r in zip(lengths, rewards) if r == 1.0]
         wrong = [n for n, r in zip(lengths, rewards) if r != 1.0]
         record = {
-            "step": trainer_state.global_step + 1 if trainer_state is not None else None,
+            "step": None if trainer_state is None or kwargs.get("log_metric") is not_recorded
+            else trainer_state.global_step + 1,
             "reward": sum(rewards) / len(rewards),
             "length": sum(lengths) / len(lengths),
             "length_right": sum(right) / len(right) if right else None,

@@ -125,8 +125,9 @@ def completion_ids(rows: list[list[int]], eos: int | None, pad: int | None) -> l
     return cut
 
 
-def _not_recorded(*args, **kwargs) -> None:
-    """`log_extra` and `log_metric` outside training: an evaluation has no completions table or step metrics."""
+def not_recorded(*args, **kwargs) -> None:
+    """`log_extra` and `log_metric` outside training: an evaluation has no completions table or step metrics (a
+    reward can tell an evaluation's call by `log_metric is not_recorded`)."""
 
 
 def call_reward(
@@ -139,7 +140,7 @@ def call_reward(
     `trainer_state` is the one given (None: no training state) and the two loggers record nothing."""
     return reward(
         prompts=prompts, completions=completions, completion_ids=completion_ids, trainer_state=trainer_state,
-        log_extra=_not_recorded, log_metric=_not_recorded, **columns,
+        log_extra=not_recorded, log_metric=not_recorded, **columns,
     )
 
 
