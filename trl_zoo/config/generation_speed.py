@@ -112,7 +112,9 @@ class GenerationSpeedFields:
         "own (detached, ratio 1); only the later steps' micro-batches get old log-probs, computed right after "
         "generation, before any update (same forward as TRL's). Not with num_iterations > 1, vLLM's "
         "importance-sampling correction, a teacher_model, kl_placement='reward' or a MoE-router loss, which read "
-        "every row's old log-probs; does nothing where TRL computes none. 'lora_graphed' sets it.",
+        "every row's old log-probs, nor where TRL computes none (gradient_accumulation_steps a "
+        "multiple of steps_per_generation): set by you, such a setting is refused in one line; set by "
+        "speed_recipe='lora_graphed', the field then does nothing.",
         False,
     )
 

@@ -35,8 +35,9 @@ public or overridable method for these:
 - `trainer._get_per_token_logps_and_entropies` (`old_logps_pass_skipped`): while TRL's
   `_generate_and_score_completions` runs with `skip_on_policy_old_logps` on (`hooks/old_logps.py`), its old-log-prob
   pass (its first call of that method, on the policy under no_grad: `RELIED_CALLS`) returns (None, None, None), so
-  TRL returns no `old_per_token_logps`; TRL computes them inline, under its own condition
-  (`old_logps_pass_skippable` repeats it). Its later calls (the reference's) are TRL's.
+  TRL returns no `old_per_token_logps`; TRL computes them inline, under its own condition (`trl_computes_old_logps`
+  repeats it; the field applies only where that holds without vLLM's correction: `old_logps_skip_applies`). Its
+  later calls (the reference's) are TRL's.
 """
 
 from __future__ import annotations
@@ -239,8 +240,9 @@ class TRLSeams(TRLGRPOTrainer):
     # ------------------------------------------------------------------ the seams: TRL's methods
     def _zoo_generate_and_score_completions(self, inputs):
         """TRL's generation and scoring of `inputs` (one generation batch); without its old-log-prob pass when
-        `skip_on_policy_old_logps` is on, the model trains and TRL would run that pass (`old_logps_pass_skippable`)."""
-        if self.skip_on_policy_old_logps and self.model.training and old_logps_pass_skippable(self):
+        `skip_on_policy_old_logps` applies (set by hooks/old_logps.py only where TRL runs that pass and nothing of
+        TRL's reads it) and the model trains."""
+        if self.skip_on_policy_old_logps and self.model.training:
             with old_logps_pass_skipped(self):
                 return super()._generate_and_score_completions(inputs)
         return super()._generate_and_score_completions(inputs)
@@ -440,12 +442,6 @@ def trl_computes_old_logps(trainer) -> bool:
     generate_every = trainer.args.steps_per_generation * trainer.num_iterations
     vllm_correction = trainer.use_vllm and trainer.vllm_importance_sampling_correction
     return trainer.args.gradient_accumulation_steps % generate_every != 0 or bool(vllm_correction)
-
-
-def old_logps_pass_skippable(trainer) -> bool:
-    """Whether TRL runs its old-log-prob pass and nothing in TRL reads its result: not vLLM's importance-sampling
-    correction, which TRL computes from it inline."""
-    return trl_computes_old_logps(trainer) and not (trainer.use_vllm and trainer.vllm_importance_sampling_correction)
 
 
 _LOGPS_OPTIONS = ("batch_size", "compute_entropy", "compute_aux_loss")  # the rest are multimodal inputs
