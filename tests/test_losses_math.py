@@ -313,14 +313,37 @@ def test_a_bare_dppo_is_the_papers_loss():
     assert LOSSES.get("dppo").spec.aggregation == "token_sum_over_max_length"
 
 
-@pytest.mark.parametrize("low, high", [(0.3, None), (0.05, 0.45)])
+ROUNDING_MARGIN = 1e-3  # far beyond float32's rounding of p − q (~1e-7): no gap is within rounding of a threshold
+
+
+@pytest.mark.parametrize("low, high", [(0.3, None), (0.03, 0.45)])
 def test_dppo_thresholds_are_one_per_direction(low, high):
     batch = probability_batch(DPPO_PAIRS, DPPO_ADVANTAGES)
     term = LOSSES.get("dppo").fn(batch, config("dppo", dppo_mask_low=low, dppo_mask_high=high))
     high = low if high is None else high
-    gaps = torch.tensor([[p - q for p, q in row] for row in DPPO_PAIRS])
+    gaps = torch.tensor([[p - q for p, q in row] for row in DPPO_PAIRS], dtype=torch.float64)
+    assert (gaps - high).abs().min() > ROUNDING_MARGIN and (gaps + low).abs().min() > ROUNDING_MARGIN
     expected = torch.where(DPPO_ADVANTAGES > 0, gaps > high, gaps < -low).float()
     torch.testing.assert_close(term.metrics["dppo/masked_fraction"], expected)
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_dppo_a_gap_equal_to_its_threshold_is_inside_the_region(below):
+    """The documented rule is strict (Â > 0: masked if p − q > ε_high; Â < 0: masked if p − q < −ε_low), so a gap
+    equal to its threshold is kept, and one float32 step below it is masked. The thresholds are the gaps the loss
+    itself computes from these log-probs (p and q within a factor 2 of each other, so p − q is exact in float32),
+    which makes the boundary the same on every CPU, however it rounds exp and log."""
+    batch = probability_batch([[(0.7, 0.4)], [(0.35, 0.6)]], DPPO_ADVANTAGES)
+    gaps = (batch.logps.detach().exp() - batch.old_logps.exp()).abs()  # (2, 1): +ε_high, then −(−ε_low)
+    if below:
+        gaps = torch.nextafter(gaps, torch.zeros_like(gaps))
+    high, low = float(gaps[0, 0]), float(gaps[1, 0])
+    term = LOSSES.get("dppo").fn(batch, config("dppo", dppo_mask_low=low, dppo_mask_high=high, dppo_kl_coef=0.01))
+    masked = torch.full((2, 1), float(below))
+    torch.testing.assert_close(term.metrics["dppo/masked_fraction"], masked)
+    delta = batch.log_ratio.detach()
+    expected = -(1 - masked) * torch.exp(delta) * batch.advantages + 0.01 * delta**2
+    torch.testing.assert_close(term.loss.detach(), expected)
 
 
 # ---------------------------------------------------------------- the sanity law, for every registered loss
