@@ -46,17 +46,34 @@ def test_an_env_block_that_is_not_a_mapping_is_one_line(tmp_path):
         apply_config_env(["--config", write_config(tmp_path, "env: [A, B]\n")], restart=lambda: None)
 
 
-def test_an_env_value_made_of_nested_aliases_is_one_line_not_a_hang(tmp_path, monkeypatch):
-    """str() of a YAML alias of aliases nine deep would spell out 9**9 values; the block takes single values only."""
+def test_an_env_value_that_is_a_list_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"^env: A in .* must be one value \(text or a number\), got a list\.$"):
+        apply_config_env(["--config", write_config(tmp_path, "env:\n  A: [1, 2]\n")], restart=lambda: None)
+
+
+LAUGHS = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+)  # nine levels of aliases: 9**9 values in under 400 bytes
+
+
+@pytest.mark.parametrize("env", ["env:\n  TRL_ZOO_LAUGHS: *i\n", "env: *i\n"])
+def test_an_env_block_made_of_nested_aliases_is_one_line_not_a_hang(tmp_path, monkeypatch, env):
+    """The alias limit of the config file covers `env:` too, before anything spells the aliases out."""
     monkeypatch.delenv("TRL_ZOO_LAUGHS", raising=False)
-    laughs = "a: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n" + "".join(
-        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
-    )
-    config = write_config(tmp_path, laughs + "env:\n  TRL_ZOO_LAUGHS: *i\n")
-    with pytest.raises(ConfigError, match=r"^env: TRL_ZOO_LAUGHS in .* must be one value \(text or a number\), got a "
-                                          r"list\.$"):
+    config = write_config(tmp_path, LAUGHS + env)
+    with pytest.raises(ConfigError, match=r"^--config: .* uses YAML aliases that expand to more than 100,000 values"):
         apply_config_env(["--config", config], restart=lambda: pytest.fail("restarted"))
     assert "TRL_ZOO_LAUGHS" not in os.environ
+
+
+@pytest.mark.parametrize("entry, message", [
+    ('"A=B": 1', r"^env: 'A=B' in .* is not a variable name: give a non-empty name without '=' or NUL bytes"),
+    ('"": 1', r"^env: '' in .* is not a variable name"),
+    ('A: "x\\0y"', r"^env: A in .* holds a NUL byte, which no environment variable can hold: remove it"),
+])
+def test_an_env_entry_no_environment_can_hold_is_one_line(tmp_path, entry, message):
+    with pytest.raises(ConfigError, match=message):
+        apply_config_env(["--config", write_config(tmp_path, f"env:\n  {entry}\n")], restart=lambda: None)
 
 
 def test_hf_datasets_cache_from_the_config_file_is_the_cache_datasets_uses(tmp_path):

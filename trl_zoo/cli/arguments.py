@@ -426,7 +426,8 @@ def expanded_size(node, sizes: dict | None = None) -> int:
     return total
 
 
-def read_config(path: str) -> dict:
+def load_yaml(path: str):
+    """The YAML document in `path`, its aliases counted before they are expanded (`expanded_size`)."""
     if not os.path.isfile(path):
         raise ConfigError(f"--config: no such file {path!r}.")
     try:
@@ -437,9 +438,13 @@ def read_config(path: str) -> dict:
                 f"--config: {path} uses YAML aliases that expand to more than {MAX_YAML_VALUES:,} values; write the "
                 f"values out instead of nesting aliases (*name) of aliases."
             )
-        config = yaml.SafeLoader("").construct_document(node) if node is not None else None
+        return yaml.SafeLoader("").construct_document(node) if node is not None else None
     except yaml.YAMLError as error:
         raise ConfigError(f"--config: {path} is not valid YAML ({short_repr(one_line(error), 200)}).") from None
+
+
+def read_config(path: str) -> dict:
+    config = load_yaml(path)
     if not isinstance(config, dict):
         raise ConfigError(f"--config: {path} must contain a mapping of field: value.")
     config.pop("env", None)

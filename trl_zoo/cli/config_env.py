@@ -19,33 +19,35 @@ import os
 import sys
 from collections.abc import Callable
 
-import yaml
-
-from .arguments import ConfigError, config_path
+from .arguments import ConfigError, config_path, load_yaml
 
 
 def config_env(argv: list[str]) -> dict[str, str]:
     """The `env:` block of the `--config` file in `argv`, as text ({} without a file or a block). A file that is
-    missing or not YAML is left for the argument parser to report."""
+    missing is left for the argument parser to report."""
     path = config_path(argv)
     if path is None or not os.path.isfile(path):
         return {}
-    try:
-        with open(path) as handle:
-            config = yaml.safe_load(handle)
-    except (OSError, yaml.YAMLError):
-        return {}
+    config = load_yaml(path)  # nested aliases refused before anything spells them out
     block = config.get("env") if isinstance(config, dict) else None
     if block is None:
         return {}
     if not isinstance(block, dict):
         raise ConfigError(f"env: in {path} must map variable names to values (NAME: value), got {block!r:.80}.")
     for name, value in block.items():
-        if isinstance(value, (list, dict)):  # str() of a YAML alias of aliases would spell out billions of values
+        if isinstance(value, (list, dict)):
             raise ConfigError(
                 f"env: {name} in {path} must be one value (text or a number), got a {type(value).__name__}."
             )
-    return {str(name): str(value) for name, value in block.items()}
+    variables = {str(name): str(value) for name, value in block.items()}
+    for name, value in variables.items():
+        if not name or "=" in name or "\0" in name:
+            raise ConfigError(f"env: {name!r} in {path} is not a variable name: give a non-empty name without '=' "
+                              f"or NUL bytes (NAME: value).")
+        if "\0" in value:
+            raise ConfigError(f"env: {name} in {path} holds a NUL byte, which no environment variable can hold: "
+                              f"remove it from the value.")
+    return variables
 
 
 def restart_command() -> None:
