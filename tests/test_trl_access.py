@@ -6,6 +6,7 @@ swap the door makes for the duration of a call of TRL's is undone however that c
 import ast
 import inspect
 import pathlib
+import sys
 import textwrap
 
 import pytest
@@ -20,6 +21,7 @@ from trl_zoo.hooks import trl_access
 from trl_zoo.hooks.trl_access import (
     RELIED_ELSEWHERE,
     RELIED_METHODS,
+    RELIED_WITH_VLLM,
     TRLDriftError,
     TRLSeams,
     parameters,
@@ -59,7 +61,7 @@ def trl_private_names() -> frozenset[str]:
     classes = [cls for cls in TRLGRPOTrainer.__mro__ if cls is not object]
     modules = [trl_grpo_trainer]
     swapped_globals = set()
-    for owner, name, _ in RELIED_ELSEWHERE:
+    for owner, name, _ in (*RELIED_ELSEWHERE, *RELIED_WITH_VLLM):
         owner = trl_access._resolve(owner)
         if inspect.isclass(owner):
             classes.append(owner)
@@ -184,6 +186,17 @@ class ChangedTRL(TRLGRPOTrainer):
 )
 def test_a_drifted_trl_gets_one_line(drifted, line):
     assert trl_drift(drifted) == f"{line} (installed TRL {trl.__version__}; trl_zoo is tested with TRL 1.16.x)."
+
+
+def test_a_moved_vllm_module_matters_only_to_a_run_that_uses_vllm(monkeypatch):
+    """TRL's vLLM module is imported only for a vLLM run, and then its absence is the drift line, not a bare
+    ModuleNotFoundError."""
+    monkeypatch.setitem(sys.modules, "trl.generation.vllm_generation", None)  # importing it raises
+    assert trl_drift() is None
+    assert trl_drift(use_vllm=True) == (
+        "trl_zoo relies on TRL's trl.generation.vllm_generation.VLLMGeneration._iter_named_params(self), which the "
+        f"installed TRL lacks (installed TRL {trl.__version__}; trl_zoo is tested with TRL 1.16.x)."
+    )
 
 
 def test_a_drifted_trl_stops_the_trainers_construction(monkeypatch):

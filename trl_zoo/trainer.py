@@ -191,7 +191,7 @@ class GRPOTrainer(
     """Drop-in `trl.GRPOTrainer`: same constructor, `loss_type` from the plugin table (see `trl-zoo list`)."""
 
     def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, *positional, **kwargs):
-        check_installed_trl()
+        check_installed_trl(use_vllm=bool(getattr(args, "use_vllm", False)))
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = GRPOConfig(f"{model_name.split('/')[-1]}-GRPO")

@@ -5,7 +5,7 @@ their private methods, or swaps one of their attributes (and the one place that 
 
 What trl_zoo relies on is listed here once and checked against the installed TRL when a trainer is built
 (`check_installed_trl`): a missing or changed name stops with one line naming it, the installed TRL version and the
-tested one (`TESTED_TRL`).
+tested one (`TESTED_TRL`). TRL's vLLM module is imported, and its names checked, only for a run that uses vLLM.
 
 Methods. `TRLSeams`, the base of every layer, alone overrides TRL's private methods that trl_zoo hooks: TRL's `_x`
 calls `self._zoo_x` with the same arguments, and `_zoo_x` defaults to TRL's `_x`. The layers override `_zoo_x` and
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -96,9 +97,10 @@ RELIED_STATE = (
 # elsewhere in TRL and transformers: (owner, name, parameters or None for an attribute)
 RELIED_ELSEWHERE = (
     (trl_grpo_trainer, "create_model_from_path", "(model_id, architecture, **kwargs)"),
-    ("trl.generation.vllm_generation.VLLMGeneration", "_iter_named_params", "(self)"),
     (CompileConfig, "_compile_all_devices", None),
 )
+# the same, checked (and TRL's vLLM module imported) only when the run generates with vLLM
+RELIED_WITH_VLLM = (("trl.generation.vllm_generation.VLLMGeneration", "_iter_named_params", "(self)"),)
 
 
 class TRLDriftError(RuntimeError):
@@ -127,15 +129,24 @@ def _owner_name(owner) -> str:
 
 
 def _resolve(owner):
+    """`owner`, or the object its dotted name names; None when the installed TRL lacks that module or name."""
     if isinstance(owner, str):
         module, _, name = owner.rpartition(".")
-        return getattr(__import__(module, fromlist=[name]), name)
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            return None
     return owner
 
 
 def _drift(owner, name: str, expected: str | None) -> str | None:
-    """What differs in `owner.name` from what trl_zoo relies on, in words, or None."""
-    where = f"{_owner_name(owner)}.{name}{expected or ''}"
+    """What differs in `owner.name` (`owner` an object or its dotted name) from what trl_zoo relies on, in words,
+    or None."""
+    resolved = _resolve(owner)
+    where = f"{owner if resolved is None else _owner_name(resolved)}.{name}{expected or ''}"
+    if resolved is None:
+        return f"trl_zoo relies on TRL's {where}, which the installed TRL lacks"
+    owner = resolved
     if not hasattr(owner, name):
         return f"trl_zoo relies on TRL's {where}, which the installed TRL lacks"
     found = getattr(owner, name)
@@ -162,12 +173,13 @@ def _call_order_drift(owner, method: str, callee: str, calls: tuple[str, ...]) -
     return None
 
 
-def trl_drift(trainer_class=TRLGRPOTrainer) -> str | None:
-    """The first name trl_zoo relies on that `trainer_class` (TRL's trainer) or the installed TRL lacks or changed,
-    as one line with the installed and the tested TRL versions; None when all match."""
+def trl_drift(trainer_class=TRLGRPOTrainer, use_vllm: bool = False) -> str | None:
+    """The first name trl_zoo relies on that `trainer_class` (TRL's trainer) or the installed TRL lacks or changed
+    (with `use_vllm`, TRL's vLLM generation's too), as one line with the installed and the tested TRL versions; None
+    when all match."""
     checks = [(trainer_class, name, expected) for name, expected in RELIED_METHODS.items()]
     checks += [(trainer_class, name, None) for name in RELIED_CLASS_ATTRIBUTES]
-    checks += [(_resolve(owner), name, expected) for owner, name, expected in RELIED_ELSEWHERE]
+    checks += [*RELIED_ELSEWHERE, *(RELIED_WITH_VLLM if use_vllm else ())]
     found = next(filter(None, (_drift(owner, name, expected) for owner, name, expected in checks)), None)
     if found is None:
         found = next(filter(None, (_call_order_drift(trainer_class, *relied) for relied in RELIED_CALLS)), None)
@@ -177,9 +189,10 @@ def trl_drift(trainer_class=TRLGRPOTrainer) -> str | None:
 
 
 @functools.cache
-def check_installed_trl() -> None:
-    """Raise `TRLDriftError` (one line) when the installed TRL lacks or changed a name trl_zoo relies on; once."""
-    drift = trl_drift()
+def check_installed_trl(use_vllm: bool = False) -> None:
+    """Raise `TRLDriftError` (one line) when the installed TRL lacks or changed a name trl_zoo relies on (with
+    `use_vllm`, for vLLM generation too); once."""
+    drift = trl_drift(use_vllm=use_vllm)
     if drift:
         raise TRLDriftError(drift)
 
