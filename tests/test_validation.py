@@ -4,6 +4,8 @@ each other fail there too, before any model is loaded; a plugin's declarations a
 (Checks that need the model — RSPO on a dense model, a MoE auxiliary loss with skip_zero_advantage — are tested next
 to their features: test_rspo.py, test_skip_zero_advantage.py.)"""
 
+import json
+import math
 import warnings
 
 import pytest
@@ -365,6 +367,23 @@ def test_a_plugin_field_is_a_config_keyword_with_its_default_and_range(scaled_lo
     )
     with pytest.raises(AttributeError):
         build().pg_scael
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_plugin_field_is_refused_naming_it(scaled_loss, value, tmp_path):
+    """NaN passes every range check (each comparison is False): refused as a keyword, in plugin_args (JSON's NaN,
+    Infinity) and as a flag, naming the field, its range and its plugin; a NaN default where it is declared."""
+    expected = f"pg_scale: must be a finite number in [0.0, 10.0], got {value} (loss 'scaled_pg')."
+    assert rejection(loss_type="scaled_pg", pg_scale=value) == expected
+    assert rejection(loss_type="scaled_pg", plugin_args=json.dumps({"pg_scale": value})) == expected
+    assert rejection(pg_scale=value) == expected  # whichever loss is chosen, as a wrong type is
+    from trl_zoo.cli.arguments import ConfigError, parse_train_args
+
+    with pytest.raises(ConfigError) as error:
+        parse_train_args(["--loss_type", "scaled_pg", f"--pg_scale={value}", "--output_dir", str(tmp_path / "r")])
+    assert str(error.value) == expected
+    with pytest.raises(ValueError, match=r"^shift: must be a finite number, got nan\.$"):
+        trl_zoo.PluginField("shift", float, math.nan)
 
 
 def test_a_plugin_field_may_not_shadow_a_config_field(monkeypatch, scaled_loss):

@@ -34,12 +34,19 @@ def no_checks(args) -> None:
     """The default `validate` of estimators and samplers: nothing to check."""
 
 
+def check_finite(name: str, value, allowed: str = "") -> None:
+    """A float setting is a finite number: NaN passes every range check (each comparison with it is False), and no
+    setting of trl_zoo's takes ±inf. A one-line ValueError naming the setting (and its range, `allowed`) otherwise."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name}: must be a finite number{' ' + allowed if allowed else ''}, got {value}.")
+
+
 @dataclass(frozen=True)
 class PluginField:
     """One hyperparameter of a plugin: `--name V` on the command line, `name: V` in a YAML config, `name=V` in
     `GRPOConfig(...)`, read as `args.name` (stored in `GRPOConfig.plugin_args`). A value must have `type` (an int is
-    accepted for a float) and lie in `choices` or in the range from `low` to `high` (a bound None is absent; a bound
-    is included unless `low_open` / `high_open`)."""
+    accepted for a float; a float must be finite) and lie in `choices` or in the range from `low` to `high` (a bound
+    None is absent; a bound is included unless `low_open` / `high_open`)."""
 
     name: str
     type: type = float
@@ -60,14 +67,15 @@ class PluginField:
             self.checked(self.default)
 
     def checked(self, value, check_range: bool = True):
-        """`value` as this field's type; a one-line ValueError naming the field when it has the wrong type or range
-        (`check_range=False`: the type and the choices only)."""
+        """`value` as this field's type; a one-line ValueError naming the field when it has the wrong type, is not
+        finite, or is out of range (`check_range=False`: the type, finiteness and the choices only)."""
         if value is None:
             return None
         if self.type is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
             raise ValueError(f"{self.name}: expected {self.type.__name__}, got {value!r}.")
+        check_finite(self.name, value, self.range)
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{self.name}: got {value!r}; use one of {', '.join(map(str, self.choices))}.")
         if not check_range:

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 from trl import GRPOConfig as TRLGRPOConfig
 
 from ..registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
-from ..specs import PluginField, validate_settings
+from ..specs import PluginField, check_finite, validate_settings
 from .advantages import AdvantageFields, KLControlFields
 from .compute import ComputeFields
 from .critic import CriticFields
@@ -100,10 +99,8 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         config alone (what needs the model is checked by the trainer). In order: finite numbers, names in the tables
         and choices, the shared fields' ranges, each chosen plugin's own `validate` and declared fields, the critic's
         fields, then settings that contradict each other."""
-        for name in (*TRL_LOSS_FIELDS, *zoo_field_names()):
-            value = getattr(self, name)
-            if isinstance(value, float) and not math.isfinite(value):  # NaN passes every range check below
-                raise ValueError(f"{name}: must be a finite number, got {value}.")
+        for name in (*TRL_LOSS_FIELDS, *zoo_field_names()):  # a plugin's own fields: PluginField.checked
+            check_finite(name, getattr(self, name))
         self._validate_names()
         for name, (plugin_field, owner) in TABLE_FIELDS.items():  # types and choices, whichever entry is chosen
             try:
