@@ -51,6 +51,12 @@ def test_unknown_plugin_name_lists_the_closest_and_the_known_names(table):
     assert message.endswith(", ".join(TABLES[table].names()) + ".")
 
 
+@pytest.mark.parametrize("name, meant", [("gpro", "grpo"), ("dapo_", "dapo"), ("rpso", "rspo"), ("spao", "sapo")])
+def test_two_swapped_letters_are_one_edit_in_the_closest_name(name, meant):
+    """'gpro' is one swap from 'grpo' and two edits from 'gspo' and 'gmpo', which difflib ranks alike."""
+    assert f"Did you mean {meant!r}?" in rejection(loss_type=name)
+
+
 @pytest.mark.parametrize("field, name, meant", [
     ("loss_type", "GRPO ", "grpo"), ("loss_type", " Dapo", "dapo"), ("advantage_estimator", "RLOO", "rloo"),
     ("loss_aggregation", "Constant", "constant"), ("kl_estimator", "K3", "k3"),

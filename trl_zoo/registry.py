@@ -6,8 +6,9 @@ the declarations passed to `register`, defaults for the rest. Entries are added 
 (``@LOSSES.register("name", ...)``) or, for third-party packages, through a package entry point in the table's group
 (``trl_zoo.losses`` for losses), loaded the first time the table is read; a bare function gets the defaults.
 
-Looking up an unknown name raises a ``ValueError`` that lists the known names and the closest match; registering
-a name twice raises unless ``override=True`` is passed. An entry point that fails to load (its module or attribute
+Looking up an unknown name raises a ``ValueError`` that lists the known names and the closest match
+(`closest_name`, also the command line's for fields and commands); registering a name twice raises unless
+``override=True`` is passed. An entry point that fails to load (its module or attribute
 is missing, its import raises) is reported once in a warning and skipped; only looking its name up fails, with
 the same reason.
 
@@ -102,8 +103,8 @@ class Registry:
         known = self.names()
         folded = str(name).strip().lower()  # "GRPO " is a near miss of "grpo", named but not taken for it
         same_but_case = [candidate for candidate in (*known, *self._aliases) if candidate.lower() == folded]
-        close = same_but_case or difflib.get_close_matches(folded, known, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        close = same_but_case or [closest_name(folded, known)]
+        hint = f" Did you mean {close[0]!r}?" if close[0] else ""
         return f"{where}unknown {self.kind} {name!r}.{hint} Known: {', '.join(known)}."
 
     def names(self, plugins: bool = True) -> list[str]:
@@ -146,6 +147,26 @@ class Registry:
             f"{entry_point.value}) could not be loaded: {why}"
         )
         warnings.warn(self._broken[entry_point.name] + "; skipped.", stacklevel=2)
+
+
+def closest_name(name: str, known) -> str | None:
+    """The known name `name` most likely misspells: of difflib's close matches, the one fewest edits away, a swap of
+    two neighbouring letters counting as one edit ("gpro" is "grpo", not "gspo" or "gmpo"); None when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=max(len(known), 1))
+    return min(close, key=lambda candidate: edits_between(name, candidate), default=None)
+
+
+def edits_between(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and swaps of neighbouring letters."""
+    rows = [list(range(len(b) + 1))]
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(rows[i - 1][j] + 1, row[j - 1] + 1, rows[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], rows[i - 2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
 
 
 LOSSES = Registry("loss", "trl_zoo.losses", LossSpec)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from trl.scripts.grpo import GRPOScriptArguments
 from ..config import GRPOConfig, plugin_fields
 from ..io.gguf_checkpoint import PACKAGED_MODELS
 from ..numerics import short_repr
+from ..registry import closest_name
 from ..tasks import get_task
 from ..tasks.bootstrap import BootstrapRecipe
 from .preset_lengths import LENGTH_FIELDS, scale_preset_lengths, scaled_lengths_message
@@ -81,8 +81,7 @@ def closest_field(name: str, known: list[str], prefix: str = "") -> str | None:
     meant = MEANT_FIELDS.get(name[len(prefix):] if name.startswith(prefix) else name)
     if meant is not None and f"{prefix}{meant}" in known:
         return f"{prefix}{meant}"
-    close = difflib.get_close_matches(name, known, n=1)
-    return close[0] if close else None
+    return closest_name(name, known)
 
 
 def alias_note(alias: str) -> str:
@@ -270,8 +269,8 @@ def _coerce_dataclass_item(key: str, item, dataclass_type):
         return dataclass_type(str(item))
     unknown = [name for name in item if name not in names]
     if unknown:
-        close = difflib.get_close_matches(unknown[0], names, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        close = closest_name(unknown[0], names)
+        hint = f" Did you mean {close!r}?" if close else ""
         raise ConfigError(f"{key}: unknown key {unknown[0]!r} in an entry (its keys: {', '.join(names)}).{hint}")
     if names[0] not in item:
         raise ConfigError(f"{key}: every entry needs {names[0]!r}, got {short_repr(item)}.")
