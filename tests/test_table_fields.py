@@ -6,6 +6,7 @@ message naming the entry."""
 import dataclasses
 import inspect
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,31 @@ def test_estimator_and_sampler_ranges_are_checked_when_chosen_naming_the_entry()
     assert rejection(gae_gamma="big") == "gae_gamma: expected float, got 'big' (advantage estimator 'gae')."
     # the critic's own fields (config/critic.py's) keep their checks when an estimator with a critic is chosen
     assert rejection(advantage_estimator="gae", value_coef=-1.0) == "value_coef: must be ≥ 0, got -1.0."
+
+
+def unread_field_warnings(**overrides) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build(**overrides)
+    return [str(w.message) for w in caught if "has no effect: only the sampler" in str(w.message)]
+
+
+@pytest.mark.parametrize("sampler", [None, "resample", "greso"])
+def test_a_sampler_field_the_chosen_sampler_does_not_read_warns_naming_it(sampler):
+    assert unread_field_warnings(dynamic_sampling=sampler, adaptive_budget_max_size=4) == [
+        f"adaptive_budget_max_size: 4 has no effect: only the sampler 'adaptive_budget' reads it, and "
+        f"dynamic_sampling is {sampler!r}; set dynamic_sampling to 'adaptive_budget', or leave "
+        f"adaptive_budget_max_size unset."
+    ]
+    assert unread_field_warnings(dynamic_sampling="adaptive_budget", adaptive_budget_max_size=4) == []
+    assert unread_field_warnings(dynamic_sampling=sampler, adaptive_budget_first_size=2) == []  # its default
+
+
+def test_every_sampler_field_warns_alike_and_a_shared_one_names_every_reader():
+    assert len(unread_field_warnings(greso_step=0.02, greso_min_explore=0.05)) == 2
+    assert unread_field_warnings(dynamic_sampling="reweight", dynamic_sampling_max_rounds=3) == [
+        "dynamic_sampling_max_rounds: 3 has no effect: only the samplers 'adaptive_budget', 'greso', 'resample' "
+        "read it, and dynamic_sampling is 'reweight'; set dynamic_sampling to one of them, or leave "
+        "dynamic_sampling_max_rounds unset."
+    ]
+    assert unread_field_warnings(dynamic_sampling="greso", dynamic_sampling_max_rounds=3) == []

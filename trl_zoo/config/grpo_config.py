@@ -119,6 +119,7 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
                 validate_settings(chosen.spec, self, f"{table.kind} {chosen.name!r}")
         entry = LOSSES.get(self.loss_type)
         self._validate_plugin_args()
+        self._warn_unread_sampler_fields()
         self._check_critic_fields()
         # settings that are each valid but cannot work together; every message names both sides
         self._check_teacher_fields()
