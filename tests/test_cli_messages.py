@@ -110,3 +110,27 @@ def test_runs_on_your_own_data_get_a_named_folder_and_the_next_one_its_own(tmp_p
     assert parse_train_args([*flags, "--loss_type", "grpo"]).training.output_dir == "runs/sums-grpo"
     assert parse_train_args(flags).training.output_dir == "runs/sums-dapo-2"
     assert parse_train_args([*flags, "--output_dir", "mine"]).training.output_dir == "mine"
+
+
+def test_a_bare_train_says_it_runs_the_tasks_preset_not_the_defaults_help_lists(tmp_path):
+    from trl_zoo.cli.arguments import make_train_parser, parse_train_args
+
+    lines = []
+    parse_train_args(["--learning_rate", "0.01", "--output_dir", str(tmp_path / "run")], log=lines.append)
+    assert lines[0] == (
+        "No dataset given, so the built-in task 'addition' with its preset: loss_type grpo, max_steps 200 (the "
+        "defaults `trl-zoo train --help` lists apply with a dataset); a flag or config value wins"
+    )  # the learning rate given is not the preset's
+    assert "the offline quickstart (loss_type grpo, learning_rate 0.001, max_steps 200; a flag or config value " \
+           "wins)" in " ".join(make_train_parser().format_help().split())
+
+
+def test_a_missing_prompt_column_names_the_fix(tmp_path, capsys):
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"question": "1+1=", "answer": "2"}\n' * 20)
+    argv = ["train", "--model_name_or_path", "unused", "--dataset_name", str(data), "--output_dir", "run"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "trl-zoo train: error: prompt_column: no column 'prompt'; the dataset has question, answer: name the one "
+        "that holds the prompts, e.g. --prompt_column question."
+    )

@@ -63,16 +63,18 @@ def assert_real_card(card: str, summary: dict):
     assert f"| data | {summary['task']} |" in card
     assert (
         f"Greedy held-out accuracy {summary['accuracy_before']:.1%} before RL, {summary['accuracy_after']:.1%} "
-        f"after {summary['steps']} steps (best {summary['best_accuracy']:.1%} at step {summary['best_step']}), on "
+        f"after {summary['steps']} step{'s' if summary['steps'] != 1 else ''} (best {summary['best_accuracy']:.1%} "
+        f"at step {summary['best_step']}), on "
         f"{summary['heldout_size']} held-out prompts scored by `exact_match`"
     ) in card
     for arxiv_id in ("2506.13585", "2402.14740"):
         assert f"eprint        = {{{arxiv_id}}}" in card
 
 
-def test_the_saved_adapter_has_the_real_card_without_checkpoints(tmp_path):
-    card, summary = card_run(tmp_path)
+def test_the_saved_adapter_has_the_real_card_without_checkpoints(tmp_path, capsys):
+    card, summary = card_run(tmp_path, "--max_steps", "1")
     assert_real_card(card, summary)
+    assert "after 1 step (" in card and "LoRA fine-tuning, 1 step ..." in capsys.readouterr().out  # not "1 steps"
     assert f'PeftModel.from_pretrained(base, "{tmp_path / "run"}")' in card
     assert "base_model:" not in card  # a local folder is not a hub id, so the metadata leaves it out
 

@@ -138,6 +138,8 @@ IMPOSSIBLE = [
     # TRL builds these but fails at train() (torch's sampler), or trains something other than TRL's GDPO
     ("gradient_accumulation_steps", dict(gradient_accumulation_steps=0), "use an integer ≥ 1"),
     ("gradient_accumulation_steps", dict(gradient_accumulation_steps=-2), "use an integer ≥ 1"),
+    ("max_steps", dict(max_steps=0), "≥ 1 optimizer steps, or -1 to train for num_train_epochs"),  # not 1 step
+    ("max_steps", dict(max_steps=-2), "≥ 1 optimizer steps, or -1"),
     ("scale_rewards", dict(multi_objective_aggregation="normalize_then_sum", advantage_estimator="grpo",
                            scale_rewards="batch"), "set scale_rewards='group'"),
     ("scale_rewards", dict(multi_objective_aggregation="normalize_then_sum", advantage_estimator="grpo",
@@ -170,6 +172,8 @@ BOUNDARIES = [  # the closest allowed settings: each must build
     dict(multi_objective_aggregation="normalize_then_sum", scale_rewards="batch"),  # TRL's path: group std always
     dict(advantage_estimator="rloo", multi_objective_aggregation="normalize_then_sum", scale_rewards="batch"),
     dict(gradient_accumulation_steps=1),
+    dict(max_steps=1),
+    dict(max_steps=-1),
     dict(advantage_epsilon=0.0),
     dict(overlong_buffer_length=8),
     dict(overlong_penalty_factor=0.0),

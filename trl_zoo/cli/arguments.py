@@ -293,7 +293,9 @@ def _coerce_scalar(key: str, value, action):
 TRAIN_USAGE = "trl-zoo train [--config FILE.yaml] [--field value ...]"
 TRAIN_DESCRIPTION = (
     "Every field below can be given as a flag or as a key of the YAML --config file (flags win). trl_zoo's own "
-    "fields come first, grouped; then TRL's, the same as `trl grpo` takes."
+    "fields come first, grouped; then TRL's, the same as `trl grpo` takes. Without a dataset (dataset_name or "
+    "datasets), train runs a built-in --task with that task's preset, not the defaults shown below: the offline "
+    "quickstart ({quickstart}; a flag or config value wins)."
 )
 
 
@@ -314,7 +316,7 @@ def make_train_parser() -> StrictTrlParser:
     plugin_cls = plugin_arguments_class()
     parser = StrictTrlParser(
         (TaskArguments, GRPOConfig, ModelConfig, plugin_cls), prog="trl-zoo train", usage=TRAIN_USAGE,
-        description=TRAIN_DESCRIPTION,
+        description=TRAIN_DESCRIPTION.format(quickstart=preset_summary(quickstart_preset(get_task("addition")))),
     )
     group_help(parser, TaskArguments, GRPOConfig, ModelConfig, plugin_cls)
     return parser
@@ -379,6 +381,21 @@ def quickstart_preset(task) -> dict:
         "gradient_checkpointing": False,  # TRL turns it on; on a tiny model recomputation only costs time
         **(task.preset() if hasattr(task, "preset") else {}),
     }
+
+
+SUMMARY_FIELDS = ("loss_type", "learning_rate", "max_steps")  # a task preset's values that --help's defaults differ on
+
+
+def preset_summary(values: dict) -> str:
+    """'loss_type grpo, learning_rate 0.001': the `SUMMARY_FIELDS` among `values`."""
+    return ", ".join(f"{key} {values[key]:g}" if isinstance(values[key], float) else f"{key} {values[key]}"
+                     for key in SUMMARY_FIELDS if key in values)
+
+
+def task_preset_message(name: str, values: dict) -> str:
+    given = f": {preset_summary(values)}" if preset_summary(values) else ""
+    return (f"No dataset given, so the built-in task {name!r} with its preset{given} (the defaults `trl-zoo train "
+            f"--help` lists apply with a dataset); a flag or config value wins")
 
 
 def model_preset(model_name_or_path: str | None) -> dict:
@@ -484,6 +501,8 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
         model = namespace.model_name_or_path or task_preset.get("model_name_or_path")
         model_values = model_preset(model)
         parser.set_defaults(**model_values)  # after the task's preset; the config file and flags still win
+        kept = {key: value for key, value in task_preset.items() if not (key in config or given_as_flag(key, argv))}
+        log(task_preset_message(namespace.task, {key: kept[key] for key in kept if key not in model_values}))
         kept = {key: value for key, value in model_values.items() if not (key in config or given_as_flag(key, argv))}
         if kept:
             log(model_preset_message(model, kept))

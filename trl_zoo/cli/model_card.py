@@ -62,7 +62,8 @@ def model_card(summary: dict, method: str, citation: str | None, settings: dict,
     mean_before, mean_after = (format_mean_reward(summary.get(f"mean_reward_{when}")) for when in ("before", "after"))
     result = "No held-out set (num_heldout 0): not evaluated." if summary["accuracy_before"] is None else (
         f"Greedy held-out accuracy {summary['accuracy_before']:.1%} before RL, {summary['accuracy_after']:.1%} after "
-        f"{summary['steps']} steps (best {summary['best_accuracy']:.1%} at step {summary['best_step']}), on "
+        f"{summary['steps']} step{'s' if summary['steps'] != 1 else ''} (best {summary['best_accuracy']:.1%} at step "
+        f"{summary['best_step']}), on "
         f"{summary['heldout_size']} held-out prompts scored by `{heldout_reward}`; mean reward {mean_before} before, "
         f"{mean_after} after. Accuracy counts the completions whose reward is exactly 1."
     )

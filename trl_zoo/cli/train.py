@@ -492,9 +492,9 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     elif prepared.checkpoint and accuracy is not None:
         log(f"Held-out greedy accuracy before RL: {accuracy.history[0][1]:.1%} (from the run log).")
     length = (
-        f"{training_args.max_steps} steps"
+        f"{training_args.max_steps} step{'s' if training_args.max_steps != 1 else ''}"
         if training_args.max_steps > 0
-        else f"{training_args.num_train_epochs:g} epochs"
+        else f"{training_args.num_train_epochs:g} epoch{'s' if training_args.num_train_epochs != 1 else ''}"
     )
     no_heldout = "No held-out set (num_heldout 0), so no held-out evaluation. " if accuracy is None else ""
     log(

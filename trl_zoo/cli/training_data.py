@@ -180,7 +180,10 @@ def _load_dataset_splits(task_args, seed: int, log=print, reads: dict[str, str] 
         if column not in columns:
             if target == "answer":
                 continue  # a custom reward may not need one
-            raise ConfigError(f"{column_arg}: no column {column!r}; the dataset has {', '.join(columns)}.")
+            raise ConfigError(
+                f"{column_arg}: no column {column!r}; the dataset has {', '.join(columns)}: name the one that holds "
+                f"the prompts, e.g. --prompt_column {columns[0]}."
+            )
         if column != target:
             train, heldout = (
                 d.rename_column(column, target) if d is not None and target not in column_names(d) else d

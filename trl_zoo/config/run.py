@@ -93,6 +93,10 @@ class RunFields:
             raise ValueError("fp16: got True on a CPU, which has no fp16 mixed precision; set fp16=False.")
         if self.beta < 0:
             raise ValueError(f"beta: the KL coefficient must be ≥ 0, got {self.beta}.")
+        if self.max_steps == 0 or self.max_steps < -1:  # transformers reads 0 as "by epochs", then trains one step
+            raise ValueError(
+                f"max_steps: must be ≥ 1 optimizer steps, or -1 to train for num_train_epochs, got {self.max_steps}."
+            )
         if self.reward_timeout_warning < 0:  # trl_zoo's, checked with these (hooks/reward_watchdog.py)
             raise ValueError(
                 f"reward_timeout_warning: must be ≥ 0 seconds (0: no line), got {self.reward_timeout_warning}."
