@@ -420,6 +420,8 @@ def _heldout_accuracy(heldout, tokenizer, scorer, run_log, task_args, training_a
             across_processes=True,
             progress=EvaluationProgress(log) if training_args.process_index == 0 else None,
             trainer_state=accuracy_callback.state,  # the trainer's, as TRL hands it to a reward
+            nan_rewards=training_args.nan_rewards,  # training's reward checks and watchdog
+            reward_timeout_warning=training_args.reward_timeout_warning,
         )
 
     def record(step: int, result: HeldOutResult):

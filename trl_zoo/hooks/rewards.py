@@ -31,8 +31,12 @@ is not a sequence of one number or None per completion (a scalar, strings, the w
 ``MAX_ABS_REWARD`` in magnitude is an error too: its square overflows float32 in the group std, every advantage of
 the group becomes 0 and nothing is learned, silently.
 
+A reward called outside training (the held-out evaluation, pass@k: `tasks/evaluation.py`'s `call_reward`) goes
+through the same checks, one function's output at a time (`checked_rewards`).
+
 Tests: tests/test_nan_rewards.py (raise or drop), tests/test_reward_checks.py (not a reward, overflow),
-tests/test_reward_output_cli.py, tests/test_bad_input_more.py (an all-None batch).
+tests/test_reward_output_cli.py, tests/test_bad_input_more.py (an all-None batch), tests/test_heldout_reward_checks.py
+(the evaluation and pass@k).
 """
 
 from __future__ import annotations
@@ -100,22 +104,11 @@ class RewardsMixin:
             return rewards_per_func
         counts = found.sum(dim=0).tolist()
         culprits = ", ".join(
-            f"{self.reward_func_names[column]!r} ({count} of {found.size(0)}"
-            + (f", e.g. {examples[column]}" if column in examples else "")
-            + ")"
+            _culprit(self.reward_func_names[column], count, found.size(0), examples.get(column))
             for column, count in enumerate(counts)
             if count
         )
-        if self.args.nan_rewards == "raise":
-            raise RewardOutputError(
-                f"nan_rewards: reward functions returned NaN or ±inf: {culprits}; return None for a completion a "
-                f"function cannot score, or set nan_rewards='drop' to give such completions zero advantage."
-            )
-        warnings.warn(
-            f"nan_rewards='drop': reward functions returned NaN or ±inf: {culprits}; those completions are treated "
-            f"as unscorable (zero advantage).",
-            stacklevel=2,
-        )
+        _on_nonfinite(self.args.nan_rewards, culprits, "zero advantage")
         rewards_per_func = rewards_per_func.clone()
         rewards_per_func[found.any(dim=1)] = torch.nan
         return rewards_per_func
@@ -183,14 +176,56 @@ def _described(values) -> str:
     return f"{short_repr(values)} ({type(values).__name__})"
 
 
-def _record(values, name: str, column: int, findings: torch.Tensor, examples: dict[int, str]):
-    check_reward_shape(name, values, findings.size(0))
+def _nonfinite_rows(name: str, values) -> list[int]:
+    """The rows of a shape-checked output that are NaN, ±inf or beyond float32; the others' magnitude checked."""
+    rows = []
     for row, value in enumerate(values):
         if not _is_finite_reward(value):
-            findings[row, column] = 1
-            examples.setdefault(column, f"completion {row} got {short_repr(value)}")
+            rows.append(row)
         elif value is not None:
             _check_magnitude(name, float(value))
+    return rows
+
+
+def _culprit(name: str, count: int, rows: int, example: str | None) -> str:
+    return f"{name!r} ({count} of {rows}" + (f", e.g. {example}" if example else "") + ")"
+
+
+def _on_nonfinite(nan_rewards: str, culprits: str, dropped: str) -> None:
+    """`nan_rewards="raise"`: the one-line error naming the functions; "drop": the warning (`dropped`: what a
+    completion so treated gets)."""
+    if nan_rewards == "raise":
+        raise RewardOutputError(
+            f"nan_rewards: reward functions returned NaN or ±inf: {culprits}; return None for a completion a "
+            f"function cannot score, or set nan_rewards='drop' to treat such completions as unscorable ({dropped})."
+        )
+    warnings.warn(
+        f"nan_rewards='drop': reward functions returned NaN or ±inf: {culprits}; those completions are treated "
+        f"as unscorable ({dropped}).",
+        stacklevel=3,
+    )
+
+
+def checked_rewards(name: str, values, rows: int, nan_rewards: str = "raise") -> list[float | None]:
+    """One reward function's output under training's checks, for a call outside training (the held-out evaluation,
+    pass@k): one number or None per completion (`check_reward_shape`), no magnitude beyond `MAX_ABS_REWARD`, and NaN
+    or ±inf as `nan_rewards` says ("raise": one line naming the function; "drop": a warning, None in their place).
+    The values as floats, None kept."""
+    check_reward_shape(name, values, rows)
+    nonfinite = _nonfinite_rows(name, values)
+    if nonfinite:
+        example = f"completion {nonfinite[0]} got {short_repr(values[nonfinite[0]])}"
+        culprit = _culprit(name, len(nonfinite), rows, example)
+        _on_nonfinite(nan_rewards, culprit, "not right, left out of the mean reward")
+    dropped = set(nonfinite)
+    return [None if value is None or row in dropped else float(value) for row, value in enumerate(values)]
+
+
+def _record(values, name: str, column: int, findings: torch.Tensor, examples: dict[int, str]):
+    check_reward_shape(name, values, findings.size(0))
+    for row in _nonfinite_rows(name, values):
+        findings[row, column] = 1
+        examples.setdefault(column, f"completion {row} got {short_repr(values[row])}")
     return values
 
 

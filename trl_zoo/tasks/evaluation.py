@@ -33,8 +33,12 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from ..hooks.rewards import check_reward_shape
+from ..config.run import RunFields
+from ..hooks.reward_watchdog import watched
+from ..hooks.rewards import checked_rewards
 from .rewards import exact_match_reward
+
+REWARD_TIMEOUT_WARNING = RunFields.reward_timeout_warning  # the config's default
 
 
 def render_prompt(tokenizer, prompt) -> str:
@@ -132,16 +136,22 @@ def not_recorded(*args, **kwargs) -> None:
 
 def call_reward(
     reward: Callable, prompts: list, completions: list, completion_ids: list | None, columns: dict,
-    trainer_state=None,
-) -> list:
+    trainer_state=None, nan_rewards: str = "raise", reward_timeout_warning: float = REWARD_TIMEOUT_WARNING,
+) -> list[float | None]:
     """`reward` called as TRL's `GRPOTrainer._calculate_rewards` calls a reward function: every argument by keyword
     (`prompts`, `completions`, `completion_ids`, `trainer_state`, `log_extra`, `log_metric` and the dataset's other
     columns), so any signature TRL accepts works here, e.g. `(prompts, completions, **kwargs)`. Outside training
-    `trainer_state` is the one given (None: no training state) and the two loggers record nothing."""
-    return reward(
+    `trainer_state` is the one given (None: no training state) and the two loggers record nothing.
+
+    As in training, a call still running after `reward_timeout_warning` seconds gets one line naming the function
+    (`hooks/reward_watchdog.py`), and the output is checked (`hooks/rewards.checked_rewards`: one number or None per
+    completion, NaN and ±inf as `nan_rewards` says); returns floats and None."""
+    name = getattr(reward, "__name__", type(reward).__name__)
+    values = watched(reward, name, reward_timeout_warning)(
         prompts=prompts, completions=completions, completion_ids=completion_ids, trainer_state=trainer_state,
         log_extra=not_recorded, log_metric=not_recorded, **columns,
     )
+    return checked_rewards(name, values, len(completions), nan_rewards)
 
 
 def as_completions(prompts: list, texts: list[str]) -> list:
@@ -196,9 +206,13 @@ def greedy_evaluation(
     across_processes: bool = False,
     progress: Callable[[int, int], None] | None = None,
     trainer_state=None,
+    nan_rewards: str = "raise",
+    reward_timeout_warning: float = REWARD_TIMEOUT_WARNING,
 ) -> HeldOutResult:
-    """Accuracy and mean reward of the prompts' greedy completions (module docstring). An output that is not one
-    number or None per prompt raises `RewardOutputError`, as in training.
+    """Accuracy and mean reward of the prompts' greedy completions (module docstring). The reward's output is checked
+    as in training (`call_reward`, with the config's `nan_rewards` and `reward_timeout_warning`): an output that is
+    not one number or None per prompt raises `RewardOutputError`, and so does NaN or ±inf unless `nan_rewards` is
+    "drop" (then a warning, and the completion is not scored).
 
     `reward` is called like TRL calls a reward function, by keyword (`call_reward`), with the dataset's other columns
     (e.g. `answer`) in `reward_kwargs`, and `trainer_state` (the training's `TrainerState` at the evaluation, as TRL
@@ -209,18 +223,20 @@ def greedy_evaluation(
     if not prompts:
         raise ValueError("held-out set: no prompts to evaluate; give a non-empty held-out split.")
     reward_kwargs = reward_kwargs or {}
+    reward_call = {"trainer_state": trainer_state, "nan_rewards": nan_rewards,
+                   "reward_timeout_warning": reward_timeout_warning}
     processes = dist.get_world_size() if across_processes and dist.is_available() and dist.is_initialized() else 1
     if processes == 1:
         rewards = _greedy_rewards(
             model, tokenizer, prompts, max_new_tokens, reward, reward_kwargs, batch_size, progress=progress,
-            trainer_state=trainer_state,
+            reward_call=reward_call,
         )
         return _result(_tally(rewards), len(prompts))
     rows, own = process_share(len(prompts), dist.get_rank(), processes)
     rewards = _greedy_rewards(
         model, tokenizer, [prompts[i] for i in rows], max_new_tokens, reward,
         {key: [column[i] for i in rows] for key, column in reward_kwargs.items()}, batch_size, synced=True,
-        progress=progress, trainer_state=trainer_state,
+        progress=progress, reward_call=reward_call,
     )
     totals = torch.tensor(_tally(rewards[:own]), dtype=torch.float64, device=next(model.parameters()).device)
     dist.all_reduce(totals)
@@ -249,15 +265,14 @@ def process_share(count: int, index: int, processes: int) -> tuple[list[int], in
 
 def _greedy_rewards(
     model, tokenizer, prompts: list, max_new_tokens: int, reward: Callable, reward_kwargs: dict, batch_size: int,
-    synced: bool = False, progress: Callable[[int, int], None] | None = None, trainer_state=None,
+    synced: bool = False, progress: Callable[[int, int], None] | None = None, reward_call: dict | None = None,
 ) -> list:
-    """The reward of each prompt's greedy completion (None where the reward could not score it), shape-checked."""
+    """The reward of each prompt's greedy completion (None where the reward could not score it), checked
+    (`call_reward`, with the keywords `reward_call`)."""
     texts, ids = decoded_completions_and_ids(
         model, tokenizer, prompts, max_new_tokens, GREEDY, batch_size, synced, progress
     )
-    rewards = call_reward(reward, prompts, as_completions(prompts, texts), ids, reward_kwargs, trainer_state)
-    check_reward_shape(getattr(reward, "__name__", type(reward).__name__), rewards, len(prompts))
-    return list(rewards)
+    return call_reward(reward, prompts, as_completions(prompts, texts), ids, reward_kwargs, **(reward_call or {}))
 
 
 def greedy_accuracy(*args, **kwargs) -> float:

@@ -5,7 +5,9 @@ arXiv:2107.03374):
 
 the probability that at least one of k completions drawn without replacement from the n is right, averaged over the
 prompts; pass@1 = (1/N) Σ_n c_n / n. A completion is right when its reward is exactly 1 (as in the greedy
-accuracy). MaxRL (arXiv:2602.02710) claims gains on pass@k for k > 1, which greedy accuracy cannot show.
+accuracy). The reward is called and its output checked as in training (`evaluation.call_reward`): one number or None
+per completion, no NaN or ±inf, each a one-line error naming the function. MaxRL (arXiv:2602.02710) claims gains on
+pass@k for k > 1, which greedy accuracy cannot show.
 
 Sampling runs under `torch.random.fork_rng` from its own seed, so measuring never moves the training run's random
 state, and the same weights with the same seed give the same samples on the same machine.
@@ -41,7 +43,8 @@ def sampled_right_counts(
     model, tokenizer, prompts: list, max_new_tokens: int, reward: Callable, reward_kwargs: dict | None = None,
     samples: int = 8, temperature: float = 1.0, seed: int = 0, batch_size: int = 64,
 ) -> list[int]:
-    """For each prompt, how many of `samples` completions sampled at `temperature` earn reward exactly 1."""
+    """For each prompt, how many of `samples` completions sampled at `temperature` earn reward exactly 1 (a reward
+    output that is not one number or None per completion, or NaN or ±inf, raises `RewardOutputError`)."""
     if samples < 1:
         raise ValueError(f"samples: must be ≥ 1, got {samples}.")
     if temperature <= 0:
@@ -56,8 +59,8 @@ def sampled_right_counts(
     kwargs = {
         key: [value for value in column for _ in range(samples)] for key, column in (reward_kwargs or {}).items()
     }
-    rewards = call_reward(reward, repeated, as_completions(repeated, decoded), ids, kwargs)
-    right = [r is not None and float(r) == 1.0 for r in rewards]
+    rewards = call_reward(reward, repeated, as_completions(repeated, decoded), ids, kwargs)  # checked as in training
+    right = [r == 1.0 for r in rewards]
     return [sum(right[i * samples : (i + 1) * samples]) for i in range(len(prompts))]
 
 
