@@ -6,7 +6,7 @@ run ended at step 0 without a word."""
 import json
 
 import pytest
-from datasets import Dataset
+from datasets import Dataset, Features, Json
 
 import trl_zoo
 from tests import tiny
@@ -83,3 +83,13 @@ def test_cli_names_the_files_row_before_any_split(tmp_path, capsys, row, expecte
     assert (
         capsys.readouterr().err.strip().splitlines()[-1] == f"trl-zoo train: error: {data} (train split): {expected}"
     )
+
+
+def test_prompts_mixing_text_and_chat_messages_are_one_line_at_construction():
+    """TRL renders a batch by its first row, so a mix died in the tokenizer; `trl-zoo train` makes a mix one format
+    (test_chat_prompts.py), a dataset given to the trainer must be one already."""
+    mixed = Dataset.from_dict({"prompt": ["1+1="] * 3 + [CHAT] + ["1+1="] * 12}, features=Features({"prompt": Json()}))
+    with pytest.raises(ValueError, match=r"^train_dataset: row 0's 'prompt' is text and row 3's a list of chat "
+                                         r"messages, and TRL renders a batch one way \(by its first row\); give every "
+                                         r"row one format, e.g. dataset.map\(lambda row: "):
+        build(mixed)

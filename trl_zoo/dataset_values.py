@@ -1,9 +1,11 @@
 """Values a run can read from its dataset, checked before training rather than deep in the tokenizer.
 
 A prompt is a non-blank string, or a non-empty list of chat messages ({"role": str, "content": str or a list of
-parts}). A column a reward function reads holds no None: exact_match would compare the completion with "None" and
-score the row 0, silently. A map-style dataset is checked whole at construction (the error names the first bad
-row); a streamed one shows its rows only while it is read, so its prompts are checked per generation batch.
+parts}); the trainer's prompts are all of one kind, since TRL renders a batch one way, by its first row (`trl-zoo
+train` makes a mixed file one kind first: cli/training_data.py). A column a reward function reads holds no None:
+exact_match would compare the completion with "None" and score the row 0, silently. A map-style dataset is checked
+whole at construction (the error names the first bad row); a streamed one shows its rows only while it is read, so
+its prompts are checked per generation batch.
 """
 
 from __future__ import annotations
@@ -37,8 +39,20 @@ def check_prompts(dataset, column: str = "prompt", where: str = "train_dataset")
             raise ValueError(f"{where}: row {row}'s {column!r} {problem}; {FIX.format(column=column)}.")
 
 
+def check_one_format(prompts, where: str = "train_dataset") -> None:
+    """Raise a one-line ValueError when `prompts` (usable ones) mix plain strings and lists of chat messages."""
+    text = next((row for row, prompt in enumerate(prompts) if isinstance(prompt, str)), None)
+    chat = next((row for row, prompt in enumerate(prompts) if isinstance(prompt, list)), None)
+    if text is not None and chat is not None:
+        raise ValueError(
+            f"{where}: row {text}'s 'prompt' is text and row {chat}'s a list of chat messages, and TRL renders a "
+            f"batch one way (by its first row); give every row one format, e.g. dataset.map(lambda row: {{'prompt': "
+            f"row['prompt'] if isinstance(row['prompt'], list) else [{{'role': 'user', 'content': row['prompt']}}]}})."
+        )
+
+
 def check_batch_prompts(prompts) -> None:
-    """The same check for the prompts of one generation batch of a streamed dataset (no row numbers to name)."""
+    """The same checks for the prompts of one generation batch of a streamed dataset (no row numbers to name)."""
     for prompt in prompts:
         problem = prompt_problem(prompt)
         if problem is not None:
@@ -46,6 +60,7 @@ def check_batch_prompts(prompts) -> None:
                 f"train_dataset: a streamed row's 'prompt' {problem}; filter such rows, e.g. "
                 f"dataset.filter(lambda row: bool(row['prompt']))."
             )
+    check_one_format(prompts, where="train_dataset (a streamed generation batch)")
 
 
 def check_no_none(dataset, column: str, reader: str, where: str = "train_dataset") -> None:
