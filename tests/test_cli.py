@@ -79,6 +79,20 @@ def test_list_shows_a_plugins_fields_with_default_and_range(capsys):
     ) == out.count("\n      ")
 
 
+def test_dppo_is_not_called_prime_rls_default_loss(capsys):
+    """prime-rl removed DPPO in 2026-08 (its default is now IPO): `list` and every text of the project that names
+    prime-rl's default say so, in the past."""
+    assert main(["list"]) == 0
+    (dppo,) = [line for line in capsys.readouterr().out.splitlines() if line.split()[:1] == ["dppo"]]
+    assert dppo.endswith("[DPPO, arXiv:2602.04879; prime-rl's default loss until 2026-08]")
+    texts = [*(ROOT / "trl_zoo").rglob("*.py"), *(ROOT / "docs").glob("*.md"), ROOT / "README.md",
+             *(ROOT / "configs").glob("*.yaml")]
+    for path in texts:
+        text = " ".join(path.read_text().split())  # a phrase across a line break
+        for match in re.finditer(r"prime-rl's default", text):
+            assert text[match.end():].startswith((" loss until 2026-08", " is now IPO")), path
+
+
 # ------------------------------------------------------------------------------------------------------ help
 def test_help_points_to_the_commands_and_version_prints_the_project_version(capsys):
     assert main(["--help"]) == 0

@@ -1,5 +1,6 @@
 """DPPO: a trust region by divergence, not by ratio (Qi et al., "Rethinking the Trust Region in LLM Reinforcement
-Learning", arXiv:2602.04879), optionally with prime-rl's squared-log-ratio KL to the behaviour policy.
+Learning", arXiv:2602.04879), optionally with the squared-log-ratio KL to the behaviour policy that prime-rl's DPPO
+added.
 
 PPO's ratio clip over-constrains rare tokens (1e−5 → 1e−3 is a ratio of 100 but no real change of the
 distribution) and under-constrains likely ones (0.99 → 0.8 is a ratio of 0.81, inside the clip, yet a large
@@ -25,16 +26,18 @@ the paper's loss:
 - `dppo_kl_coef` = c_KL = 0: the paper's DPPO has no KL term.
 - Aggregated with Dr. GRPO's normaliser, the token sum over G · max_completion_length
   (`token_sum_over_max_length`), as the paper's runs are.
-prime-rl's default loss is the same mask with other settings: `dppo_mask_low=0.2` (and high 0.2, tv),
-`dppo_kl_coef=1e-3` (its `kl_tau`, after Kimi K2.5's KL loss, arXiv:2602.02276) and `loss_aggregation=
-"token_mean_global"` (the token sum over the batch's token count). configs/dppo.yaml adds the rest of the paper's
-recipe (Dr. GRPO's advantages, 16 completions, 8 updates per rollout).
+prime-rl's DPPO, its default loss until prime-rl removed DPPO in 2026-08, was the same mask with other settings:
+`dppo_mask_low=0.2` (and high 0.2, tv), `dppo_kl_coef=1e-3` (its `kl_tau`, after Kimi K2.5's KL loss,
+arXiv:2602.02276) and `loss_aggregation="token_mean_global"` (the token sum over the batch's token count). prime-rl's
+default is now IPO, a two-sided probability-gap mask (a token is masked when |π_train − π_infer| > ε, on either side;
+ε = 0.3 by default), not a loss of this table; DPPO's mask is one-sided, by the sign of Â. configs/dppo.yaml adds the
+rest of the paper's recipe (Dr. GRPO's advantages, 16 completions, 8 updates per rollout).
 - μ is π_old: the policy that generated the batch, recomputed by the trainer (the paper's "recompute" variant);
   under vLLM generation TRL's importance-sampling correction is applied on top by the trainer. The paper prefers
   measuring against the inference engine's own log-probs ("bypass mode"), which TRL does not hand to the loss.
 - The authors' code (Stable-RL, on verl) weights by sg(min(r, C))·log π, C read from verl's ratio-cap setting, whose
   default is 3; the paper's scripts set it to 1e4, which leaves r uncapped in practice. r·Â has the same gradient
-  as sg(r)·log π, uncapped (as prime-rl's).
+  as sg(r)·log π, uncapped (as prime-rl's DPPO was).
 
 Tests: tests/test_losses_math.py (TV and KL masks, thresholds, KL term), tests/test_losses_train.py (the mask in the
 trainer), tests/test_validation.py, tests/test_table_fields.py.
@@ -53,7 +56,7 @@ FIELDS = (
     PluginField(
         "dppo_divergence", str, "tv",
         "DPPO: the divergence between π_θ and π_old at each token that defines the trust region: 'tv' (binary total "
-        "variation, p − q; prime-rl's default) or 'kl' (binary KL).",
+        "variation, p − q; the paper's main variant) or 'kl' (binary KL).",
         choices=tuple(PAPER_THRESHOLDS),
     ),
     PluginField(
@@ -70,8 +73,8 @@ FIELDS = (
     ),
     PluginField(
         "dppo_kl_coef", float, 0.0,
-        "DPPO: coefficient of the per-token (log π_θ − log π_old)² added to every token's loss (prime-rl's kl_tau, "
-        "1e-3 there). 0: the paper's loss, which has no KL term.",
+        "DPPO: coefficient of the per-token (log π_θ − log π_old)² added to every token's loss (prime-rl's DPPO "
+        "had 1e-3, its kl_tau). 0: the paper's loss, which has no KL term.",
         low=0,
     ),
 )
@@ -111,7 +114,7 @@ def validate_dppo(args) -> None:
 @LOSSES.register(
     "dppo",
     description="trust region by divergence: mask tokens whose binary TV/KL to π_old leaves it; r·Â + c·(log r)²",
-    source="DPPO, arXiv:2602.04879; prime-rl's default loss",
+    source="DPPO, arXiv:2602.04879; prime-rl's default loss until 2026-08",
     aggregation="token_sum_over_max_length",
     validate=validate_dppo,
     fields=FIELDS,
