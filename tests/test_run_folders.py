@@ -1,19 +1,22 @@
-"""A run's folder is claimed atomically: runs started at the same moment get folders of their own (`os.mkdir` over
-the candidate names, not a check then a create); the default name says what distinguishes the run (task, loss or
-preset, speed recipe); a folder named by the user that another run has just created is not shared."""
+"""A run's folder is claimed atomically and never shared: runs started at the same moment get folders of their own
+(`os.mkdir` over the candidate names, not a check then a create); the default name says what distinguishes the run
+(task, loss or preset, speed recipe); a folder named by the user is one run's while that run lasts (the lock on its
+marker), whether the others started with it or after it; a folder of the user's files is not written into."""
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
 import pytest
 
 import trl_zoo.cli.arguments
+import trl_zoo.cli.train
 from trl_zoo.cli import main
 from trl_zoo.cli.arguments import ConfigError, parse_train_args
-from trl_zoo.cli.run_folder import claim_run_folder
+from trl_zoo.cli.run_folder import MARKER, claim_run_folder
 
 from .test_cli import TINY_RL, local_sums
 
@@ -32,8 +35,8 @@ def test_claims_started_together_get_a_folder_each(tmp_path):
         thread.start()
     for thread in threads:
         thread.join()
-    folders = sorted(folder for folder, created in claimed)
-    assert len(set(folders)) == count and all(created for _, created in claimed)
+    folders = sorted(folder.path for folder in claimed)
+    assert len(set(folders)) == count and all(folder.created for folder in claimed)
     assert set(folders) == {base} | {f"{base}-{n}" for n in range(2, count + 1)}
     assert all(Path(folder).is_dir() for folder in folders)
 
@@ -42,15 +45,82 @@ def test_counting_on_from_a_numbered_default_name(tmp_path):
     base = tmp_path / "runs" / "addition-grpo"
     base.mkdir(parents=True)
     Path(f"{base}-2").mkdir()
-    assert claim_run_folder(f"{base}-2", rename=True) == (f"{base}-3", True)
+    claimed = claim_run_folder(f"{base}-2", rename=True)
+    assert (claimed.path, claimed.created) == (f"{base}-3", True)
 
 
-def test_a_user_named_folder_taken_by_another_run_is_refused(tmp_path):
+@pytest.mark.parametrize("exists", [False, True], ids=["new", "empty"])
+def test_claims_of_one_named_folder_started_together_give_it_to_one_run(tmp_path, exists):
     folder = tmp_path / "mine"
-    assert claim_run_folder(str(folder), rename=False, existed=False) == (str(folder), True)
-    with pytest.raises(ConfigError, match=r"^output_dir: .*mine was created by another run starting at the same "):
-        claim_run_folder(str(folder), rename=False, existed=False)  # it did not exist when this run started
-    assert claim_run_folder(str(folder), rename=False, existed=True) == (str(folder), False)  # the user's own folder
+    if exists:
+        folder.mkdir()  # made by the user, empty
+    count = 6
+    start, claimed, refused = threading.Barrier(count), [], []
+
+    def claim():
+        start.wait()
+        try:
+            claimed.append(claim_run_folder(str(folder), rename=False))
+        except ConfigError as error:
+            refused.append(str(error))
+
+    threads = [threading.Thread(target=claim) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(claimed) == 1 and len(refused) == count - 1
+    holder = json.loads((folder / MARKER).read_text())
+    assert holder["pid"] == os.getpid()
+    said = f" (pid {os.getpid()} on {holder['host']}, started {holder['started']})"
+    for line in refused:  # the holder is named once it has written the marker (a loser may look just before)
+        assert line in (f"output_dir: {folder} is in use by another run{who}; give this run its own --output_dir, or "
+                        "wait until that run ends." for who in (said, ""))
+    claimed[0].release()
+    again = claim_run_folder(str(folder), rename=False)  # the run ended: its folder can be claimed (and checked)
+    assert again.path == str(folder) and not again.created
+    again.release()
+
+
+def test_a_second_run_into_a_named_folder_in_use_stops_and_the_first_finishes(tmp_path, monkeypatch, capsys):
+    """The second run starts once the first has claimed the folder (a second later, or together: the lock decides the
+    same)."""
+    out = tmp_path / "run"
+    argv = ["train", *local_sums(tmp_path), *TINY_RL, "--output_dir", str(out)]
+    prepare, second = trl_zoo.cli.train.prepare_training, []
+
+    def prepare_while_a_second_run_starts(*args, **kwargs):
+        if not second:  # the second run's own preparation, if it got that far, goes straight on
+            second.append("started")
+            second[0] = main(argv)
+        return prepare(*args, **kwargs)
+
+    monkeypatch.setattr(trl_zoo.cli.train, "prepare_training", prepare_while_a_second_run_starts)
+    assert main(argv) == 0 and second == [2]
+    (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("trl-zoo")]
+    assert error.startswith(f"trl-zoo train: error: output_dir: {out} is in use by another run (pid {os.getpid()} ")
+    assert error.endswith("; give this run its own --output_dir, or wait until that run ends.")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 1, 2]  # one run's log, nothing interleaved
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+
+
+@pytest.mark.parametrize("where", ["own", "parent"])
+def test_a_folder_of_the_users_files_is_refused_and_left_as_it_was(tmp_path, monkeypatch, capsys, where):
+    """`--output_dir mine` holding a README.md of yours, or `output_dir: ..` from a YAML: nothing replaced or added."""
+    mine = tmp_path / "mine"
+    (mine / "work").mkdir(parents=True)
+    (mine / "README.md").write_text("my notes\n")
+    monkeypatch.chdir(mine / "work")
+    output_dir = str(mine) if where == "own" else ".."
+    before = sorted(path.relative_to(mine) for path in mine.rglob("*"))
+    assert main(["train", *local_sums(tmp_path), *TINY_RL, "--output_dir", output_dir]) == 2
+    assert capsys.readouterr().err == (
+        f"trl-zoo train: error: output_dir: {output_dir} holds files of no trl-zoo run (README.md, work), which the "
+        "run's adapter, README.md and logs could replace; give --output_dir a new or empty folder.\n"
+    )
+    assert sorted(path.relative_to(mine) for path in mine.rglob("*")) == before
+    assert (mine / "README.md").read_text() == "my notes\n"
 
 
 def test_the_default_name_has_the_task_the_loss_and_the_speed_recipe(tmp_path, monkeypatch):

@@ -526,7 +526,6 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
         hint = f" Did you mean {close}?" if close else ""
         raise ConfigError(f"{flag.lstrip('-')}: unknown argument {flag}.{hint}")
     task_args.default_output_dir = False  # True: train.py may move a fresh run to the next free name (run_folder.py)
-    task_args.output_dir_existed = os.path.isdir(training_args.output_dir)
     if training_args.output_dir == DEFAULT_OUTPUT_DIR:
         run_name = Path(config_file).stem if config_file else training_args.loss_type
         if training_args.speed_recipe:

@@ -1,35 +1,69 @@
-"""A run's folder, claimed atomically when the run starts.
+"""A run's folder: claimed when the run starts, by one process of a launch, and never shared with another run.
 
-    claim_run_folder(output_dir, rename, existed)  ->  (folder, created)
+    claim_run_folder(output_dir, rename, resuming)         ->  RunFolder   in this process
+    shared_run_folder(output_dir, rename, resuming, args)  ->  RunFolder   the main process claims, every process of
+                                                                           the launch gets that folder
 
-Two runs started at the same moment must not share a folder (their checkpoints and run logs would overwrite each
-other). A check that a folder is free followed by its creation leaves a gap another run can fall into, so the
-folder is claimed by `os.mkdir`, which only one process can win:
+A folder is a run's when it holds `MARKER` (`.trl_zoo_run`), which the claim creates. While the run lasts its
+process holds an exclusive lock on the marker (`fcntl.flock`; the kernel releases it when the process ends, however
+it ends), and the marker says which process that is. A claim:
 
-- the default folder (`runs/{task}-{loss or preset}[-{speed_recipe}]`, named by `arguments.py`) that is taken meanwhile
-  is not shared: the run moves to the next free name, `-2`, `-3`, ... (`rename`);
-- a folder the user named (`--output_dir`) that did not exist when the run parsed its arguments (`existed` False)
-  but exists now was created by another run starting at the same time: the run stops with one line. One that
-  existed already is the user's, used as before (a finished or unfinished run in it is refused by `train.py`'s
-  `check_output_dir` unless `--overwrite_output_dir`).
+- of the default folder (`runs/{task}-{loss or preset}[-{speed_recipe}]`, named by `arguments.py`; `rename`) creates
+  it with `os.mkdir`, which only one process can win; a taken name is passed over for the next, `-2`, `-3`, ...
+- of a folder the user named (`--output_dir`) takes the marker's lock: one run of those started together, or one
+  after another while the first still runs, gets it; the others stop with one line. A folder that exists, holds
+  files and has no marker is not a run's (a folder of yours, `..`): a fresh run stops with one line rather than
+  write its adapter, README.md and logs among your files. A resumed run (`resuming`) needs no marker: its folder
+  holds the checkpoint it resumes (a `trl grpo` run's too). Whether a run's folder already holds a finished or
+  unfinished run is `train.py`'s `check_output_dir`.
 
-A launched run of several processes (`accelerate launch`, `torchrun`: `WORLD_SIZE` > 1) keeps the name every process
-parsed, since the processes cannot agree on a renamed one; `train.py` claims only in a single process. A path that
-is a file or cannot be written is left to `disk_errors.writable_output_dir`, which says so in one line.
+Under a distributed launch (`accelerate launch`, `torchrun`) every process parses its own arguments, at its own
+moment, so each may see other folders taken and pick another default name; only the main process claims, and the
+name it claimed (or its refusal) is broadcast to the others, which use it as it is. A path that is a file or cannot
+be written is left to `disk_errors.writable_output_dir`, which says so in one line. Where `fcntl` is missing
+(Windows) there is no lock: two runs given one named folder at once are not told apart.
 
-Tests: tests/test_run_folders.py (claims started together in threads, a taken default folder, the default name).
+Tests: tests/test_run_folders.py (claims started together, a folder in use, a folder of the user's, a taken default
+folder, the default name), tests/test_launched_run.py (two processes started apart: one folder).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import IO
 
 from .arguments import ConfigError, next_name
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
-def claim_run_folder(output_dir: str, rename: bool, existed: bool = False) -> tuple[str, bool]:
-    """Create the run's folder with `os.mkdir` (parents as needed): (the folder, whether this call created it).
-    `rename`: a taken folder is passed over for the next free `-N` name; else see the module docstring."""
+MARKER = ".trl_zoo_run"
+
+
+@dataclass
+class RunFolder:
+    """A claimed folder: `created` by this claim (a run refused before its first checkpoint removes it), and the
+    open marker whose lock this process holds until `release` (None in the processes that did not claim)."""
+
+    path: str
+    created: bool
+    marker: IO | None = None
+
+    def release(self):
+        if self.marker is not None:
+            self.marker.close()  # closing the file releases its lock
+            self.marker = None
+
+
+def claim_run_folder(output_dir: str, rename: bool, resuming: bool = False) -> RunFolder:
+    """Create or take the run's folder and lock its marker (see the module docstring); ConfigError when it is in use
+    by another run or, for a fresh run, holds files of no run."""
     candidate = output_dir
     while True:
         try:
@@ -37,16 +71,82 @@ def claim_run_folder(output_dir: str, rename: bool, existed: bool = False) -> tu
             if parent:
                 os.makedirs(parent, exist_ok=True)
             os.mkdir(candidate)
-            return candidate, True
+            created = True
         except FileExistsError:
             if rename:
                 candidate = next_name(candidate)
                 continue
-            if not existed and os.path.isdir(candidate):
-                raise ConfigError(
-                    f"output_dir: {candidate} was created by another run starting at the same time; give each run its "
-                    f"own --output_dir (or leave it out: each run then gets a new folder under runs/)."
-                ) from None
-            return candidate, False
+            created = False
         except OSError:  # a file on the way, a read-only folder: writable_output_dir says which, in one line
-            return candidate, False
+            return RunFolder(candidate, created=False)
+        if not (created or resuming):
+            refuse_other_files(candidate)
+        try:
+            return RunFolder(candidate, created, lock_marker(candidate))
+        except OSError:
+            return RunFolder(candidate, created)
+
+
+def refuse_other_files(folder: str):
+    """ConfigError when `folder` holds files but no marker."""
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError:
+        return  # writable_output_dir says why
+    if entries and MARKER not in entries:
+        shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+        raise ConfigError(
+            f"output_dir: {folder} holds files of no trl-zoo run ({shown}), which the run's adapter, README.md and "
+            f"logs could replace; give --output_dir a new or empty folder."
+        )
+
+
+def lock_marker(folder: str) -> IO:
+    """The folder's marker, created if missing, opened and locked, stating this process; ConfigError when another
+    process holds its lock."""
+    marker = open(os.path.join(folder, MARKER), "a+")
+    if fcntl is not None:
+        try:
+            fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            marker.seek(0)
+            holder = marker.read()
+            marker.close()
+            raise ConfigError(
+                f"output_dir: {folder} is in use by another run{holder_text(holder)}; give this run its own "
+                f"--output_dir, or wait until that run ends."
+            ) from None
+    marker.seek(0)
+    marker.truncate()
+    marker.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+    marker.flush()
+    return marker
+
+
+def holder_text(marker_text: str) -> str:
+    """' (pid 123 on host, started 2026-01-01 12:00:00)' from a marker's text; '' when it cannot be read."""
+    try:
+        holder = json.loads(marker_text)
+        return f" (pid {holder['pid']} on {holder['host']}, started {holder['started']})"
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+def shared_run_folder(output_dir: str, rename: bool, resuming: bool, training_args) -> RunFolder:
+    """The folder the main process of the launch claimed (`claim_run_folder`), in every process; the main process's
+    refusal, raised in every process."""
+    if training_args.world_size == 1:
+        return claim_run_folder(output_dir, rename, resuming)
+    from accelerate.utils import broadcast_object_list
+
+    claimed, refusal = None, None
+    if training_args.process_index == 0:
+        try:
+            claimed = claim_run_folder(output_dir, rename, resuming)
+        except ConfigError as error:
+            refusal = str(error)
+    path, refusal = broadcast_object_list([claimed and claimed.path, refusal])
+    if refusal is not None:
+        raise ConfigError(refusal)
+    return claimed or RunFolder(path, created=False)

@@ -32,7 +32,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback, Tra
 from transformers.trainer_utils import get_last_checkpoint
 from trl import get_peft_config, get_quantization_config
 
-from ..hooks.checkpoint_integrity import check_checkpoint
+from ..hooks.checkpoint_integrity import CheckpointError, check_checkpoint
 from ..hooks.prompt_length import PromptTooLongError
 from ..hooks.resume import interrupted_message as resume_interrupted_message
 from ..hooks.resume import last_complete_checkpoint
@@ -56,13 +56,14 @@ from ..trainer import GRPOTrainer, training_method
 from .arguments import ConfigError, one_line, parse_train_args
 from .cpu_run_notice import notice_for_run
 from .cpu_threads import apply_cpu_threads
+from .ddp_unused_parameters import find_unused_parameters
 from .disk_errors import raise_if_disk_full, writable_output_dir
 from .model_card import model_card
 from .null_reward_control import permuted_reward
 from .preset_lengths import completion_room_error, position_limit_of
 from .report import write_report
 from .reward_names import check_reward_columns, heldout_scorer, read_columns, resolve_reward
-from .run_folder import claim_run_folder
+from .run_folder import shared_run_folder
 from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder, load_run
 from .training_data import (  # noqa: F401  (re-exported: they were this module's before the split)
     DATA_FILE_BUILDERS,
@@ -128,12 +129,17 @@ class RunSummary:
         return {key: value for key, value in dataclasses.asdict(self).items() if key != "report"}
 
 
+def resume_checkpoint_given(value: str | bool | None) -> bool:
+    """Whether `resume_from_checkpoint` asks to resume (a path or `true`), not a fresh run (None or `false`)."""
+    return value is not None and str(value).lower() != "false"
+
+
 def resume_checkpoint(value: str | bool | None, output_dir: str, log=print) -> str | None:
     """The checkpoint folder `resume_from_checkpoint` names, read as `trl grpo` users write it: a checkpoint path,
     or `true` for the last complete `checkpoint-N` folder in output_dir (one with trainer_state.json; a newer one
     whose save did not finish is skipped, saying so); None or `false` for a fresh run. A checkpoint with a truncated
     or corrupt file raises CorruptCheckpointError naming the file."""
-    if value is None or str(value).lower() == "false":
+    if not resume_checkpoint_given(value):
         return None
     if str(value).lower() == "true":
         last = last_complete_checkpoint(output_dir, log)
@@ -351,6 +357,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         model_init_kwargs["device_map"] = {"": torch.cuda.current_device()}  # quantized weights live on this GPU
     training_args.model_init_kwargs = model_init_kwargs
 
+    training_args.ddp_find_unused_parameters = find_unused_parameters(training_args, model_args, model_path)
     peft_config = get_peft_config(model_args)
     if peft_config is not None and peft_config.target_modules == {"all-linear"}:
         peft_config.target_modules = "all-linear"  # peft's shorthand must be a string, not a one-item list
@@ -453,23 +460,24 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     A resumed run takes its accuracy before RL from the run log (step 0) and trains on from the checkpoint;
     `train_seconds` and `total_seconds` count this process only. A run refused for bad input (ConfigError) before
     it saved a checkpoint removes the output_dir it created, so the next run of the same preset takes its name."""
-    created = not os.path.exists(training_args.output_dir)
     parent = os.path.dirname(os.path.abspath(training_args.output_dir))
     parent_created = not os.path.exists(parent)  # e.g. runs/ on a first run: removed too if the run is refused
-    if not training_args.resume_from_checkpoint and int(os.environ.get("WORLD_SIZE", "1")) == 1:  # run_folder.py
-        training_args.output_dir, created = claim_run_folder(
-            training_args.output_dir, rename=getattr(task_args, "default_output_dir", False),
-            existed=getattr(task_args, "output_dir_existed", True),
-        )
+    folder = shared_run_folder(  # run_folder.py: claimed by the main process, the same in every process
+        training_args.output_dir, rename=getattr(task_args, "default_output_dir", False),
+        resuming=resume_checkpoint_given(training_args.resume_from_checkpoint), training_args=training_args,
+    )
+    training_args.output_dir = folder.path
     writable_output_dir(training_args.output_dir)
     try:
         return _run_train(task_args, training_args, model_args, log)
     except ConfigError:
-        if created and os.path.isdir(training_args.output_dir) and not get_last_checkpoint(training_args.output_dir):
-            shutil.rmtree(training_args.output_dir)
+        if folder.created and os.path.isdir(folder.path) and not get_last_checkpoint(folder.path):
+            shutil.rmtree(folder.path)
             if parent_created and os.path.isdir(parent) and not os.listdir(parent):
                 os.rmdir(parent)
         raise
+    finally:
+        folder.release()
 
 
 def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
@@ -508,16 +516,16 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         trainer.train(resume_from_checkpoint=prepared.checkpoint)
     except KeyboardInterrupt:  # Ctrl-C: one line saying what was saved, no traceback (the CLI exits 130)
         raise TrainingInterrupted(interrupted_message(trainer.state.global_step, training_args.output_dir)) from None
-    except (PromptTooLongError, RewardOutputError) as error:  # bad input that shows only once something is generated
+    except (PromptTooLongError, RewardOutputError, CheckpointError) as error:  # bad input found only by training
         raise ConfigError(one_line(error)) from None
-    except OSError as error:  # a full disk while saving a checkpoint: one line (other errors keep their traceback)
-        raise_if_disk_full(error, training_args.output_dir)
+    except Exception as error:  # a full disk while saving a checkpoint: one line (other errors keep their traceback)
+        raise_if_disk_full(error, training_args.output_dir, "a checkpoint")
         raise
     train_seconds = time.perf_counter() - train_started
     try:
         trainer.save_model(training_args.output_dir)
-    except OSError as error:
-        raise_if_disk_full(error, training_args.output_dir)
+    except Exception as error:
+        raise_if_disk_full(error, training_args.output_dir, "the model")
         raise
     before = after = best = best_step = measured = last = None
     if accuracy is not None:
@@ -589,11 +597,16 @@ def save_model_card(summary: RunSummary, prepared: TrainingSetup, trainer, train
 
 
 def train_command(argv: list[str]) -> int:
+    log = print if os.environ.get("RANK", "0") == "0" else silent  # a launch's processes: its main one speaks
     try:
-        task_args, training_args, model_args = parse_train_args(argv)
+        task_args, training_args, model_args = parse_train_args(argv, log)
     except (ValueError, TypeError) as error:
         raise ConfigError(one_line(error)) from None
     apply_cpu_threads(training_args.use_cpu)  # as `trl grpo`'s launcher: see cpu_threads.py
-    run_train(task_args, training_args, model_args)
+    run_train(task_args, training_args, model_args, log)
     return 0
+
+
+def silent(*args, **kwargs):
+    pass
 
