@@ -13,19 +13,11 @@ sizes (`GRPOConfig.__post_init__`), so the config a run prints and saves shows t
                       num_iterations > 1, it silently does not)
     "lora_compiled"   "lora", and compile_generation = True, generation_autocast = True
 
-What they cost and gave (real-model task: SmolLM2-135M-Instruct with LoRA r 16, 128 completions a step; time to
-90 % of TRL's 40-step held-out gain, × TRL's on the same card, median (range) over 4 seeds, 2 × H200, peak memory
-equal to TRL's; README, "Time to TRL's accuracy"):
-
-    "lora"            0.62 (0.55–0.69)   the LoRA adapter merged while TRL generates; two optimizer steps per
-                                         generation batch, the second off-policy (TRL's clipped importance ratio)
-    "lora_graphed"    0.44 (0.41–0.45)   4 × H100, 4 seeds, a first run (no compile cache involved); 0.52
-                                         (0.51–0.55) of TRL with its own steps_per_generation set alike, training
-                                         peak at TRL's. The decode step recorded once per generation batch
-                                         (hooks/decode_graph.py); the first step's old log-probs not recomputed
-    "lora_compiled"   0.54 (0.51–0.66)   with torch's compile cache warm (a machine's second run); 0.87
-                                         (0.76–1.10) on a first run, which pays ~40 s compiling: for long or
-                                         repeated runs. Needs transformers >= 5.24 and bf16 or fp16.
+"lora" merges the LoRA adapter while TRL generates and takes two optimizer steps per generation batch, the second
+off-policy (TRL's clipped importance ratio); "lora_graphed" also records the decode step once per generation batch
+(hooks/decode_graph.py) and does not recompute the first step's old log-probs; "lora_compiled" pays torch's compile
+on a first run (for long or repeated runs; transformers >= 5.24 and bf16 or fp16). What each costs and gives (time
+to TRL's accuracy, × TRL's, peak memory): docs/benchmarks.md, "Time to a target", one row of its table each.
 
 A value the user gives for `steps_per_generation` or `generation_batch_size` wins; the recipe's other fields are set.
 A recipe that cannot work stops at the refusals of the fields it set, and those name the recipe and say "unset
