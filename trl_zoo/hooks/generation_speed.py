@@ -48,11 +48,9 @@ log-probs and the loss. It is not the same computation (one token at a time with
 sequences), so the sampled distribution still differs from the one the loss scores by rounding, as it does in fp32.
 Compiled decoding (`compile_generation`) traces the decoding under the same autocast.
 
-Measured (SmolLM2-135M with a merged LoRA adapter, 256 × 64 tokens, H200): compiled, the decoding takes 0.59 s in
-bf16 against 1.07 s in fp32; eager decoding is launch-bound and autocast's casts make it slower (2.17 s against
-2.00 s), so the field pays only with `compile_generation`. On the real-model task with the merge, two optimizer
-steps per generation batch and a warm compile cache: 0.54× TRL's time to TRL's held-out accuracy, at TRL's peak
-memory (benchmarks/results/2026-11-27-h200x2-time-to-target-6).
+Measured (docs/benchmarks.md, the sixth time-to-target study and its decoding probe): compiled, the decoding is
+faster in bf16 than in fp32; eager decoding is launch-bound and autocast's casts make it slower (2.17 s against
+2.00 s, SmolLM2-135M, H200), so the field pays only with `compile_generation`.
 
 Refused when the config is built (`config/`): without bf16 or fp16 (no mixed precision to apply), with vLLM (its
 own dtype), with TRL's continuous batching (TRL casts the model for it itself), and with a static KV cache
@@ -85,9 +83,9 @@ graph eagerly.
 forward as a CUDA graph once per generation batch (one eager step and one recording, no tracing) and replays it for
 every later token.
 
-Measured (benchmarks/compiled_decoding.py; SmolLM2-135M, 256 × 64 tokens, H200): decoding takes 0.33× eager's time
-with inductor, after a first call of 31.5 s (9.0 s with the compile cache a previous process left), and 0.62× with
-"cudagraphs", after 12.2 s: the graphs remove the launches, inductor's fused kernels most of the rest.
+Measured (benchmarks/compiled_decoding.py; docs/benchmarks.md, the fifth time-to-target study): inductor decodes
+faster than "cudagraphs" after a longer first call, less with the compile cache a previous process left: the graphs
+remove the launches, inductor's fused kernels most of the rest.
 
 The prefill stays eager; the decode forward is compiled once and again for a new shape (after that torch marks the
 length dynamic), so the first generation batches pay the compile. On a CPU transformers compiles only with
