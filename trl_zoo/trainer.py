@@ -55,7 +55,6 @@ import inspect
 import itertools
 import re
 
-import torch
 from trl import GRPOTrainer as TRLGRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
@@ -79,6 +78,7 @@ from .hooks.skip_zero_advantage import ZeroAdvantageSkipMixin
 from .hooks.teacher import TeacherSignalMixin
 from .hooks.trl_access import TRLSeams, check_installed_trl, set_training_method
 from .io.gguf_checkpoint import policy_path
+from .numerics import nonfinite_names
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
 
 _TRL_INIT = inspect.signature(TRLGRPOTrainer.__init__)  # to read a constructor argument given by position or name
@@ -142,15 +142,9 @@ def check_train_dataset(dataset, args, environment_factory=None) -> None:
 
 def check_finite_parameters(model) -> None:
     """Raise a one-line ValueError naming the first parameter that holds NaN or ±inf (generation would sample from
-    NaN logits and fail inside torch). Per tensor Σ w in float32, which is finite iff every w is for any real
-    weights; one host sync, at construction."""
+    NaN logits and fail inside torch); one host sync, at construction."""
     named = [(name, p) for name, p in model.named_parameters() if p.numel() and p.is_floating_point()]
-    if not named:
-        return
-    device = named[0][1].device
-    with torch.no_grad():
-        sums = torch.stack([p.detach().sum(dtype=torch.float32).to(device) for _, p in named])
-    bad = [name for (name, _), finite in zip(named, torch.isfinite(sums).tolist()) if not finite]
+    bad = nonfinite_names(named)
     if bad:
         raise ValueError(
             f"model: {len(bad)} of {len(named)} parameter tensors hold NaN or ±inf (first: {bad[0]}); generation "
