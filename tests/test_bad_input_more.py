@@ -82,6 +82,35 @@ def test_prompt_too_long_in_the_cli_is_one_line_and_exit_status_2(tmp_path, caps
     )
 
 
+def test_a_prompt_of_megabytes_is_refused_by_its_characters_before_it_is_tokenized(monkeypatch):
+    trainer = in_memory_trainer(prompts=["1+2=" * 250_000] * 16, max_positions=32, max_steps=1)
+    tokenized = []
+    monkeypatch.setattr(type(trainer.processing_class), "__call__", lambda *a, **k: tokenized.append(1))
+    with pytest.raises(PromptTooLongError) as raised:
+        trainer.train()
+    assert str(raised.value) == (  # the tiny tokenizer's longest entry has 5 characters: 10 per token, doubled
+        "max_completion_length: a prompt of 1,000,000 characters, so of at least 100,000 tokens (no token of this "
+        "tokenizer stands for more than 10 characters), + max_completion_length 8 exceeds the model's "
+        "max_position_embeddings 32; filter the dataset to prompts of at most 24 tokens."
+    )
+    assert tokenized == []
+
+
+def test_a_prompt_of_megabytes_in_a_data_file_is_one_line_before_the_run_starts(tmp_path, capsys):
+    data = tmp_path / "long.jsonl"
+    rows = ['{"prompt": "%s", "answer": "1"}' % ("12+34=" * (200_000 if row == 7 else 1)) for row in range(20)]
+    data.write_text("\n".join(rows))
+    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--num_heldout", "0",
+            "--max_completion_length", "6", "--max_steps", "1", "--output_dir", str(tmp_path / "run")]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"trl-zoo train: error: max_completion_length: a prompt of 1,200,000 characters (in the training split of "
+        f"{data}), so of at least 120,000 tokens (no token of this tokenizer stands for more than 10 characters), + "
+        f"max_completion_length 6 exceeds the model's max_position_embeddings 128; filter the dataset to prompts of "
+        f"at most 122 tokens."
+    )
+
+
 # beta > 0 with a policy built in memory
 
 

@@ -33,7 +33,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from trl import get_peft_config, get_quantization_config
 
 from ..hooks.checkpoint_integrity import CheckpointError, check_checkpoint
-from ..hooks.prompt_length import PromptTooLongError
+from ..hooks.prompt_length import PromptTooLongError, characters_per_token, check_prompt_characters
 from ..hooks.resume import interrupted_message as resume_interrupted_message
 from ..hooks.resume import last_complete_checkpoint
 from ..hooks.rewards import RewardOutputError
@@ -327,6 +327,10 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
         chat_prompts(d, task_args, tokenizer, f"the {name} split of {source}", log) if d is not None else d
         for d, name in ((train, "training"), (heldout, "held-out"))
     )
+    for d, name in ((train, "training"), (heldout, "held-out")):  # a stream's rows: at each generation batch
+        if d is not None and not isinstance(d, IterableDataset):  # counted before any is tokenized
+            check_prompt_characters(d["prompt"], training_args.max_completion_length, positions,
+                                    characters_per_token(tokenizer), f"the {name} split of {source}")
     if builtin:  # a built-in task's prompts are few and short
         prompts = (*train["prompt"], *(heldout["prompt"] if heldout is not None else ()))
         texts = [render_prompt(tokenizer, prompt) for prompt in prompts]

@@ -9,12 +9,18 @@ sync), that
     max_i len(prompt_ids_i) + max_completion_length ≤ max_position_embeddings
 
 and raises `PromptTooLongError` (a ValueError), one line naming the longest prompt's length, the model limit and
-the fixes, otherwise. Models without ``max_position_embeddings`` are not checked.
+the fixes, otherwise. Models without ``max_position_embeddings`` are not checked. Before the batch is tokenized,
+its prompts' characters are counted (`check_prompt_characters`): no token stands for more characters than
+`characters_per_token(tokenizer)`, so a prompt with more than that many characters per position left cannot fit,
+and a prompt of megabytes is refused before the tokenizer tries to hold it (`trl-zoo train` counts a data file's
+rows so before training).
 
 Tests: tests/test_bad_input_more.py (beyond and exactly at the model's positions, in the API and the CLI).
 """
 
 from __future__ import annotations
+
+import functools
 
 from ..dataset_values import check_batch_prompts
 
@@ -49,11 +55,53 @@ def check_prompt_lengths(prompt_ids, max_completion_length: int, limit: int | No
         )
 
 
+def characters_per_token(tokenizer) -> int:
+    """At most how many characters of text one token of `tokenizer` stands for: its longest vocabulary entry
+    (byte-level entries spell each byte as one character, SentencePiece's a space as '▁'), doubled for normalizers
+    that merge characters (NFC)."""
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor's text tokenizer
+    return 2 * max(map(len, tokenizer.get_vocab()), default=1)
+
+
+def prompt_characters(prompt) -> int:
+    """The characters of a prompt's text: a string's, or the text of its chat messages (a template only adds)."""
+    if isinstance(prompt, str):
+        return len(prompt)
+    parts = [message.get("content") for message in prompt]
+    parts = [part for content in parts for part in (content if isinstance(content, list) else [content])]
+    return sum(len(part if isinstance(part, str) else (part or {}).get("text") or "") for part in parts)
+
+
+def check_prompt_characters(prompts, max_completion_length: int, limit: int | None, per_token: int,
+                            where: str | None = None) -> None:
+    """Raise a one-line PromptTooLongError when a prompt has more characters than `per_token` times the positions
+    max_completion_length leaves (it has more tokens than fit, whatever they are); `where` names the prompts."""
+    if limit is None:
+        return
+    room = limit - max_completion_length
+    for prompt in prompts:
+        characters = prompt_characters(prompt)
+        if characters > per_token * max(room, 0):
+            fix = f"filter the dataset to prompts of at most {room} tokens" if room > 0 else "shorten the prompts"
+            raise PromptTooLongError(
+                f"max_completion_length: a prompt of {characters:,} characters{f' (in {where})' if where else ''}, "
+                f"so of at least {-(-characters // per_token):,} tokens (no token of this tokenizer stands for more "
+                f"than {per_token} characters), + max_completion_length {max_completion_length} exceeds the model's "
+                f"max_position_embeddings {limit}; {fix}."
+            )
+
+
 class PromptLengthMixin:
     """Checks each generation batch's prompt lengths against the model's positions (see the module docstring)."""
 
     def _zoo_tokenize_prompts(self, prompts: list):
         check_batch_prompts(prompts)  # a streamed dataset's rows are first seen here
+        check_prompt_characters(prompts, self.max_completion_length, position_limit(self.model),
+                                self.prompt_characters_per_token)
         prompt_ids, images, multimodal_fields = super()._zoo_tokenize_prompts(prompts)
         check_prompt_lengths(prompt_ids, self.max_completion_length, position_limit(self.model))
         return prompt_ids, images, multimodal_fields
+
+    @functools.cached_property
+    def prompt_characters_per_token(self) -> int:
+        return characters_per_token(self.processing_class)
