@@ -1,4 +1,4 @@
-"""Checkpoint integrity: find a truncated or corrupt file in a checkpoint folder before resuming from it.
+"""Checkpoint integrity: find a truncated, corrupt, missing or non-finite file in a checkpoint folder before resuming.
 
 A save cut short (a full disk, a killed job, a partial copy) leaves files that transformers, torch or safetensors
 reject deep inside their loaders, with messages that do not name the file. `check_checkpoint` reads only what
@@ -10,11 +10,17 @@ identifies each file as whole, never the tensors:
   directory, which sits at the end of the file, so any truncation removes it; an empty file is corrupt too;
 - ``*.json``: parsed whole (``trainer_state.json``, configs; small files).
 
-The first bad file raises `CorruptCheckpointError` (a ValueError), one line naming the file, what is wrong and the
-newest earlier ``checkpoint-N`` folder beside it that is complete (has ``trainer_state.json``) and intact, if any.
+`check_training_state`: a folder without ``optimizer.pt`` or ``scheduler.pt`` (deleted, or saved with
+``save_only_model``), which transformers resumes from silently with a fresh optimizer and the learning-rate schedule
+from its start. `check_finite_state`, once transformers has loaded the checkpoint: weights or optimizer moments
+overwritten with NaN or ±inf keep the file's size, so only their values tell; a run would die in generation.
+
+Each raises `CorruptCheckpointError` (a ValueError), one line naming the file, what is wrong and the newest earlier
+``checkpoint-N`` folder beside it that is complete (has ``trainer_state.json``, the optimizer's and the scheduler's
+state) and intact, if any.
 
 Tests: tests/test_bad_input_more.py (a truncated file names itself and the earlier intact checkpoint, in the API and
-the CLI).
+the CLI), tests/test_resume_refusals.py (missing and non-finite files).
 """
 
 from __future__ import annotations
@@ -25,14 +31,24 @@ import re
 import struct
 import zipfile
 
-from transformers.trainer import TRAINER_STATE_NAME
+import torch
+from safetensors import safe_open
+from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import CONFIG_NAME
+
+from ..numerics import nonfinite_names
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 
 
-class CorruptCheckpointError(ValueError):
-    """A checkpoint file is truncated or corrupt; the message names it and an earlier intact checkpoint."""
+class CheckpointError(ValueError):
+    """A checkpoint cannot be resumed from as asked; the message names the file or setting and the fix."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint file is truncated, corrupt, missing or not finite; the message names it and an earlier intact
+    checkpoint."""
 
 
 def _safetensors_problem(path: str) -> str | None:
@@ -101,7 +117,8 @@ def first_corrupt_file(folder: str) -> tuple[str, str] | None:
 
 
 def earlier_intact_checkpoint(folder: str) -> str | None:
-    """The newest `checkpoint-M` folder beside `checkpoint-N` (M < N) that is complete and intact, None if none."""
+    """The newest `checkpoint-M` folder beside `checkpoint-N` (M < N) that is complete (trainer_state.json, the
+    optimizer's and the scheduler's state) and intact, None if none."""
     match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", os.path.basename(os.path.normpath(folder)))
     parent = os.path.dirname(os.path.normpath(folder))
     if match is None or not os.path.isdir(parent):
@@ -112,23 +129,87 @@ def earlier_intact_checkpoint(folder: str) -> str | None:
         if other and int(other.group(1)) < int(match.group(1)):
             steps[os.path.join(parent, name)] = int(other.group(1))
     for candidate in sorted(steps, key=steps.get, reverse=True):
-        if os.path.isfile(os.path.join(candidate, TRAINER_STATE_NAME)) and first_corrupt_file(candidate) is None:
+        finished = os.path.isfile(os.path.join(candidate, TRAINER_STATE_NAME))
+        if finished and missing_training_state(candidate) is None and first_corrupt_file(candidate) is None:
             return candidate
     return None
+
+
+def _earlier_or_afresh(folder: str) -> str:
+    earlier = earlier_intact_checkpoint(folder)
+    if earlier is not None:
+        return (
+            f"an earlier complete checkpoint is intact: resume from {earlier}, or delete {folder} and resume from "
+            f"the last"
+        )
+    return "no earlier complete checkpoint beside it; start afresh without resume_from_checkpoint"
 
 
 def check_checkpoint(folder: str) -> None:
     """Raise CorruptCheckpointError naming the first truncated or corrupt file of the folder, if any."""
     found = first_corrupt_file(folder)
-    if found is None:
+    if found is not None:
+        path, problem = found
+        fix = _earlier_or_afresh(folder)
+        raise CorruptCheckpointError(f"resume_from_checkpoint: {path} is corrupt ({problem}); {fix}.")
+
+
+def missing_training_state(folder: str) -> str | None:
+    """The path of the optimizer's or the scheduler's file the checkpoint folder lacks, None when it has both (or
+    is DeepSpeed's, which keeps them in its own global_step folder)."""
+    names = os.listdir(folder)
+    if any(name.startswith("global_step") for name in names):
+        return None
+    if not any(name.startswith("optimizer") for name in names):  # optimizer.pt; under FSDP optimizer.bin or a folder
+        return os.path.join(folder, OPTIMIZER_NAME)
+    if SCHEDULER_NAME not in names:
+        return os.path.join(folder, SCHEDULER_NAME)
+    return None
+
+
+def check_training_state(folder: str) -> None:
+    """Raise CorruptCheckpointError when the folder lacks the optimizer's or the scheduler's state: transformers
+    would resume without either, silently, with a fresh optimizer and the learning-rate schedule from its start."""
+    missing = missing_training_state(folder)
+    if missing is None:
         return
-    path, problem = found
-    earlier = earlier_intact_checkpoint(folder)
-    if earlier is not None:
-        fix = (
-            f"an earlier complete checkpoint is intact: resume from {earlier}, or delete {folder} and resume from "
-            f"the last"
+    fix = _earlier_or_afresh(folder)
+    if os.path.isfile(os.path.join(folder, CONFIG_NAME)):  # a whole model, which a new run can start from
+        fix += f", or start a new run from its weights only (--model_name_or_path {folder}, or GRPOTrainer(model=...))"
+    raise CorruptCheckpointError(
+        f"resume_from_checkpoint: {missing} is missing, so the optimizer would start afresh and the learning-rate "
+        f"schedule from its start; {fix}."
+    )
+
+
+def first_nonfinite_file(folder: str) -> str | None:
+    """The first ``*.safetensors`` file of the folder (sub-folders included) holding NaN or ±inf, None if none."""
+    for root, _, names in sorted(os.walk(folder)):
+        for name in sorted(names):
+            if name.endswith(".safetensors"):
+                path = os.path.join(root, name)
+                with safe_open(path, framework="pt") as weights:
+                    if nonfinite_names((key, weights.get_tensor(key)) for key in weights.keys()):
+                        return path
+    return None
+
+
+def check_finite_state(folder: str, model, optimizer) -> None:
+    """Raise CorruptCheckpointError naming the file when the weights (every adapter, or the whole model) or the
+    optimizer state just loaded from the folder hold NaN or ±inf. One host sync each; the weight files are read
+    again only to name the bad one."""
+    bad = nonfinite_names(model.named_parameters())
+    if bad:
+        path = first_nonfinite_file(folder) or folder
+        fix = _earlier_or_afresh(folder)
+        raise CorruptCheckpointError(
+            f"resume_from_checkpoint: {path} holds NaN or ±inf weights (first: {bad[0]}); {fix}."
         )
-    else:
-        fix = "no earlier complete checkpoint beside it; start afresh without resume_from_checkpoint"
-    raise CorruptCheckpointError(f"resume_from_checkpoint: {path} is corrupt ({problem}); {fix}.")
+    moments = [
+        (key, value) for state in optimizer.state.values() for key, value in state.items() if torch.is_tensor(value)
+    ]
+    if nonfinite_names(moments):
+        raise CorruptCheckpointError(
+            f"resume_from_checkpoint: {os.path.join(folder, OPTIMIZER_NAME)} holds NaN or ±inf (the optimizer's "
+            f"state); {_earlier_or_afresh(folder)}."
+        )

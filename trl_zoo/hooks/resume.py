@@ -6,8 +6,9 @@ this hook does, in the checkpoint folder:
 
 - ``trl_zoo_state.pt``: ``zoo_state``, the algorithm state every hook keeps there (adaptive KL coefficient
   ``kl_coef``, ppo_kl's β, the reference-reset count, the dynamic-sampling prompt-stream position, greso's prompt
-  history, exploration probabilities and decision counter), and TRL's
-  micro-step counter ``_step``, which decides when the next generation batch is sampled;
+  history, exploration probabilities and decision counter), TRL's
+  micro-step counter ``_step``, which decides when the next generation batch is sampled, and the settings the
+  checkpoint's files are laid out by (``hooks/checkpoint_settings.py``);
 - ``trl_zoo_buffer_{process}.pt``, one per process, only when the checkpoint falls inside a generation cycle
   (``steps_per_generation × num_iterations`` > 1 micro-steps): TRL's buffered generation batch, which the next
   steps reuse. Without it, TRL samples a fresh batch on resume and the run diverges from the uninterrupted one;
@@ -25,9 +26,12 @@ true``) takes the newest *complete* ``checkpoint-N`` folder: transformers' ``_sa
 ``trainer_state.json`` last (after the model, optimizer, scheduler and RNG states; this hook's files come before
 them all), so a folder without it is a save that was interrupted; it is skipped with a one-line warning.
 
-Before transformers loads anything, the checkpoint's files are checked for truncation
-(``trl_zoo/hooks/checkpoint_integrity.py``): a corrupt one raises `CorruptCheckpointError`, one line naming the file
-and an earlier intact checkpoint, instead of an error deep in torch or safetensors.
+Before transformers loads anything, the checkpoint's files are checked for truncation and for the optimizer's and
+the scheduler's state, which transformers would silently start afresh without (``hooks/checkpoint_integrity.py``),
+and the saved settings against the run's (``hooks/checkpoint_settings.py``); once it has loaded them, the weights
+and the optimizer state are checked to be finite. Each refusal is one line (`CheckpointError`,
+`CorruptCheckpointError`) naming the file or the setting and the fix, instead of an error deep in torch or
+safetensors, or in generation.
 
 Ctrl-C: a ``KeyboardInterrupt`` during ``train()`` propagates unchanged, after one line on stderr with the step
 reached and the last complete checkpoint (``interrupt_notice = False`` turns the line off for callers that print
@@ -45,7 +49,8 @@ import torch
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .checkpoint_integrity import check_checkpoint
+from .checkpoint_integrity import check_checkpoint, check_finite_state, check_training_state
+from .checkpoint_settings import check_same_settings, layout_settings
 from .trl_access import generation_buffer, micro_step, set_generation_buffer
 
 STATE_FILE = "trl_zoo_state.pt"
@@ -101,7 +106,7 @@ class ResumableStateMixin:
                     f"{self.args.output_dir}; train without resume_from_checkpoint or point it at a checkpoint."
                 )
         if isinstance(resume_from_checkpoint, str):
-            check_checkpoint(resume_from_checkpoint)
+            self._check_checkpoint(resume_from_checkpoint)
         try:
             return super().train(resume_from_checkpoint, *args, **kwargs)
         except KeyboardInterrupt:
@@ -113,7 +118,11 @@ class ResumableStateMixin:
         folder = os.path.join(self._zoo_get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         os.makedirs(folder, exist_ok=True)
         if self.args.should_save:
-            state = {"zoo_state": dict(self.zoo_state), "trl_step": micro_step(self)}
+            state = {
+                "zoo_state": dict(self.zoo_state),
+                "trl_step": micro_step(self),
+                "settings": layout_settings(self),
+            }
             torch.save(state, os.path.join(folder, STATE_FILE))
             if self._reference_has_moved():
                 reference = self.accelerator.unwrap_model(self.ref_model)
@@ -123,10 +132,23 @@ class ResumableStateMixin:
             torch.save(generation_buffer(self), buffer_path)
         super()._zoo_save_checkpoint(model, trial)
 
+    def _check_checkpoint(self, checkpoint: str) -> None:
+        """The checks that need no loaded state: truncated files, the optimizer's and scheduler's files (DeepSpeed
+        keeps its own), the layout settings."""
+        check_checkpoint(checkpoint)
+        if not self.is_deepspeed_enabled:
+            check_training_state(checkpoint)
+        state_path = os.path.join(checkpoint, STATE_FILE)
+        if os.path.isfile(state_path):
+            saved = torch.load(state_path, map_location="cpu", weights_only=True).get("settings", {})
+            check_same_settings(checkpoint, saved, layout_settings(self), self.args.speed_recipe)
+
     def _zoo_load_optimizer_and_scheduler(self, checkpoint):
         super()._zoo_load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
+        if not self.is_deepspeed_enabled:
+            check_finite_state(checkpoint, self.accelerator.unwrap_model(self.model), self.optimizer)
         state_path = os.path.join(checkpoint, STATE_FILE)
         if not os.path.isfile(state_path):
             warnings.warn(

@@ -1,0 +1,170 @@
+"""Checkpoints a run cannot resume from as asked, each refused in one line naming the file or setting and the fix:
+the optimizer's or scheduler's file deleted (transformers would start both afresh, silently), a setting that lays
+out the checkpoint changed (LoRA, the critic, the generation cycle), weights or optimizer moments overwritten with
+NaN (same size, so only the values tell)."""
+
+import math
+import os
+import shutil
+
+import pytest
+import torch
+from peft import LoraConfig
+from safetensors.torch import load_file, save_file
+
+import trl_zoo
+from tests import tiny
+from tests.tiny import make_trainer
+from trl_zoo.cli import main
+from trl_zoo.hooks.checkpoint_integrity import CheckpointError, CorruptCheckpointError
+
+
+def lora(r=4):
+    return LoraConfig(r=r, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+
+
+RUNS = {"full": dict(), "lora": dict(peft_config=lora()), "gae": dict(peft_config=lora(), advantage_estimator="gae")}
+
+
+def trainer(kind: str, output_dir, **changes):
+    options = {**RUNS[kind], "output_dir": str(output_dir), "max_steps": 3, **changes}
+    return make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, **options)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """checkpoint-1 and checkpoint-2 of a full fine-tuning run, a LoRA run and a LoRA run with gae's critic."""
+    runs = {}
+    for kind in RUNS:
+        out = tmp_path_factory.mktemp(kind)
+        trainer(kind, out, max_steps=2, save_strategy="steps", save_steps=1).train()
+        runs[kind] = out
+    return runs
+
+
+def copy(saved, kind, tmp_path):
+    shutil.copytree(saved[kind], tmp_path / "run")
+    return tmp_path / "run"
+
+
+def refusal(run, resume=True) -> str:
+    with pytest.raises(CheckpointError) as caught:
+        run.train(resume_from_checkpoint=resume)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+# ------------------------------------------------------------------------------ optimizer or scheduler deleted
+
+
+@pytest.mark.parametrize("kind, name", [("full", "optimizer.pt"), ("full", "scheduler.pt"), ("lora", "optimizer.pt")])
+def test_a_deleted_optimizer_or_scheduler_file_is_refused_naming_it(saved, tmp_path, kind, name):
+    out = copy(saved, kind, tmp_path)
+    os.remove(out / "checkpoint-2" / name)
+    message = refusal(trainer(kind, out))
+    assert message.startswith(
+        f"resume_from_checkpoint: {out / 'checkpoint-2' / name} is missing, so the optimizer would start afresh and "
+        f"the learning-rate schedule from its start; an earlier complete checkpoint is intact: resume from "
+        f"{out / 'checkpoint-1'}, or delete {out / 'checkpoint-2'} and resume from the last"
+    )
+    weights_only = f", or start a new run from its weights only (--model_name_or_path {out / 'checkpoint-2'}"
+    assert (weights_only in message) == (kind == "full")  # a LoRA checkpoint holds no model to start from
+
+
+# ------------------------------------------------------------------------------ a setting that lays out the checkpoint
+
+
+CHANGES = {
+    "speed_recipe": ("lora", dict(speed_recipe="lora"), "steps_per_generation 1, this run has 2 (with "
+                     "speed_recipe='lora')", "resume with steps_per_generation 1."),
+    "to_gae": ("lora", dict(advantage_estimator="gae"), "advantage_estimator None, this run has 'gae'",
+               "resume with advantage_estimator None."),
+    "from_gae": ("gae", dict(advantage_estimator="rloo"), "advantage_estimator 'gae', this run has 'rloo'",
+                 "resume with advantage_estimator 'gae'."),
+    "lora_rank": ("lora", dict(peft_config=lora(r=8)), "peft_config LoRA r=4 on q_proj, v_proj, this run has LoRA "
+                  "r=8 on q_proj, v_proj", "resume with peft_config LoRA r=4 on q_proj, v_proj, set in the CLI by"),
+    "full_to_lora": ("full", dict(peft_config=lora()), "peft_config None (full fine-tuning), this run has LoRA r=4 "
+                     "on q_proj, v_proj", "resume with peft_config None (full fine-tuning), set in the CLI by"),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_changed_layout_setting_is_refused_naming_it(saved, change):
+    kind, changes, names, fix = CHANGES[change]
+    checkpoint = saved[kind] / "checkpoint-2"
+    message = refusal(trainer(kind, saved[kind], **changes), resume=str(checkpoint))
+    assert message.startswith(f"resume_from_checkpoint: {checkpoint} was saved with {names}: ")
+    assert fix in message
+
+
+def test_an_estimator_without_a_critic_for_another_resumes(saved, tmp_path):
+    run = trainer("lora", copy(saved, "lora", tmp_path), advantage_estimator="rloo")
+    run.train(resume_from_checkpoint=True)
+    assert run.state.global_step == 3
+
+
+# ------------------------------------------------------------------------------ weights or optimizer state not finite
+
+
+def overwrite_with_nan(path):
+    """One value of the file's first tensor (of the optimizer's first moment) set to NaN; the size stays."""
+    size = os.path.getsize(path)
+    if path.suffix == ".safetensors":
+        tensors = load_file(path)
+        next(iter(tensors.values())).view(-1)[0] = math.nan
+        save_file(tensors, path, metadata={"format": "pt"})
+    else:
+        state = torch.load(path, weights_only=True)
+        state["state"][0]["exp_avg"].view(-1)[0] = math.nan
+        torch.save(state, path)
+    assert os.path.getsize(path) == size
+
+
+@pytest.mark.parametrize(
+    "kind, name", [("full", "model.safetensors"), ("lora", "adapter_model.safetensors"), ("lora", "optimizer.pt")]
+)
+def test_nan_weights_or_optimizer_state_are_refused_naming_the_file(saved, tmp_path, kind, name):
+    out = copy(saved, kind, tmp_path)
+    overwrite_with_nan(out / "checkpoint-2" / name)
+    with pytest.raises(CorruptCheckpointError) as caught:
+        trainer(kind, out).train(resume_from_checkpoint=True)
+    message = str(caught.value)
+    assert message.startswith(f"resume_from_checkpoint: {out / 'checkpoint-2' / name} holds NaN or ±inf")
+    assert message.endswith(
+        f"an earlier complete checkpoint is intact: resume from {out / 'checkpoint-1'}, or delete "
+        f"{out / 'checkpoint-2'} and resume from the last."
+    )
+
+
+# ------------------------------------------------------------------------------ the CLI: one line, exit status 2
+
+
+def test_refusals_raised_while_resuming_are_one_line_in_the_cli(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "sums.jsonl"
+    data.write_text("".join(f'{{"prompt": "{a}+{a}=", "answer": "{2 * a}"}}\n' for a in range(10, 30)))
+    out = tmp_path / "run"
+    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--use_peft", "true",
+            "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "4",
+            "--num_heldout", "4", "--eval_batch_size", "4", "--write_report", "false", "--output_dir", str(out)]
+    assert main([*argv, "--max_steps", "1", "--save_strategy", "steps", "--save_steps", "1"]) == 0
+    capsys.readouterr()
+    resume = [*argv, "--max_steps", "2", "--resume_from_checkpoint", "true"]
+    checkpoint = out / "checkpoint-1"
+    assert main([*resume, "--advantage_estimator", "gae"]) == 2
+    assert last_error_line(capsys).startswith(
+        f"trl-zoo train: error: resume_from_checkpoint: {checkpoint} was saved with advantage_estimator None, this "
+        f"run has 'gae': "
+    )
+    os.remove(checkpoint / "optimizer.pt")
+    assert main(resume) == 2
+    assert last_error_line(capsys).startswith(
+        f"trl-zoo train: error: resume_from_checkpoint: {checkpoint / 'optimizer.pt'} is missing, so the optimizer "
+    )
+
+
+def last_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
