@@ -114,6 +114,22 @@ def test_train_help_lists_trl_zoos_losses(capsys):
     assert ", ".join(LOSSES.names()) in out and "Supported values are 'grpo'" not in out
 
 
+SPEED_FIGURE = re.compile(r"\d\.\d+\s?[x×]|~\s?\d+\s?[x×]|\d\s?(?:s|ms|GiB|MiB)\b|\bH[12]00\b")
+
+
+def test_speed_figures_are_written_once_in_the_benchmarks_page(capsys):
+    """A measured speed lives in docs/benchmarks.md: `train --help` quotes none (its lora_graphed said 0.53× where
+    the page said 0.44×) and points there, and no docstring repeats a time against TRL's or eager decoding."""
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert SPEED_FIGURE.findall(out) == []
+    assert "Each one's time against TRL's: docs/benchmarks.md, 'Time to a target'." in out
+    against = re.compile(r"\d\.\d+\s?[x×]\s(?:TRL|eager)")
+    sources = (ROOT / "trl_zoo").rglob("*.py")
+    assert [path.name for path in sources if against.search(" ".join(path.read_text().split()))] == []
+
+
 def test_train_help_shows_trl_zoos_fields_first_in_groups_then_trls(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])

@@ -66,12 +66,11 @@ class GenerationSpeedFields:
 
     speed_recipe: str | None = help_field(
         "Set the measured single-GPU LoRA speed-ups together (trl_zoo/config/speed_recipe.py). 'lora': "
-        "merge_adapter_for_generation and steps_per_generation = 2 x gradient_accumulation_steps (real model on an "
-        "H200: 0.62x TRL's time to its accuracy). 'lora_graphed': also compile_generation with "
-        "compile_generation_backend='cuda_graph' (0.53x on a first run, H100). 'lora_compiled': 'lora' with "
-        "compile_generation and generation_autocast "
-        "(0.54x once torch's compile cache is warm, 0.87x on a first run; transformers >= 5.24). A "
-        "steps_per_generation or generation_batch_size you give wins.",
+        "merge_adapter_for_generation and steps_per_generation = 2 x gradient_accumulation_steps. 'lora_graphed' "
+        "(recommended): also compile_generation with compile_generation_backend='cuda_graph' (no torch.compile) and "
+        "skip_on_policy_old_logps. 'lora_compiled': 'lora' with compile_generation and generation_autocast (fast "
+        "only once torch's compile cache is warm; transformers >= 5.24). Each one's time against TRL's: "
+        "docs/benchmarks.md, 'Time to a target'. A steps_per_generation or generation_batch_size you give wins.",
         None,
         choices=list(SPEED_RECIPES),
     )
@@ -85,23 +84,23 @@ class GenerationSpeedFields:
         "Generate under the training forward's mixed precision (accelerate's autocast, bf16 or fp16). TRL generates "
         "outside autocast, so with float32 weights (TRL's default dtype) every decoding matmul runs in fp32 while the "
         "old log-probs and the loss run in bf16. Weights untouched; needs bf16 or fp16; not with vLLM or continuous "
-        "batching. It pays off with compile_generation (135 M model on an H200: compiled decoding 0.59 s instead of "
-        "1.07 s in fp32); that pair needs transformers >= 5.24.",
+        "batching. It pays off with compile_generation (measured: docs/benchmarks.md); that pair needs transformers "
+        ">= 5.24.",
         False,
     )
     compile_generation: bool = help_field(
         "Compile the decoding of TRL's model.generate with a static KV cache (transformers' compiled decoding, CUDA "
         "graphs on a GPU), which TRL turns off (disable_compile=True). The first generation batch pays the compile "
-        "(135 M model on an H200: ~25 s the first time, ~8 s once torch's compile cache holds it), then decoding "
-        "runs ~3x faster; not with vLLM or continuous batching; cache_implementation unset or 'static'.",
+        "(less once torch's compile cache holds it), then decoding runs faster (measured: docs/benchmarks.md); not "
+        "with vLLM or continuous batching; cache_implementation unset or 'static'.",
         False,
     )
     compile_generation_backend: str = help_field(
         "How compile_generation compiles: 'inductor' (transformers' default CompileConfig: generated kernels and CUDA "
-        "graphs) or 'cudagraphs' (CUDA graphs of the traced decoding only, no kernel generation: on a 135 M model "
-        "about 12 s of compiling instead of ~30 s cold, but decoding at 0.62x eager's time instead of 0.33x) or "
-        "'cuda_graph' (no torch.compile: trl_zoo records the decode step as a CUDA graph once per generation batch, "
-        "one eager step and one recording, and replays it; eager on a CPU).",
+        "graphs) or 'cudagraphs' (CUDA graphs of the traced decoding only, no kernel generation: a shorter compile, "
+        "slower decoding than inductor's) or 'cuda_graph' (no torch.compile: trl_zoo records the decode step as a "
+        "CUDA graph once per generation batch, one eager step and one recording, and replays it; eager on a CPU). "
+        "Measured: docs/benchmarks.md.",
         "inductor",
         choices=["inductor", "cudagraphs", "cuda_graph"],
     )

@@ -18,12 +18,10 @@ The critic takes one of two forms (``critic_model``):
 
 Why the adapter is the default for PEFT policies: it is a critic with a representation of its own, as PPO's and
 VAPO's separate value model is, while a head on detached policy features is a probe whose inputs drift as the
-policy trains. Its price, measured with benchmarks/critic_overhead.py (CPU, one thread, tiny Qwen2 hidden 64 ×
-2 layers, LoRA r 8 on all linear layers, 8 completions of 32 tokens, medians of 7 interleaved repeats; GRPO = 1):
-train step 1.24× (head 1.16×), generation + scoring 1.13× (head 1.14×: both add one no-grad backbone pass), loss
-forward + backward 2.07× (head 1.24×), trainable parameters and their optimizer state 2.00× (head 1.26×),
-activations kept for the backward 2.0× (head 1.08×). With real LLMs the autoregressive generation dominates a step,
-so the adapter's extra backbone forward and backward per micro-batch weighs less than on the tiny model.
+policy trains. Its price (benchmarks/critic_overhead.py; docs/benchmarks.md, "Critic overhead"): more than the
+head's in the loss's forward and backward, trainable parameters and activations, about the same in generation and
+scoring (both add one no-grad backbone pass). With real LLMs the autoregressive generation dominates a step, so the
+adapter's extra backbone forward and backward per micro-batch weighs less than on the tiny model measured.
 
 Either way the value loss reaches only the critic's parameters (the value adapter and head, or the head), and the
 policy loss only the policy's: the critic adds no gradient to the policy and the policy none to the critic.

@@ -17,7 +17,7 @@ transformers calls its decode forward through `model.get_compiled_call(compile_c
 allows compilation and the cache is static; `install` puts a `GraphedDecodeStep` there (an attribute of the
 transformers model, the instance's own: its class is not changed). The static cache writes the new key and value
 at its own counter (`cumulative_length`, a device tensor advanced in place), so the replayed graph writes where
-the eager forward would. A capture costs one eager step and one recording (against 10-40 s of torch.compile);
+the eager forward would. A capture costs one eager step and one recording (no torch.compile and its compile time);
 `generate` builds a new static cache each call, so each call captures once; when `generate` returns, the graph, its
 memory pool and its hold on the static cache are released (`install` wraps the model's `generate`), so neither
 the loss step nor a held-out evaluation carries decoding memory. (Kept alive, they raised the real-model task's
