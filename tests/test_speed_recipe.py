@@ -5,6 +5,8 @@ while generating."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 from peft import LoraConfig
 
@@ -145,3 +147,17 @@ def test_a_lora_run_under_the_recipe_generates_once_per_two_optimizer_steps_merg
     assert batches == [16, 16]  # two generation batches of 2 steps × 2 micro-batches × 4 rows for 4 steps
     assert len(merges) == 2  # merged once per generation batch
     assert "old_per_token_logps" in trainer._buffered_inputs[0]  # the second step is off-policy: TRL's ratio
+
+
+@needs_mixed_dtype_static_cache
+def test_the_compiled_recipe_on_a_cpu_says_in_one_line_that_compiling_does_not_pay_there():
+    with pytest.warns(UserWarning) as warned:
+        GRPOConfig(**tiny.config_kwargs(speed_recipe="lora_compiled", bf16=True))  # use_cpu=True
+    assert [str(warning.message) for warning in warned if "speed_recipe" in str(warning.message)] == [
+        "speed_recipe='lora_compiled' on a CPU: compile_generation spends about a minute in torch's compile before "
+        "the first generation batch, which a CPU's decoding does not pay back; use speed_recipe='lora' there."
+    ]
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        GRPOConfig(**tiny.config_kwargs(speed_recipe="lora_graphed"))  # compiles nothing
+    assert not [warning for warning in warned if "speed_recipe" in str(warning.message)]

@@ -19,6 +19,10 @@ off-policy (TRL's clipped importance ratio); "lora_graphed" also records the dec
 on a first run (for long or repeated runs; transformers >= 5.24 and bf16 or fp16). What each costs and gives (time
 to TRL's accuracy, × TRL's, peak memory): docs/benchmarks.md, "Time to a target", one row of its table each.
 
+On a CPU, "lora_compiled" warns in one line that torch's compile (about a minute before the first generation batch,
+for steps of a second on a small model) does not pay there, and names "lora"; "lora_graphed" compiles nothing (its
+decode step runs eagerly on a CPU).
+
 A value the user gives for `steps_per_generation` or `generation_batch_size` wins; the recipe's other fields are set.
 A recipe that cannot work stops at the refusals of the fields it set, and those name the recipe and say "unset
 speed_recipe" (`refusal_words`): the config's (vLLM; for the compiled fields continuous batching, no mixed
@@ -29,6 +33,10 @@ Tests: tests/test_speed_recipe.py.
 """
 
 from __future__ import annotations
+
+import warnings
+
+import torch
 
 SPEED_RECIPES: dict[str, dict[str, bool | str]] = {
     "lora": {"merge_adapter_for_generation": True},
@@ -52,6 +60,13 @@ def apply_speed_recipe(config) -> None:
         setattr(config, field, value)
     if config.steps_per_generation is None and config.generation_batch_size is None:
         config.steps_per_generation = OPTIMIZER_STEPS_PER_GENERATION * config.gradient_accumulation_steps
+    compiles = config.compile_generation and config.compile_generation_backend != "cuda_graph"
+    if compiles and (config.use_cpu or not torch.accelerator.is_available()):
+        warnings.warn(
+            f"speed_recipe={name!r} on a CPU: compile_generation spends about a minute in torch's compile before the "
+            f"first generation batch, which a CPU's decoding does not pay back; use speed_recipe='lora' there.",
+            stacklevel=3,
+        )
 
 
 def refusal_words(args, field: str, fix: str = "set it False") -> tuple[str, str]:
