@@ -11,7 +11,7 @@ import torch
 from datasets import Dataset
 from datasets.fingerprint import Hasher, generate_random_fingerprint
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 # datasets fingerprints every table by pickling its state with dill; on some images (pandas 3.0 with pyarrow 26)
 # that recurses without end on pyarrow's MonthDayNano type. Benchmarks need no dataset cache: hash randomly.
@@ -25,9 +25,16 @@ SHAPES = {
                          num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
     "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                          num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "qwen2.5-3b": dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+                       num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
     "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                        num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
+    "llama3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                        num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True, head_dim=64),
+    "llama3.2-3b": dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+                        num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True, head_dim=128),
 }
+LLAMA_SHAPES = {"llama3.2-1b", "llama3.2-3b"}
 
 
 def numbered_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
@@ -40,15 +47,16 @@ def numbered_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     return wrapped
 
 
-def random_model(shape: str, dtype=torch.bfloat16, device=None, seed: int = 0) -> Qwen2ForCausalLM:
-    config = Qwen2Config(**SHAPES[shape], max_position_embeddings=4096, pad_token_id=0, eos_token_id=1, bos_token_id=1)
+def random_model(shape: str, dtype=torch.bfloat16, device=None, seed: int = 0) -> Qwen2ForCausalLM | LlamaForCausalLM:
+    config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if shape in LLAMA_SHAPES else (Qwen2Config, Qwen2ForCausalLM)
+    config = config_cls(**SHAPES[shape], max_position_embeddings=4096, pad_token_id=0, eos_token_id=1, bos_token_id=1)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(seed)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = Qwen2ForCausalLM(config)
+            model = model_cls(config)
     finally:
         torch.set_default_dtype(previous)
     model.generation_config.pad_token_id = 0

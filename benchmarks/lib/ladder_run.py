@@ -1,0 +1,226 @@
+"""Worker: one configuration of the size ladder (`benchmarks/size_ladder.py`), in this process.
+
+A random-weight model of a public architecture (`harness.SHAPES`, bf16 weights, or 4-bit NF4 with `--load_in_4bit`),
+LoRA r 16 on every linear layer, `--prompts` prompts × 8 completions of exactly `--completion_length` tokens
+(`min_new_tokens`: the end-of-sequence token is never sampled, so every contender decodes the same number of tokens),
+micro-batches of `--micro_batch` completions, `--steps` optimizer steps of `trainer.train()`.
+
+Measured:
+- `step_s`: mean of TRL's logged `step_time` over the steps after the first two (the first records or compiles;
+  with an even `--steps` and two optimizer steps per generation batch the mean covers whole generation cycles);
+- `generation_s`: seconds inside TRL's `_generate_single_turn` (the decoding, merge and restore included) per
+  optimizer step, over the same steps; `generation_share` = generation_s / step_s;
+- `train_peak_gib`: the peak GPU memory allocated outside the decoding (old log-probs, loss, backward, optimizer),
+  `generation_peak_gib` the peak inside it, measured apart by resetting torch's peak counter around each decoding;
+- `host_copy_gib`: host memory held by the merge's copy of the base weights (0 without the merge).
+
+Prints one `RESULT {json}` line. By hand:
+
+    python benchmarks/lib/ladder_run.py --contender trl_best --shape qwen2.5-1.5b --steps 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.lib.harness import SHAPES, length_parity_reward, numbered_tokenizer, prompt_dataset, random_model  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+
+# Each contender: (implementation, extra config fields). "trl_best" is TRL at its own best setting here: two optimizer
+# steps per generation batch (TRL's steps_per_generation), the field behind most of the recipes' gain at 135 M.
+TWO_STEPS = "two_steps"
+CONTENDERS: dict[str, tuple[str, dict]] = {
+    "trl_default": ("trl", {}),
+    "trl_best": ("trl", {TWO_STEPS: True}),
+    "zoo_default": ("zoo", {}),
+    "lora": ("zoo", {"speed_recipe": "lora"}),
+    "lora_graphed": ("zoo", {"speed_recipe": "lora_graphed"}),
+    "graphed_merged": ("zoo", {
+        TWO_STEPS: True, "merge_adapter_for_generation": True, "compile_generation": True,
+        "compile_generation_backend": "cuda_graph", "skip_on_policy_old_logps": True,
+    }),
+    "graphed_unmerged": ("zoo", {
+        TWO_STEPS: True, "compile_generation": True, "compile_generation_backend": "cuda_graph",
+        "skip_on_policy_old_logps": True,
+    }),
+}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--contender", choices=sorted(CONTENDERS), required=True)
+    parser.add_argument("--shape", default="qwen2.5-1.5b", choices=sorted(SHAPES))
+    parser.add_argument("--load_in_4bit", action="store_true")
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--num_generations", type=int, default=8)
+    parser.add_argument("--micro_batch", type=int, default=32)
+    parser.add_argument("--prompt_length", type=int, default=200)
+    parser.add_argument("--completion_length", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=6, help="an even number: whole generation cycles")
+    parser.add_argument("--lora_r", type=int, default=16)
+    return parser.parse_args(argv)
+
+
+def load_4bit(shape: str, folder: Path):
+    """The random model saved once in bf16, loaded back quantised to 4-bit NF4 with bitsandbytes (QLoRA's load)."""
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    path = folder / f"random-{shape}"
+    if not (path / "config.json").exists():
+        model = random_model(shape)
+        model.save_pretrained(path)
+        del model
+        torch.cuda.empty_cache()
+    quantization = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_use_double_quant=True,
+    )
+    return AutoModelForCausalLM.from_pretrained(
+        path, quantization_config=quantization, dtype=torch.bfloat16, device_map={"": 0}
+    )
+
+
+class DecodingMeter:
+    """Wraps the trainer's `_generate_single_turn`: seconds inside it, and peak memory inside and outside it."""
+
+    def __init__(self, trainer):
+        self.seconds: list[float] = []
+        self.inside_peak = 0
+        self.outside_peak = 0
+        inner = trainer._generate_single_turn
+
+        def timed(*args, **kwargs):
+            self._synchronize()
+            self.outside_peak = max(self.outside_peak, self._peak())
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self._synchronize()
+                self.seconds.append(time.perf_counter() - start)
+                self.inside_peak = max(self.inside_peak, self._peak())
+
+        trainer._generate_single_turn = timed
+
+    @staticmethod
+    def _synchronize():
+        if CUDA:
+            torch.cuda.synchronize()
+
+    @staticmethod
+    def _peak() -> int:
+        if not CUDA:
+            return 0
+        peak = torch.cuda.max_memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        return peak
+
+    def finish(self):
+        self.outside_peak = max(self.outside_peak, self._peak())
+
+
+def build_trainer(options):
+    from peft import LoraConfig
+
+    implementation, fields = CONTENDERS[options.contender]
+    fields = dict(fields)
+    two_steps = fields.pop(TWO_STEPS, False)
+    if implementation == "trl":
+        import trl
+
+        trainer_cls, config_cls = trl.GRPOTrainer, trl.GRPOConfig
+    else:
+        import trl_zoo
+
+        trainer_cls, config_cls = trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig
+    completions = options.prompts * options.num_generations
+    accumulation = completions // options.micro_batch
+    if two_steps:
+        fields["steps_per_generation"] = 2 * accumulation
+    vocab_size = SHAPES[options.shape]["vocab_size"]
+    model = load_4bit(options.shape, Path(tempfile.gettempdir())) if options.load_in_4bit else random_model(
+        options.shape
+    )
+    args = config_cls(
+        output_dir=str(Path(tempfile.gettempdir()) / f"ladder-{options.contender}"),
+        loss_type="grpo",
+        per_device_train_batch_size=options.micro_batch,
+        gradient_accumulation_steps=accumulation,
+        num_generations=options.num_generations,
+        max_completion_length=options.completion_length,
+        generation_kwargs={"min_new_tokens": options.completion_length},
+        max_steps=options.steps,
+        learning_rate=1e-5,
+        bf16=CUDA,
+        use_cpu=not CUDA,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        **fields,
+    )
+    peft_config = LoraConfig(
+        r=options.lora_r, lora_alpha=2 * options.lora_r, target_modules="all-linear", task_type="CAUSAL_LM"
+    )
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=length_parity_reward,
+        args=args,
+        train_dataset=prompt_dataset(completions * (options.steps + 1), options.prompt_length, vocab_size),
+        processing_class=numbered_tokenizer(vocab_size),
+        peft_config=peft_config,
+    )
+    return trainer
+
+
+def main(argv=None):
+    options = parse_args(argv)
+    trainer = build_trainer(options)
+    meter = DecodingMeter(trainer)
+    if CUDA:
+        torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    meter.finish()
+    step_times = [log["step_time"] for log in trainer.state.log_history if "step_time" in log]
+    timed = step_times[2:] or step_times
+    decodings_timed = meter.seconds[1:] or meter.seconds  # the first decoding records (or compiles)
+    generations_per_step = len(meter.seconds) / max(len(step_times), 1)
+    copies = getattr(trainer, "_zoo_weight_copies", None)
+    host_copy = sum(b.numel() * b.element_size() for b in getattr(copies, "buffers", []))
+    generation_s = statistics.mean(decodings_timed) * generations_per_step if meter.seconds else float("nan")
+    step_s = statistics.mean(timed)
+    result = {
+        "contender": options.contender,
+        "shape": options.shape,
+        "load_in_4bit": options.load_in_4bit,
+        "completions": options.prompts * options.num_generations,
+        "prompt_length": options.prompt_length,
+        "completion_length": options.completion_length,
+        "steps": len(step_times),
+        "step_s": step_s,
+        "step_times": step_times,
+        "generation_s": generation_s,
+        "generation_share": generation_s / step_s,
+        "decodings": len(meter.seconds),
+        "train_peak_gib": meter.outside_peak / 2**30,
+        "generation_peak_gib": meter.inside_peak / 2**30,
+        "host_copy_gib": host_copy / 2**30,
+        "merged": bool(getattr(trainer.args, "merge_adapter_for_generation", False)),
+        "device": torch.cuda.get_device_name() if CUDA else "cpu",
+    }
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
