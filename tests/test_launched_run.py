@@ -13,7 +13,9 @@ from types import SimpleNamespace
 import pytest
 from transformers import Qwen3MoeConfig
 
+from trl_zoo.cli.arguments import ConfigError
 from trl_zoo.cli.ddp_unused_parameters import find_unused_parameters
+from trl_zoo.cli.run_folder import shared_run_folder
 
 from . import tiny
 from .test_cli import local_sums
@@ -61,6 +63,17 @@ def test_each_line_is_printed_once(launched):
 
 def test_ddp_searches_for_no_unused_parameters_with_lora(launched):
     assert "find_unused_parameters=True" not in launched.err
+
+
+def test_launched_processes_that_would_each_train_alone_are_refused(tmp_path, monkeypatch):
+    """torchrun on a CPU without use_cpu: transformers runs each process as a run of its own (two folders)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match=r"^use_cpu: the launcher started 2 processes, which without a GPU train "
+                                          r"together only with use_cpu true \(else each trains a run of its own\); "
+                                          r"add --use_cpu true\.$"):
+        shared_run_folder(str(tmp_path / "run"), rename=False, resuming=False,
+                          training_args=SimpleNamespace(world_size=1, process_index=0))
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(("use_peft", "estimator", "given", "expected"), [

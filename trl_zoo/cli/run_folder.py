@@ -19,9 +19,11 @@ it ends), and the marker says which process that is. A claim:
 
 Under a distributed launch (`accelerate launch`, `torchrun`) every process parses its own arguments, at its own
 moment, so each may see other folders taken and pick another default name; only the main process claims, and the
-name it claimed (or its refusal) is broadcast to the others, which use it as it is. A path that is a file or cannot
-be written is left to `disk_errors.writable_output_dir`, which says so in one line. Where `fcntl` is missing
-(Windows) there is no lock: two runs given one named folder at once are not told apart.
+name it claimed (or its refusal) is broadcast to the others, which use it as it is. Launched processes that would not
+train together (on a CPU without `use_cpu`, transformers runs each alone) stop with one line.
+
+A path that is a file or cannot be written is left to `disk_errors.writable_output_dir`, which says so in one line.
+Where `fcntl` is missing (Windows) there is no lock: two runs given one named folder at once are not told apart.
 
 Tests: tests/test_run_folders.py (claims started together, a folder in use, a folder of the user's, a taken default
 folder, the default name), tests/test_launched_run.py (two processes started apart: one folder).
@@ -135,7 +137,14 @@ def holder_text(marker_text: str) -> str:
 
 def shared_run_folder(output_dir: str, rename: bool, resuming: bool, training_args) -> RunFolder:
     """The folder the main process of the launch claimed (`claim_run_folder`), in every process; the main process's
-    refusal, raised in every process."""
+    refusal, raised in every process. Processes launched together that would each train a run of their own (no GPU
+    and `use_cpu` false: transformers then leaves each process alone) are refused."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and training_args.world_size == 1:
+        raise ConfigError(
+            f"use_cpu: the launcher started {launched} processes, which without a GPU train together only with "
+            f"use_cpu true (else each trains a run of its own); add --use_cpu true."
+        )
     if training_args.world_size == 1:
         return claim_run_folder(output_dir, rename, resuming)
     from accelerate.utils import broadcast_object_list
