@@ -9,7 +9,7 @@ Every configuration runs in its own process (`lib/ladder_run.py`, which document
 in interleaved order (repeat by repeat, shape by shape, contender by contender); each result is appended to `--out`
 as one JSON line as soon as it exists. `--summarize` prints one Markdown table: per shape and contender the median
 step time over repeats, × TRL at its best (`trl_best`: TRL's steps_per_generation = 2 × accumulation), the share of
-generation, the training peak apart from the decoding's, and the host memory of the merge's weight copy.
+generation, the training peak apart from the decoding's.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def run_one(contender: str, shape: str, passed: list[str], timeout: float) -> di
 
 def summarize(records: list[dict]) -> list[str]:
     rows = ["| shape | 4-bit | contender | s/step | × TRL best | generation share | training peak GiB "
-            "| decoding peak GiB | host copy GiB |", "|---|---|---|---|---|---|---|---|---|"]
+            "| decoding peak GiB |", "|---|---|---|---|---|---|---|---|"]
     keys = sorted({(r["shape"], r.get("load_in_4bit", False)) for r in records})
     for shape, four_bit in keys:
         mine = [r for r in records if r["shape"] == shape and r.get("load_in_4bit", False) == four_bit]
@@ -52,15 +52,14 @@ def summarize(records: list[dict]) -> list[str]:
         for contender, runs in by_contender.items():
             done = [r for r in runs if "step_s" in r]
             if not done:
-                rows.append(f"| {shape} | {four_bit} | {contender} | failed: {runs[-1].get('error')} | | | | | |")
+                rows.append(f"| {shape} | {four_bit} | {contender} | failed: {runs[-1].get('error')} | | | | |")
                 continue
             step = statistics.median(r["step_s"] for r in done)
             ratio = f"{step / best_s:.2f}" if best_s else "—"
             rows.append(
                 f"| {shape} | {four_bit} | {contender} | {step:.2f} | {ratio} "
                 f"| {statistics.median(r['generation_share'] for r in done):.2f} "
-                f"| {max(r['train_peak_gib'] for r in done):.2f} | {max(r['generation_peak_gib'] for r in done):.2f} "
-                f"| {max(r['host_copy_gib'] for r in done):.2f} |"
+                f"| {max(r['train_peak_gib'] for r in done):.2f} | {max(r['generation_peak_gib'] for r in done):.2f} |"
             )
     return rows
 

@@ -12,7 +12,6 @@ Measured:
   optimizer step, over the same steps; `generation_share` = generation_s / step_s;
 - `train_peak_gib`: the peak GPU memory allocated outside the decoding (old log-probs, loss, backward, optimizer),
   `generation_peak_gib` the peak inside it, measured apart by resetting torch's peak counter around each decoding;
-- `host_copy_gib`: host memory held by the merge's copy of the base weights (0 without the merge).
 
 Prints one `RESULT {json}` line. By hand:
 
@@ -196,8 +195,6 @@ def main(argv=None):
     timed = step_times[2:] or step_times
     decodings_timed = meter.seconds[1:] or meter.seconds  # the first decoding records (or compiles)
     generations_per_step = len(meter.seconds) / max(len(step_times), 1)
-    copies = getattr(trainer, "_zoo_weight_copies", None)
-    host_copy = sum(b.numel() * b.element_size() for b in getattr(copies, "buffers", []))
     generation_s = statistics.mean(decodings_timed) * generations_per_step if meter.seconds else float("nan")
     step_s = statistics.mean(timed)
     result = {
@@ -215,7 +212,6 @@ def main(argv=None):
         "decodings": len(meter.seconds),
         "train_peak_gib": meter.outside_peak / 2**30,
         "generation_peak_gib": meter.inside_peak / 2**30,
-        "host_copy_gib": host_copy / 2**30,
         "merged": bool(getattr(trainer.args, "merge_adapter_for_generation", False)),
         "device": torch.cuda.get_device_name() if CUDA else "cpu",
     }

@@ -16,21 +16,24 @@ An unmerged LoRA layer computes y = W x + s · B (A x) (s = lora_alpha / r): two
 projection per decoded token, each a kernel launch that dominates decoding of a small model. Merged, the layer
 computes y = (W + s · B A) x, the same function up to float rounding, in one matmul.
 
-    copy out: W₀ → host memory            `HostCopies.save` (pinned buffers, allocated once, reused)
-    merge:    W ← W + s · B A              peft's `merge_adapter()` (every LoRA layer, `merged` = True)
-    generate  TRL's `_generate_single_turn` (the transformers paths: `generate`, `generate_batch`)
-    restore:  W ← W₀ (the host copy)       peft's `unmerge_adapter()` then W₀ copied back
+    switch off: each LoRA layer computes W x alone     peft's `disable_adapter()`
+    merge:      W ← fl(W + s · B A) in place            `merge_residue.merge`: and a residue of 2 bits an element
+    generate    TRL's `_generate_single_turn` (the transformers paths: `generate`, `generate_batch`)
+    restore:    W ← fl(W − s · B A) + residue = W₀      `merge_residue.restore`, bit for bit
 
-Restoring the saved W₀ rather than trusting W + s·BA − s·BA keeps the base weights bit-identical from step to step
-(in bfloat16 the round trip alone would move W by up to half an ulp of W at every generation batch). The copy lives
-in host memory, so the merge adds no device memory (a copy on the GPU raised the training peak of the real-model
-task from 2.02 to 2.42 GiB in an outside measurement); moving it out and back costs two transfers of the targeted
-weights per generation batch (≈ 0.4 GB each way in fp32 for SmolLM2-135M with every linear layer adapted). When
-the host cannot hold it, one line says so with its size (`host_buffers`), before anything is merged. The old
-log-probs, the reference and the loss are computed after the restore, by the unmerged model, as without the option.
+Restoring W₀ exactly rather than trusting W + s·BA − s·BA keeps the base weights bit-identical from step to step (in
+bfloat16 the round trip alone would move W by up to half an ulp of W at every generation batch). The residue
+(`hooks/merge_residue.py`) is what the round trip loses, in units of W's last bit: 1/8 of the adapted weights' bytes
+in bf16, 1/16 in fp32, held on their device during the decoding only and freed at the restore, when the training
+forward's memory is needed; nothing crosses to the host. (An earlier version kept a full copy of W₀ in host
+memory: two transfers of every adapted weight per generation batch, 28 GB each way for a 7 B model in fp32, which
+made the merge slower than no merge at that size.) The old log-probs, the reference and the loss are computed after
+the restore, by the unmerged model, as without the option.
 
 Refused (one line, at construction) where it cannot work: no PEFT adapter; vLLM (TRL already syncs merged weights to
-vLLM); a quantized base (merging into 4/8-bit weights is lossy); DeepSpeed ZeRO-3 or FSDP (sharded weights).
+vLLM); a LoRA variant whose update is not W + s·BA (DoRA) or a LoRA bias; DeepSpeed ZeRO-3 or FSDP (sharded weights);
+a quantized base (merging into 4/8-bit weights is lossy) — where `speed_recipe` set the field, a quantized base
+(QLoRA) instead keeps the recipe's other fields and generates unmerged, saying so in one line.
 
 ## generation_autocast
 
@@ -108,10 +111,22 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 from transformers import CompileConfig
+from transformers.utils import logging
 
-from ..config.speed_recipe import refusal_words
-from . import decode_graph
+from ..config.speed_recipe import SPEED_RECIPES, refusal_words
+from . import decode_graph, merge_residue
 from .trl_access import switch_on_compiled_decoding
+
+logger = logging.get_logger(__name__)
+
+
+def is_quantized(base) -> bool:
+    """Whether the base model's weights are quantized (bitsandbytes 4/8-bit, or any `quantization_config`)."""
+    return bool(
+        getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False)
+        or getattr(base, "quantization_method", None)
+        or getattr(getattr(base, "config", None), "quantization_config", None)
+    )
 
 
 def merge_refusal(model, args, accelerator) -> str | None:
@@ -128,10 +143,10 @@ def merge_refusal(model, args, accelerator) -> str | None:
     if PeftModel is None or not isinstance(unwrapped, PeftModel):
         return f"{field}: the policy has no PEFT adapter to merge; pass a peft_config or {fix}."
     base = unwrapped.get_base_model()
-    if getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False) or getattr(
-        base, "quantization_method", None
-    ) or getattr(getattr(base, "config", None), "quantization_config", None):
+    if is_quantized(base):
         return f"{field}: the base model is quantized (merging into its weights is lossy); {fix}."
+    if any(layer.lora_variant or any(layer.lora_bias.values()) for layer in adapted_layers(unwrapped)):
+        return f"{field}: a LoRA variant (DoRA) or lora_bias adapter is not W + s·BA; {fix}."
     state = getattr(accelerator, "state", None)
     deepspeed = getattr(state, "deepspeed_plugin", None)
     if deepspeed is not None and getattr(deepspeed, "zero_stage", 0) == 3:
@@ -141,60 +156,45 @@ def merge_refusal(model, args, accelerator) -> str | None:
     return None
 
 
-def lora_base_weights(peft_model) -> list[torch.Tensor]:
-    """The base weight W of every LoRA-wrapped layer (the tensors a merge writes into)."""
+def recipe_merge_on_quantized_base(model, args, accelerator) -> bool:
+    """Whether `speed_recipe` (not the user) set the merge on a PEFT model whose base is quantized (QLoRA)."""
+    from peft import PeftModel
+
+    unwrapped = accelerator.unwrap_model(model) if accelerator is not None else model
+    set_by_recipe = "merge_adapter_for_generation" in SPEED_RECIPES.get(getattr(args, "speed_recipe", None), {})
+    return set_by_recipe and isinstance(unwrapped, PeftModel) and is_quantized(unwrapped.get_base_model())
+
+
+def adapted_layers(peft_model) -> list:
+    """Every LoRA layer with an active adapter (the layers a merge writes into)."""
     from peft.tuners.lora import LoraLayer
 
-    return [module.get_base_layer().weight for module in peft_model.modules() if isinstance(module, LoraLayer)]
+    return [
+        module for module in peft_model.modules()
+        if isinstance(module, LoraLayer) and any(name in module.lora_A for name in module.active_adapters)
+    ]
 
 
-def host_buffers(weights: list[torch.Tensor]) -> list[torch.Tensor]:
-    """An empty host tensor for every weight (pinned when the weights are on a GPU, so the copies are asynchronous);
-    out of host memory there is one line naming the option and the size."""
-    try:
-        return [torch.empty(w.shape, dtype=w.dtype, device="cpu", pin_memory=w.is_cuda) for w in weights]
-    except (torch.OutOfMemoryError, RuntimeError):
-        size = sum(weight.numel() * weight.element_size() for weight in weights) / 2**30
-        raise RuntimeError(
-            f"merge_adapter_for_generation: the host-memory copy of the adapted base weights that restores them after "
-            f"generation ({size:.2f} GiB) could not be allocated; free host memory or set "
-            f"merge_adapter_for_generation=False."
-        ) from None
-
-
-class HostCopies:
-    """W₀ of the adapted base weights, kept in host memory: allocated at the first merge and reused for every later
-    one, so the merge adds no device memory. The copies out and back are queued on the weights' stream in order
-    (copy out, merge, generate, unmerge, copy back), so they need no synchronisation."""
-
-    def __init__(self):
-        self.buffers: list[torch.Tensor] = []
-
-    def save(self, weights: list[torch.Tensor]) -> None:
-        if [(b.shape, b.dtype) for b in self.buffers] != [(w.shape, w.dtype) for w in weights]:
-            self.buffers = host_buffers(weights)
-        for buffer, weight in zip(self.buffers, weights):
-            buffer.copy_(weight.detach(), non_blocking=True)
-
-    def restore(self, weights: list[torch.Tensor]) -> None:
-        for weight, buffer in zip(weights, self.buffers):
-            weight.copy_(buffer, non_blocking=True)
+def delta_weight(layer) -> torch.Tensor:
+    """Δ = Σ over the layer's active adapters of s · B A (peft's `get_delta_weight`, in the adapter's dtype)."""
+    deltas = [layer.get_delta_weight(name) for name in layer.active_adapters if name in layer.lora_A]
+    return deltas[0] if len(deltas) == 1 else torch.stack(deltas).sum(dim=0)
 
 
 @contextmanager
-def merged_adapter(peft_model, copies: HostCopies | None = None) -> Iterator[None]:
-    """W ← W + s·BA for the duration of the block, then W ← W₀ exactly from `copies` (see the module docstring)."""
-    weights = lora_base_weights(peft_model)
-    copies = copies if copies is not None else HostCopies()
-    with torch.no_grad():
-        copies.save(weights)
-        peft_model.merge_adapter()
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            peft_model.unmerge_adapter()
-            copies.restore(weights)
+def merged_adapter(peft_model) -> Iterator[None]:
+    """W ← W + s·BA for the duration of the block with the adapter switched off (so each layer computes W x alone),
+    then W ← W₀ bit for bit from a 2-bit residue on the weights' device (`merge_residue`; module docstring)."""
+    layers = adapted_layers(peft_model)
+    residues = []
+    with torch.no_grad(), peft_model.disable_adapter():
+        try:
+            for layer in layers:
+                residues.append(merge_residue.merge(layer.get_base_layer().weight, delta_weight(layer)))
+            yield
+        finally:
+            for layer, residue in zip(layers, residues):
+                merge_residue.restore(layer.get_base_layer().weight, delta_weight(layer), residue)
 
 
 class GenerationSpeedMixin:
@@ -203,7 +203,6 @@ class GenerationSpeedMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._zoo_weight_copies = HostCopies()
         self._zoo_graphed_decoding = None
         if getattr(self.args, "compile_generation", False):
             backend = getattr(self.args, "compile_generation_backend", "inductor")
@@ -215,14 +214,20 @@ class GenerationSpeedMixin:
             if graphed:
                 self._zoo_graphed_decoding = decode_graph.install(self.accelerator.unwrap_model(self.model))
         if getattr(self.args, "merge_adapter_for_generation", False):
+            if recipe_merge_on_quantized_base(self.model, self.args, self.accelerator):
+                self.args.merge_adapter_for_generation = False
+                logger.warning(
+                    f"speed_recipe={self.args.speed_recipe!r}: the base model is quantized, so the adapter is not "
+                    "merged for generation (its other fields apply)."
+                )
             refusal = merge_refusal(self.model, self.args, self.accelerator)
-            if refusal:
+            if refusal and self.args.merge_adapter_for_generation:
                 raise ValueError(refusal)
 
     def _zoo_generate_single_turn(self, *args, **kwargs):
         with ExitStack() as stack:
             if getattr(self.args, "merge_adapter_for_generation", False):
-                stack.enter_context(merged_adapter(self.accelerator.unwrap_model(self.model), self._zoo_weight_copies))
+                stack.enter_context(merged_adapter(self.accelerator.unwrap_model(self.model)))
             if getattr(self.args, "generation_autocast", False):
                 stack.enter_context(self.accelerator.autocast())
             return super()._zoo_generate_single_turn(*args, **kwargs)
