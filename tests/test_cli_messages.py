@@ -46,7 +46,7 @@ def test_peft_names_in_a_yaml_or_as_flags_are_read_as_trls_with_a_note(tmp_path,
     model_args = parse_train_args(["--config", str(config)]).model
     assert model_args.lora_r == 8 and model_args.lora_target_modules == ["q_proj", "v_proj"]
     printed = capsys.readouterr().out
-    assert printed.count("\n") == 2
+    assert printed.count("\n") == 3 and "No dataset given, so the built-in task" in printed  # and the preset's
     assert "lora_rank: read as lora_r, the name TRL's ModelConfig gives this LoRA setting.\n" in printed
     assert (
         "target_modules: read as lora_target_modules, the name TRL's ModelConfig gives this LoRA setting." in printed

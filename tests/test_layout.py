@@ -96,3 +96,25 @@ def test_every_module_has_a_test_file_of_its_name_or_a_tests_line():
         if problem:
             problems.append(f"{module}: {problem}")
     assert not problems, "\n".join(problems)
+
+
+def modules_after(argv: list[str]) -> set[str]:
+    """The modules a fresh interpreter holds after `trl_zoo.cli.main(argv)`, as the `trl-zoo` command runs it."""
+    code = (f"import sys, contextlib, io\nfrom trl_zoo.cli import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()):\n    status = main({argv!r})\n"
+            f"print(status, ' '.join(sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    status, *modules = result.stdout.split()
+    assert status == "0", result.stderr
+    return set(modules)
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["list", "--help"]])
+def test_help_and_version_import_no_library(argv):
+    """Counted, not timed: torch, transformers and TRL took ~11 s of a 2-core machine to import for a usage line."""
+    loaded = modules_after(argv)
+    assert not {"torch", "transformers", "trl", "datasets"} & loaded, sorted(loaded)
+
+
+def test_list_imports_torch_for_the_tables_but_no_trainer_library():
+    assert not {"transformers", "trl", "datasets", "peft"} & modules_after(["list"])

@@ -4,7 +4,8 @@ A table maps a name to an entry: a function, a one-line description, the paper i
 (`trl_zoo/specs.py`: `LossSpec` for losses, `AdvantageSpec` for estimators, `SamplerSpec` for samplers), built from
 the declarations passed to `register`, defaults for the rest. Entries are added with the table's decorator
 (``@LOSSES.register("name", ...)``) or, for third-party packages, through a package entry point in the table's group
-(``trl_zoo.losses`` for losses), loaded the first time the table is read; a bare function gets the defaults.
+(``trl_zoo.losses`` for losses), loaded the first time the table is read; a bare function gets the defaults. The
+built-in entries' modules (`BUILT_IN_MODULES`) are imported at the first read of any table.
 
 Looking up an unknown name raises a ``ValueError`` that lists the known names and the closest match
 (`closest_name`, also the command line's for fields and commands); registering a name twice raises unless
@@ -19,6 +20,7 @@ entry points), tests/test_plugin_package.py (the entry-point group).
 from __future__ import annotations
 
 import difflib
+import importlib
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
@@ -108,13 +110,17 @@ class Registry:
         return f"{where}unknown {self.kind} {name!r}.{hint} Known: {', '.join(known)}."
 
     def names(self, plugins: bool = True) -> list[str]:
-        """Every name in the table; `plugins=False`: only those registered so far, without importing entry points."""
+        """Every name in the table; `plugins=False`: the built-in ones and those registered so far, without
+        importing entry points."""
         if plugins:
             self._load_entry_points()
+        else:
+            load_built_in_entries()
         return sorted(self._entries)
 
     def entries(self, plugins: bool = True) -> list[Entry]:
-        """Every entry; `plugins=False`: only those registered so far, without importing entry points."""
+        """Every entry; `plugins=False`: the built-in ones and those registered so far, without importing entry
+        points."""
         return [self._entries[name] for name in self.names(plugins)]
 
     def __contains__(self, name: str) -> bool:
@@ -125,6 +131,7 @@ class Registry:
         return iter(self.names())
 
     def _load_entry_points(self):
+        load_built_in_entries()
         if self._entry_points_loaded:
             return
         self._entry_points_loaded = True
@@ -147,6 +154,21 @@ class Registry:
             f"{entry_point.value}) could not be loaded: {why}"
         )
         warnings.warn(self._broken[entry_point.name] + "; skipped.", stacklevel=2)
+
+
+# the modules whose decorators register the built-in entries of the tables
+BUILT_IN_MODULES = ("aggregation", "kl", "advantages", "critic", "losses", "samplers")
+_built_in_loaded = False
+
+
+def load_built_in_entries() -> None:
+    """Import `BUILT_IN_MODULES` once, at the first read of any table, so that a table is whole however trl_zoo was
+    imported (`import trl_zoo` alone imports none of them, nor torch: `trl-zoo --help` starts without them)."""
+    global _built_in_loaded
+    if not _built_in_loaded:
+        _built_in_loaded = True  # first: a module being imported reads the tables it registers into
+        for module in BUILT_IN_MODULES:
+            importlib.import_module(f"{__package__}.{module}")
 
 
 def closest_name(name: str, known) -> str | None:

@@ -12,33 +12,28 @@ config files (`train_help.py` lays out `--help`, `preset_lengths.py` fits a pres
 `cpu_run_notice.py` says what a real model on a CPU will cost, `disk_errors.py` an unwritable output_dir or a full
 disk in one line, `null_reward_control.py`, `model_card.py`), `compare.py` runs `compare`, `run_log.py` writes and
 reads the run log, `verdict.py` judges the runs, `report.py` writes the report, `one_gpu.py` keeps one GPU without
-a launcher, `config_env.py` applies a config file's `env:` before the libraries read it.
+a launcher, `config_env.py` applies a config file's `env:` before the libraries read it, `errors.py` holds the
+errors a command ends with. A command's modules are imported when it runs: `--help` and `--version` import no
+library, `list` torch alone (the tables), `train --help` TRL's config (its fields' help).
 `python -m trl_zoo.cli` runs `__main__.py`. Bad configuration exits with status 2 and a one-line message naming the
 field, never a traceback; Ctrl-C exits with status 130 and one line (for `train`: the step reached and the last
 checkpoint to resume from).
 
 Tests: tests/test_cli.py (the commands, `trl-zoo list`), tests/test_layout.py (the console script and `python -m
-trl_zoo.cli`), tests/test_broken_plugin.py (a broken plugin listed).
+trl_zoo.cli`, the modules `--help`, `--version` and `list` import), tests/test_broken_plugin.py (a broken plugin
+listed).
 """
 
 from __future__ import annotations
 
-import difflib
+import importlib
 import os
 import sys
 import warnings
 from importlib import metadata
 
-import datasets
-from transformers.utils import logging as transformers_logging
-
 from .. import __version__
-from ..registry import TABLES
-from .arguments import ConfigError, one_line
-from .compare import compare_command
-from .config_env import apply_config_env
-from .one_gpu import use_one_gpu_unless_launched
-from .train import TrainingInterrupted, train_command
+from .errors import ConfigError, TrainingInterrupted, one_line
 
 USAGE = "usage: trl-zoo COMMAND [options]\n\n" + "\n\n".join(__doc__.split("\n\n")[1:3])
 LIST_USAGE = """usage: trl-zoo list
@@ -67,6 +62,8 @@ def list_command(argv: list[str]) -> int:
         return 0
     if argv:
         raise ConfigError(f"list: takes no arguments, got {' '.join(argv)}.")
+    from ..registry import TABLES
+
     for table_name, table in TABLES.items():
         entries = table.entries()
         print(f"{table_name} ({len(entries)})")
@@ -89,11 +86,28 @@ def field_line(plugin_field) -> str:
 def silence_library_progress_bars():
     """The libraries' own progress bars (weights loading and saving, dataset maps) would interleave with the run's
     lines; the run prints its own progress."""
+    import datasets
+    from transformers.utils import logging as transformers_logging
+
     transformers_logging.disable_progress_bar()
     datasets.disable_progress_bars()
 
 
-COMMANDS = {"train": train_command, "list": list_command, "compare": compare_command}
+def imported_when_run(module: str, name: str):
+    """The command `name` of `module`, imported when it runs: `--help`, `--version` and `list` import no more than
+    they need."""
+
+    def command(argv: list[str]) -> int:
+        return getattr(importlib.import_module(module, __name__), name)(argv)
+
+    return command
+
+
+COMMANDS = {
+    "train": imported_when_run(".train", "train_command"),
+    "list": list_command,
+    "compare": imported_when_run(".compare", "compare_command"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     for category in (FutureWarning, DeprecationWarning):  # libraries' notices to developers, not to CLI users
         warnings.filterwarnings("ignore", category=category)
-    silence_library_progress_bars()
     if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0
@@ -110,15 +123,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = ("train", argv) if not argv or argv[0].startswith("-") else (argv[0], argv[1:])
     if command not in COMMANDS:
-        close = difflib.get_close_matches(command, list(COMMANDS), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        from ..registry import closest_name
+
+        close = closest_name(command, COMMANDS)
+        hint = f" Did you mean {close!r}?" if close else ""
         print(f"trl-zoo: unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}.", file=sys.stderr)
         return 2
     if command in ("train", "compare") and not any(flag in rest for flag in ("-h", "--help")):
-        # several GPUs and no launcher: train on one (TRL refuses nn.DataParallel)
-        use_one_gpu_unless_launched(command=command)
+        from .one_gpu import use_one_gpu_unless_launched
+
+        silence_library_progress_bars()
+        use_one_gpu_unless_launched(command=command)  # several GPUs and no launcher: one (TRL refuses DataParallel)
     try:
         if entry and command in ("train", "compare"):
+            from .config_env import apply_config_env
+
             apply_config_env(rest)  # a config file's env: set before the libraries read it (config_env.py)
         return COMMANDS[command](rest)
     except ConfigError as error:

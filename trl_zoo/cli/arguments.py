@@ -43,6 +43,7 @@ from ..numerics import short_repr
 from ..registry import closest_name
 from ..tasks import get_task
 from ..tasks.bootstrap import BootstrapRecipe
+from .errors import ConfigError, one_line
 from .preset_lengths import LENGTH_FIELDS, scale_preset_lengths, scaled_lengths_message
 from .train_help import group_help
 
@@ -114,14 +115,6 @@ def canonical_flags(argv: list[str], log=None) -> list[str]:
             arg = f"--{PEFT_ALIASES[alias]}{equals}{value}"
         renamed.append(arg)
     return renamed
-
-
-class ConfigError(Exception):
-    """A configuration problem, reported as one line naming the field."""
-
-
-def one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())
 
 
 @dataclass
@@ -494,6 +487,7 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
     parser = make_train_parser()
     parser.log = log
     parser.set_defaults(**trl_zoo_defaults())
+    notes = []  # what the presets set, said once the arguments parse
     if namespace.dataset_name is None and not namespace.datasets:
         task = get_task(namespace.task)
         task_preset = quickstart_preset(task)
@@ -502,16 +496,16 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
         model_values = model_preset(model)
         parser.set_defaults(**model_values)  # after the task's preset; the config file and flags still win
         kept = {key: value for key, value in task_preset.items() if not (key in config or given_as_flag(key, argv))}
-        log(task_preset_message(namespace.task, {key: kept[key] for key in kept if key not in model_values}))
+        notes.append(task_preset_message(namespace.task, {key: kept[key] for key in kept if key not in model_values}))
         kept = {key: value for key, value in model_values.items() if not (key in config or given_as_flag(key, argv))}
         if kept:
-            log(model_preset_message(model, kept))
+            notes.append(model_preset_message(model, kept))
         if namespace.model_name_or_path is None and not hasattr(task, "preset"):  # the bootstrapped tiny policy
             preset = {key: config[key] for key in LENGTH_FIELDS if key in config}
             flags = {key: getattr(namespace, key) for key in LENGTH_FIELDS if given_as_flag(key, argv)}
             parser.preset_overrides = scale_preset_lengths(task.max_completion_length, preset, flags)
             if parser.preset_overrides:
-                log(scaled_lengths_message(Path(config_file).name, task, preset, parser.preset_overrides))
+                notes.append(scaled_lengths_message(Path(config_file).name, task, preset, parser.preset_overrides))
     try:
         task_args, training_args, model_args, plugin_values, unknown = parser.parse_args_and_config(
             argv, return_remaining_strings=True
@@ -525,6 +519,8 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
         close = closest_field(flag.split("=")[0], known, prefix="--")
         hint = f" Did you mean {close}?" if close else ""
         raise ConfigError(f"{flag.lstrip('-')}: unknown argument {flag}.{hint}")
+    for note in notes:
+        log(note)
     task_args.default_output_dir = False  # True: train.py may move a fresh run to the next free name (run_folder.py)
     if training_args.output_dir == DEFAULT_OUTPUT_DIR:
         run_name = Path(config_file).stem if config_file else training_args.loss_type

@@ -58,6 +58,7 @@ from .cpu_run_notice import notice_for_run
 from .cpu_threads import apply_cpu_threads
 from .ddp_unused_parameters import find_unused_parameters
 from .disk_errors import raise_if_disk_full, writable_output_dir
+from .errors import TrainingInterrupted
 from .model_card import model_card
 from .null_reward_control import permuted_reward
 from .preset_lengths import completion_room_error, position_limit_of
@@ -75,10 +76,6 @@ from .training_data import (  # noqa: F401  (re-exported: they were this module'
     mixture_test_entries,
     split_size,
 )
-
-
-class TrainingInterrupted(Exception):
-    """Ctrl-C during `trainer.train()`: one line with the step reached, the last checkpoint and how to resume."""
 
 
 def interrupted_message(step: int, output_dir: str) -> str:

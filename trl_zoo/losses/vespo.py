@@ -10,8 +10,6 @@ Tests: tests/test_parity.py (against TRL's vespo), tests/test_hyperparameter_ran
 tests/test_skip_zero_advantage.py.
 """
 
-from trl import GRPOTrainer as TRLGRPOTrainer
-
 from ..registry import LOSSES
 from ..specs import check_clip_range
 from .base import PolicyBatch, PolicyTerm
@@ -36,6 +34,8 @@ def validate_vespo(args) -> None:
     validate=validate_vespo,
 )
 def vespo_loss(batch: PolicyBatch, args) -> PolicyTerm:
+    from trl import GRPOTrainer as TRLGRPOTrainer  # here: reading the loss table (`trl-zoo list`) imports no trainer
+
     phi = TRLGRPOTrainer.get_gamma_weights(
         advantages=batch.advantages,
         log_ratio_per_token=batch.log_ratio,

@@ -1,0 +1,18 @@
+"""How a command ends early: `ConfigError`, a configuration problem said in one line naming the field (exit status
+2), and `TrainingInterrupted`, Ctrl-C during training said in one line (exit status 130). Here, apart from the
+commands, so that `trl-zoo` catches them without importing what the commands need.
+
+Tests: tests/test_cli.py (bad configuration, Ctrl-C).
+"""
+
+
+class ConfigError(Exception):
+    """A configuration problem, reported as one line naming the field."""
+
+
+class TrainingInterrupted(Exception):
+    """Ctrl-C during `trainer.train()`: one line with the step reached, the last checkpoint and how to resume."""
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
