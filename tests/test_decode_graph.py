@@ -29,6 +29,9 @@ def test_a_trainer_with_the_backend_decodes_through_the_step_on_a_cpu():
     # every decode step after the prefill (max_completion_length 8: 7 a generate call) ran through the step, eagerly
     assert step.eager_steps >= 7 and step.eager_steps % 7 == 0
     assert step.captures == step.replays == 0 and not step.holds_a_graph
+    # every decode step of a generate call has the key of the first (on a GPU: one capture, then replays); the
+    # masks arrive as a new dict each step, which must not count as a new key
+    assert step.keys == step.eager_steps // 7
     assert torch.isfinite(torch.tensor(result.training_loss))
 
 
@@ -94,3 +97,17 @@ def test_the_replayed_graph_decodes_as_the_eager_step_on_a_gpu():
     eager_after = generated(model, prompts, compiled=False)
     assert not torch.allclose(eager_after[1], eager_scores, atol=1e-3)
     assert_same_greedy_decoding(step_graph, eager_after)
+
+
+def test_a_capture_is_keyed_by_the_shapes_inside_a_mask_dict_not_by_the_dict():
+    """transformers 5 passes a model with several attention types (Qwen2, Gemma 3) a new dict of masks every decode
+    step: two such dicts of same-shaped tensors are one key, and a replay copies the new masks into the buffers."""
+    first = {"full_attention": torch.zeros(2, 1, 1, 6), "sliding_attention": torch.ones(2, 1, 1, 6)}
+    second = {name: mask + 5 for name, mask in first.items()}
+    assert decode_graph._key_part(first) == decode_graph._key_part(second)
+    assert decode_graph._key_part(first) != decode_graph._key_part({"full_attention": torch.zeros(2, 1, 1, 7)})
+    buffers = decode_graph._static_copy(first)
+    assert all(buffers[name] is not first[name] for name in first)
+    decode_graph._copy_into(buffers, second)
+    for name in first:
+        torch.testing.assert_close(buffers[name], second[name], rtol=0, atol=0)

@@ -9,8 +9,9 @@ token, no Python:
     transformers' decoding loop (sampling, logits processors, stopping: unchanged)
         prefill                       eager, as without the option
         decode step 1                 eager, on a side stream (the warm-up a capture needs)
-        decode step 2                 captured: input_ids, position_ids, the 4-D mask copied into static buffers,
-                                      the forward recorded (nothing runs), then replayed
+        decode step 2                 captured: input_ids, position_ids, the masks (a tensor, or a dict of them
+                                      per attention type, as transformers 5 passes them) copied into static
+                                      buffers, the forward recorded (nothing runs), then replayed
         decode steps 3 … n            the new inputs copied into the buffers, the graph replayed
 
 transformers calls its decode forward through `model.get_compiled_call(compile_config)` when the generation config
@@ -26,7 +27,9 @@ training peak from 3.75 to 5.36 GiB.)
 What the graph reads at replay — the weights, the LoRA factors, the cache — it reads from the tensors it recorded,
 so optimizer updates, the merge of `merge_adapter_for_generation` (written in place) and autocast
 (`generation_autocast`, its casts recorded in the graph) reach it. A new key (another cache, other shapes or
-dtypes, grad mode or autocast switched) captures again.
+dtypes, grad mode or autocast switched) captures again; the key reads tensors nested in a dict, list or tuple by
+shape, not by the container's identity (transformers builds a new mask dict every step: keyed by identity, every
+step was a new key, so nothing was ever replayed; `keys` counts the keys seen in a row).
 
 On a CPU there are no CUDA graphs: the step runs the eager forward (the same static cache and masks), so a config
 that works on a GPU also runs in the tests. If a capture fails (a forward that synchronises with the host, such
@@ -70,22 +73,63 @@ def install(model) -> GraphedDecodeStep:
 
 
 def _key_part(value):
+    """What a capture depends on: a tensor's shape, dtype and device (not its values), a container's structure, a
+    scalar's value, any other object's identity (the static cache)."""
     if torch.is_tensor(value):
         return ("tensor", tuple(value.shape), value.dtype, value.device)
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((name, _key_part(item)) for name, item in value.items())))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_key_part(item) for item in value))
     if isinstance(value, (bool, int, float, str, type(None))):
         return value
     return ("object", id(value))
 
 
+def _static_copy(value):
+    """`value` with every tensor in it (nested in dicts, lists, tuples) cloned: the buffers a graph reads."""
+    if torch.is_tensor(value):
+        return value.clone()
+    if isinstance(value, dict):
+        return {name: _static_copy(item) for name, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_static_copy(item) for item in value)
+    return value
+
+
+def _holds_tensors(value) -> bool:
+    if torch.is_tensor(value):
+        return True
+    if isinstance(value, dict):
+        return any(_holds_tensors(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensors(item) for item in value)
+    return False
+
+
+def _copy_into(buffer, value) -> None:
+    """Copy the tensors of `value` into the matching tensors of `buffer` (built by `_static_copy`, same key)."""
+    if torch.is_tensor(buffer):
+        buffer.copy_(value)
+    elif isinstance(buffer, dict):
+        for name, item in buffer.items():
+            _copy_into(item, value[name])
+    elif isinstance(buffer, (list, tuple)):
+        for item, new in zip(buffer, value):
+            _copy_into(item, new)
+
+
 class GraphedDecodeStep:
     """transformers' decode forward, replayed from a CUDA graph per key (module docstring). Counts what it did:
-    `eager_steps`, `captures`, `replays`."""
+    `eager_steps`, `captures`, `replays`, and `keys` (the keys seen in a row: one per `generate` call when every
+    decode step has the same shapes)."""
 
     def __init__(self, model):
         self.model = model
         self.eager_steps = 0
         self.captures = 0
         self.replays = 0
+        self.keys = 0
         self.disabled_because: str | None = None
         self._stream = None
         self.release()
@@ -99,7 +143,7 @@ class GraphedDecodeStep:
         self._key = None
         self._warm = False
         self._graph = None
-        self._inputs: dict[str, torch.Tensor] = {}
+        self._inputs: dict = {}
         self._output = None
 
     def as_compiled_call(self, compile_config=None):
@@ -113,12 +157,13 @@ class GraphedDecodeStep:
 
     def __call__(self, **inputs):
         tensors = [v for v in inputs.values() if torch.is_tensor(v)]
-        if self.disabled_because is not None or not tensors or tensors[0].device.type != "cuda":
-            return self._eager(inputs)
         key = self._key_of(inputs)
         if key != self._key:
             self.release()
             self._key = key
+            self.keys += 1
+        if self.disabled_because is not None or not tensors or tensors[0].device.type != "cuda":
+            return self._eager(inputs)
         if self._graph is None:
             if not self._warm:
                 self._warm = True
@@ -126,7 +171,7 @@ class GraphedDecodeStep:
             if not self._capture(inputs):
                 return self._eager(inputs)
         for name, buffer in self._inputs.items():
-            buffer.copy_(inputs[name])
+            _copy_into(buffer, inputs[name])
         self._graph.replay()
         self.replays += 1
         return self._output
@@ -154,7 +199,7 @@ class GraphedDecodeStep:
         return self._stream
 
     def _capture(self, inputs) -> bool:
-        self._inputs = {name: value.clone() for name, value in inputs.items() if torch.is_tensor(value)}
+        self._inputs = {name: _static_copy(value) for name, value in inputs.items() if _holds_tensors(value)}
         static = {**inputs, **self._inputs}
         graph = torch.cuda.CUDAGraph()
         try:
