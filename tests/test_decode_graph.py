@@ -5,6 +5,8 @@ place between calls."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from peft import LoraConfig
@@ -111,3 +113,15 @@ def test_a_capture_is_keyed_by_the_shapes_inside_a_mask_dict_not_by_the_dict():
     decode_graph._copy_into(buffers, second)
     for name in first:
         torch.testing.assert_close(buffers[name], second[name], rtol=0, atol=0)
+
+
+def test_a_generate_call_that_never_replays_warns_once():
+    """On a GPU a generate call whose every decode step is a new key warms up again and again and replays nothing:
+    one warning a run says so, instead of decoding eagerly without a word."""
+    step = decode_graph.GraphedDecodeStep(torch.nn.Identity())
+    with pytest.warns(UserWarning, match="replayed no decode step from a CUDA graph"):
+        step.warn_if_never_replayed(warm_ups=7, replays=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step.warn_if_never_replayed(warm_ups=7, replays=0)  # once a run
+        decode_graph.GraphedDecodeStep(torch.nn.Identity()).warn_if_never_replayed(warm_ups=1, replays=6)

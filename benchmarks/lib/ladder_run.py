@@ -195,6 +195,7 @@ def main(argv=None):
     timed = step_times[2:] or step_times
     decodings_timed = meter.seconds[1:] or meter.seconds  # the first decoding records (or compiles)
     generations_per_step = len(meter.seconds) / max(len(step_times), 1)
+    graphed = getattr(trainer, "_zoo_graphed_decoding", None)
     generation_s = statistics.mean(decodings_timed) * generations_per_step if meter.seconds else float("nan")
     step_s = statistics.mean(timed)
     result = {
@@ -213,6 +214,8 @@ def main(argv=None):
         "train_peak_gib": meter.outside_peak / 2**30,
         "generation_peak_gib": meter.inside_peak / 2**30,
         "merged": bool(getattr(trainer.args, "merge_adapter_for_generation", False)),
+        "graph": {name: getattr(graphed, name) for name in ("captures", "replays", "warm_ups", "disabled_because")}
+        if graphed is not None else None,
         "device": torch.cuda.get_device_name() if CUDA else "cpu",
     }
     print("RESULT " + json.dumps(result), flush=True)

@@ -63,10 +63,12 @@ def install(model) -> GraphedDecodeStep:
 
     @functools.wraps(generate)
     def generate_then_release(*args, **kwargs):
+        warm_ups, replays = step.warm_ups, step.replays
         try:
             return generate(*args, **kwargs)
         finally:
             step.release()
+            step.warn_if_never_replayed(step.warm_ups - warm_ups, step.replays - replays)
 
     target.generate = generate_then_release
     return step
@@ -130,6 +132,8 @@ class GraphedDecodeStep:
         self.captures = 0
         self.replays = 0
         self.keys = 0
+        self.warm_ups = 0
+        self._warned_never_replayed = False
         self.disabled_because: str | None = None
         self._stream = None
         self.release()
@@ -180,9 +184,22 @@ class GraphedDecodeStep:
         self.eager_steps += 1
         return self.model(**inputs)
 
+    def warn_if_never_replayed(self, warm_ups: int, replays: int) -> None:
+        """One warning, once a run, when a `generate` call on the GPU warmed up for more than one key and replayed
+        nothing: its decode inputs changed key every step, so decoding ran eagerly (silently slower otherwise)."""
+        if warm_ups > 1 and replays == 0 and self.disabled_because is None and not self._warned_never_replayed:
+            self._warned_never_replayed = True
+            warnings.warn(
+                f"compile_generation_backend='cuda_graph': a generate call replayed no decode step from a CUDA graph "
+                f"({warm_ups} decode steps each had new input shapes or objects); decoding ran eagerly. Please report "
+                f"the model's architecture as an issue of trl_zoo.",
+                stacklevel=2,
+            )
+
     def _warm_up(self, inputs):
         """One eager step on a side stream: the lazy allocations (cuBLAS workspaces, the caching allocator's blocks)
         happen here, not inside the capture."""
+        self.warm_ups += 1
         current = torch.cuda.current_stream()
         side = self._side_stream()
         side.wait_stream(current)
