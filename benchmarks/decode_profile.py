@@ -23,11 +23,13 @@ def main(argv=None):
     trainer = build_trainer(options)
     trainer.model.train()
     completions = options.prompts * options.num_generations
-    batch = [{"prompt": p} for p in trainer.train_dataset["prompt"][:options.prompts] for _ in range(options.num_generations)]
+    prompts = trainer.train_dataset["prompt"][:options.prompts]
+    batch = [{"prompt": prompt} for prompt in prompts for _ in range(options.num_generations)]
     assert len(batch) == completions
     trainer._generate_and_score_completions(batch)
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
         start = time.perf_counter()
         trainer._generate_and_score_completions(batch)
         torch.cuda.synchronize()

@@ -119,6 +119,7 @@ STUDIES: dict[str, tuple[str, list[str]]] = {
     "2026-11-27-h100x4-time-to-target-cuda-graph": time_to_target_study("graph_kept_alive/records.jsonl",
                                                                         "graph_kept_alive/summary.md"),
     "2026-11-27-h100x4-time-to-target-lora-graphed": time_to_target_study(),
+    "2026-11-28-h200-size-ladder": ("README.md", ["ladder.jsonl"]),
 }
 
 
@@ -374,3 +375,12 @@ def test_the_results_stay_within_160_files_and_4_mb():
     size = sum((RESULTS / p).stat().st_size for p in KEPT)
     assert len(KEPT) <= MAX_FILES, f"{len(KEPT)} files under benchmarks/results/ (at most {MAX_FILES})"
     assert size <= MAX_BYTES, f"{size:,} bytes under benchmarks/results/ (at most {MAX_BYTES:,})"
+
+
+def test_the_size_ladders_page_states_the_step_times_of_its_records():
+    folder = RESULTS / "2026-11-28-h200-size-ladder"
+    page = (folder / "README.md").read_text()
+    records = [json.loads(line) for line in (folder / "ladder.jsonl").read_text().splitlines()]
+    assert len(records) == 11
+    for record in records:
+        assert f"{record['step_s']:.2f}" in page, record["contender"]

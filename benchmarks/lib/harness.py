@@ -48,7 +48,8 @@ def numbered_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
 
 
 def random_model(shape: str, dtype=torch.bfloat16, device=None, seed: int = 0) -> Qwen2ForCausalLM | LlamaForCausalLM:
-    config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if shape in LLAMA_SHAPES else (Qwen2Config, Qwen2ForCausalLM)
+    llama = shape in LLAMA_SHAPES
+    config_cls, model_cls = (LlamaConfig, LlamaForCausalLM) if llama else (Qwen2Config, Qwen2ForCausalLM)
     config = config_cls(**SHAPES[shape], max_position_embeddings=4096, pad_token_id=0, eos_token_id=1, bos_token_id=1)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(seed)

@@ -10,6 +10,8 @@ so W = bits⁻¹(bits(fl(W' − Δ)) + d) exactly. `merge` stores d + 1 ∈ {0, 
 bf16 weight's bytes, 1/16 of an fp32 one's) and, for the rare elements whose d lies outside {−1, 0, 1}, their flat
 index and original bit pattern; `restore` recomputes W' − Δ with the same Δ (the adapter is not changed in between)
 and adds d back. Nothing crosses to the host and the residue is freed at the restore.
+
+Tests: tests/test_merged_generation.py.
 """
 
 from __future__ import annotations
