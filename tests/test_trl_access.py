@@ -8,6 +8,8 @@ import inspect
 import pathlib
 import sys
 import textwrap
+import types
+import warnings
 
 import pytest
 import torch
@@ -24,12 +26,14 @@ from trl_zoo.hooks.trl_access import (
     RELIED_WITH_VLLM,
     TRLDriftError,
     TRLSeams,
+    check_trainer_state,
     parameters,
     reference_loaded_from,
     replace_logged_advantages,
     restored,
     swapped,
     trl_drift,
+    untested_trl_warned,
 )
 
 PACKAGE = pathlib.Path(trl_zoo.__file__).parent
@@ -170,6 +174,19 @@ class ChangedTRL(TRLGRPOTrainer):
         return TRLGRPOTrainer._prepare_inputs(self, generation_batch)
 
 
+class _NoPaper(type):
+    """A metaclass under which a class lacks `_paper`, as a TRL that removed the class attribute would."""
+
+    def __getattribute__(cls, name):
+        if name == "_paper":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+class RemovedTRL(TRLGRPOTrainer, metaclass=_NoPaper):
+    pass
+
+
 @pytest.mark.parametrize(
     "drifted, line",
     [
@@ -182,10 +199,63 @@ class ChangedTRL(TRLGRPOTrainer):
             "trl_zoo relies on TRL's ChangedTRL._prepare_inputs(self, generation_batch), which the installed TRL has "
             "as _prepare_inputs(self, generation_batch, mode)",
         ),
+        (RemovedTRL, "trl_zoo relies on TRL's RemovedTRL._paper, which the installed TRL lacks"),
     ],
 )
-def test_a_drifted_trl_gets_one_line(drifted, line):
-    assert trl_drift(drifted) == f"{line} (installed TRL {trl.__version__}; trl_zoo is tested with TRL 1.16.x)."
+def test_a_drifted_newer_trl_gets_one_line(drifted, line, monkeypatch):
+    monkeypatch.setattr(trl, "__version__", "1.19.0")
+    assert trl_drift(drifted) == f"{line} (installed TRL 1.19.0; trl_zoo is tested with TRL 1.16.x)."
+
+
+def test_a_newer_trl_that_no_longer_sets_an_attribute_stops_in_one_line(monkeypatch):
+    monkeypatch.setattr(trl, "__version__", "1.19.0")
+    state = dict.fromkeys(trl_access.RELIED_STATE)
+    del state["_buffered_inputs"]
+    with pytest.raises(TRLDriftError) as raised:
+        check_trainer_state(types.SimpleNamespace(**state))
+    assert str(raised.value) == (
+        "trl_zoo relies on TRL's GRPOTrainer setting self._buffered_inputs in its constructor, which the installed "
+        "TRL does not (installed TRL 1.19.0; trl_zoo is tested with TRL 1.16.x)."
+    )
+
+
+@pytest.fixture
+def fresh_warning():
+    """The untested-TRL warning as if no trainer had been built yet in this process."""
+    untested_trl_warned.cache_clear()
+    yield
+    untested_trl_warned.cache_clear()
+
+
+def test_a_trl_outside_the_tested_minor_warns_once_in_one_line(monkeypatch, fresh_warning):
+    monkeypatch.setattr(trl, "__version__", "1.19.0")
+    with pytest.warns(UserWarning) as caught:
+        untested_trl_warned()
+        untested_trl_warned()
+    assert [str(warning.message) for warning in caught] == [
+        "TRL 1.19.0 is installed and trl_zoo is tested with TRL 1.16.x: the TRL names trl_zoo relies on are "
+        "checked, TRL's behaviour on this version is not; if something breaks or differs, report it as an issue of "
+        "trl_zoo."
+    ]
+
+
+@pytest.mark.parametrize("version", ["1.16.0", "1.16.3", "1.16.1.dev0"])
+def test_the_tested_minor_does_not_warn(version, monkeypatch, fresh_warning):
+    monkeypatch.setattr(trl, "__version__", version)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        untested_trl_warned()
+
+
+def test_the_construction_check_warns_on_a_newer_trl(monkeypatch, fresh_warning):
+    """`check_installed_trl` is what the trainer's construction calls (the test below)."""
+    monkeypatch.setattr(trl, "__version__", "1.19.0")
+    trl_access.check_installed_trl.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match=r"^TRL 1\.19\.0 is installed and trl_zoo is tested with TRL 1\.16\.x:"):
+            trl_access.check_installed_trl()
+    finally:
+        trl_access.check_installed_trl.cache_clear()
 
 
 def test_a_moved_vllm_module_matters_only_to_a_run_that_uses_vllm(monkeypatch):
@@ -199,17 +269,21 @@ def test_a_moved_vllm_module_matters_only_to_a_run_that_uses_vllm(monkeypatch):
     )
 
 
-def test_a_drifted_trl_stops_the_trainers_construction(monkeypatch):
+def test_a_drifted_newer_trl_stops_the_trainers_construction_in_one_line(monkeypatch, fresh_warning):
+    """The stop is the one line: no untested-version warning beside it."""
+    monkeypatch.setattr(trl, "__version__", "1.19.0")
     monkeypatch.setattr(TRLGRPOTrainer, "_generate", lambda self, prompts, sampling_params: None)
     trl_access.check_installed_trl.cache_clear()
     try:
-        with pytest.raises(TRLDriftError) as raised:
+        with pytest.raises(TRLDriftError) as raised, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             tiny.make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, max_steps=1)
     finally:
         trl_access.check_installed_trl.cache_clear()
     message = str(raised.value)
     assert "\n" not in message and message.startswith("trl_zoo relies on TRL's GRPOTrainer._generate(self, prompts)")
-    assert f"installed TRL {trl.__version__}" in message and "tested with TRL 1.16.x" in message
+    assert "installed TRL 1.19.0" in message and "tested with TRL 1.16.x" in message
+    assert not [warning for warning in caught if "is installed and trl_zoo is tested" in str(warning.message)]
 
 
 # ---------------------------------------------------------------------- swaps

@@ -5,7 +5,8 @@ their private methods, or swaps one of their attributes (and the one place that 
 
 What trl_zoo relies on is listed here once and checked against the installed TRL when a trainer is built
 (`check_installed_trl`): a missing or changed name stops with one line naming it, the installed TRL version and the
-tested one (`TESTED_TRL`). TRL's vLLM module is imported, and its names checked, only for a run that uses vLLM.
+tested one (`TESTED_TRL`); a TRL of another minor version that has them all gets one warning (`untested_trl_warned`).
+TRL's vLLM module is imported, and its names checked, only for a run that uses vLLM.
 
 Methods. `TRLSeams`, the base of every layer, alone overrides TRL's private methods that trl_zoo hooks: TRL's `_x`
 calls `self._zoo_x` with the same arguments, and `_zoo_x` defaults to TRL's `_x`. The layers override `_zoo_x` and
@@ -46,6 +47,7 @@ import contextlib
 import functools
 import importlib
 import inspect
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -56,7 +58,7 @@ from torch.nn.parallel import DistributedDataParallel
 from transformers import CompileConfig
 from trl import GRPOTrainer as TRLGRPOTrainer
 
-TESTED_TRL = "1.16"  # the TRL minor version trl_zoo is tested with (pyproject.toml pins it)
+TESTED_TRL = "1.16"  # the TRL minor version trl_zoo is tested with (pyproject.toml's `test` extra pins it)
 
 # TRL's trainer methods trl_zoo overrides (in `TRLSeams`) or calls, with the parameters it relies on
 RELIED_METHODS = {
@@ -195,6 +197,20 @@ def check_installed_trl(use_vllm: bool = False) -> None:
     drift = trl_drift(use_vllm=use_vllm)
     if drift:
         raise TRLDriftError(drift)
+    untested_trl_warned()
+
+
+@functools.cache
+def untested_trl_warned() -> None:
+    """One warning, once a process, when the installed TRL is not of the tested minor version (`TESTED_TRL`)."""
+    installed = trl.__version__
+    if ".".join(installed.split(".")[:2]) != TESTED_TRL:
+        warnings.warn(
+            f"TRL {installed} is installed and trl_zoo is tested with TRL {TESTED_TRL}.x: the TRL names trl_zoo "
+            f"relies on are checked, TRL's behaviour on this version is not; if something breaks or differs, report "
+            f"it as an issue of trl_zoo.",
+            stacklevel=4,
+        )
 
 
 def check_trainer_state(trainer) -> None:
