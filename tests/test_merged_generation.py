@@ -13,7 +13,12 @@ from peft import LoraConfig, get_peft_model
 from tests import tiny
 from trl_zoo import GRPOConfig, GRPOTrainer
 from trl_zoo.hooks import merge_residue
-from trl_zoo.hooks.generation_speed import merge_refusal, merged_adapter, recipe_merge_on_quantized_base
+from trl_zoo.hooks.generation_speed import (
+    compile_refusal,
+    fields_a_quantized_base_drops,
+    merge_refusal,
+    merged_adapter,
+)
 
 
 def lora():
@@ -208,15 +213,29 @@ def test_dora_is_refused():
     assert refusal.startswith("merge_adapter_for_generation:") and "DoRA" in refusal
 
 
-@pytest.mark.parametrize("recipe, quantized, expected", [
-    ("lora_graphed", True, True), ("lora", True, True), ("lora_graphed", False, False), (None, True, False),
+@pytest.mark.parametrize("recipe, quantized, compileable, expected", [
+    ("lora_graphed", True, False, ["merge_adapter_for_generation", "compile_generation"]),
+    ("lora_graphed", True, True, ["merge_adapter_for_generation"]),
+    ("lora", True, False, ["merge_adapter_for_generation"]),
+    ("lora_graphed", False, False, []),
+    (None, True, False, []),
 ])
-def test_a_recipe_generates_unmerged_on_a_quantized_base(recipe, quantized, expected):
-    """QLoRA under a speed recipe: the merge (lossy into 4-bit weights) is dropped and the recipe's other fields
-    apply; a user who set the field alone is still refused (test_refusals_need_the_model_or_launch)."""
+def test_a_recipe_on_a_quantized_base_drops_what_cannot_apply(recipe, quantized, compileable, expected):
+    """QLoRA under a speed recipe: the merge (lossy into 4-bit weights) and, where transformers does not compile the
+    quantization (bitsandbytes), compiled decoding are dropped; the recipe's other fields apply. Set by the user
+    instead, each is refused in one line."""
+    from trl_zoo.config.speed_recipe import SPEED_RECIPES
+
     model = get_peft_model(tiny.model(0), lora())
     if quantized:
         model.get_base_model().is_loaded_in_4bit = True
+        model.get_base_model().hf_quantizer = SimpleNamespace(is_compileable=compileable)
     accelerator = SimpleNamespace(unwrap_model=lambda m: m)
-    args = SimpleNamespace(speed_recipe=recipe)
-    assert recipe_merge_on_quantized_base(model, args, accelerator) is expected
+    args = SimpleNamespace(**{"speed_recipe": recipe, "merge_adapter_for_generation": False,
+                              "compile_generation": False, **SPEED_RECIPES.get(recipe, {})})
+    assert fields_a_quantized_base_drops(model, args, accelerator) == expected
+    user = SimpleNamespace(speed_recipe=None, compile_generation=True)
+    refusal = compile_refusal(model, user, accelerator)
+    assert (refusal is not None) == (quantized and not compileable)
+    if refusal:
+        assert refusal.startswith("compile_generation:") and "\n" not in refusal

@@ -26,8 +26,10 @@ decode step runs eagerly on a CPU).
 A value the user gives for `steps_per_generation` or `generation_batch_size` wins; the recipe's other fields are set.
 A recipe that cannot work stops at the refusals of the fields it set, and those name the recipe and say "unset
 speed_recipe" (`refusal_words`): the config's (vLLM; for the compiled fields continuous batching, no mixed
-precision, a cache other than "static", transformers < 5.24) and the trainer's (no PEFT adapter, a quantized base,
-ZeRO-3, FSDP). "lora" works with TRL's continuous batching: the merge wraps both transformers generation paths.
+precision, a cache other than "static", transformers < 5.24) and the trainer's (no PEFT adapter, DoRA, ZeRO-3,
+FSDP). On a quantized base (QLoRA) a recipe applies without the merge and, where transformers does not compile the
+quantization (bitsandbytes), without compiled decoding, in one line (`hooks/generation_speed.py`). "lora" works with
+TRL's continuous batching: the merge wraps both transformers generation paths.
 
 Tests: tests/test_speed_recipe.py.
 """

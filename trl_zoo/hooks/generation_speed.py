@@ -33,7 +33,10 @@ the restore, by the unmerged model, as without the option.
 Refused (one line, at construction) where it cannot work: no PEFT adapter; vLLM (TRL already syncs merged weights to
 vLLM); a LoRA variant whose update is not W + s·BA (DoRA) or a LoRA bias; DeepSpeed ZeRO-3 or FSDP (sharded weights);
 a quantized base (merging into 4/8-bit weights is lossy) — where `speed_recipe` set the field, a quantized base
-(QLoRA) instead keeps the recipe's other fields and generates unmerged, saying so in one line.
+(QLoRA) instead keeps the recipe's other fields and generates unmerged, saying so in one line
+(`fields_a_quantized_base_drops`), and without compiled decoding where transformers does not compile the
+quantization (bitsandbytes: its quantizer is not compileable, so transformers never calls the compiled-decoding hook
+and the static cache only cost: 1.06x TRL's step at 7 B in the size ladder, docs/benchmarks.md).
 
 ## generation_autocast
 
@@ -156,13 +159,43 @@ def merge_refusal(model, args, accelerator) -> str | None:
     return None
 
 
-def recipe_merge_on_quantized_base(model, args, accelerator) -> bool:
-    """Whether `speed_recipe` (not the user) set the merge on a PEFT model whose base is quantized (QLoRA)."""
-    from peft import PeftModel
-
+def quantized_base(model, accelerator):
+    """The policy's base model (under a PEFT wrapper) when its weights are quantized, else None."""
     unwrapped = accelerator.unwrap_model(model) if accelerator is not None else model
-    set_by_recipe = "merge_adapter_for_generation" in SPEED_RECIPES.get(getattr(args, "speed_recipe", None), {})
-    return set_by_recipe and isinstance(unwrapped, PeftModel) and is_quantized(unwrapped.get_base_model())
+    get_base_model = getattr(unwrapped, "get_base_model", None)
+    base = get_base_model() if callable(get_base_model) else unwrapped
+    return base if is_quantized(base) else None
+
+
+def uncompilable_quantization(base) -> bool:
+    """Whether transformers will not compile this quantized model's decoding (its quantizer's `is_compileable`:
+    False for bitsandbytes), so it never calls the compiled-decoding hook and a static cache only costs."""
+    quantizer = getattr(base, "hf_quantizer", None)
+    return quantizer is None or not getattr(quantizer, "is_compileable", False)
+
+
+def fields_a_quantized_base_drops(model, args, accelerator) -> list[str]:
+    """The fields of `args.speed_recipe` that cannot apply to a quantized base (QLoRA) and so do not: the merge
+    (lossy into quantized weights) and compiled decoding where transformers does not compile the quantization."""
+    recipe = SPEED_RECIPES.get(getattr(args, "speed_recipe", None), {})
+    base = quantized_base(model, accelerator)
+    if base is None:
+        return []
+    dropped = [field for field in ("merge_adapter_for_generation",) if recipe.get(field) and getattr(args, field)]
+    if recipe.get("compile_generation") and getattr(args, "compile_generation", False) and uncompilable_quantization(
+        base
+    ):
+        dropped.append("compile_generation")
+    return dropped
+
+
+def compile_refusal(model, args, accelerator) -> str | None:
+    """Why `compile_generation`, set by the user, cannot work for this trainer, or None."""
+    base = quantized_base(model, accelerator)
+    if base is not None and uncompilable_quantization(base):
+        return ("compile_generation: transformers does not compile the decoding of this quantized model (its "
+                "quantizer is not compileable), so a static cache would only cost; set it False.")
+    return None
 
 
 def adapted_layers(peft_model) -> list:
@@ -204,7 +237,19 @@ class GenerationSpeedMixin:
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._zoo_graphed_decoding = None
+        dropped = fields_a_quantized_base_drops(self.model, self.args, self.accelerator)
+        for field in dropped:
+            setattr(self.args, field, False)
+        if dropped:
+            logger.warning(
+                f"speed_recipe={self.args.speed_recipe!r}: the base model is quantized, so {' and '.join(dropped)} "
+                "do not apply (a merge into quantized weights is lossy; transformers does not compile its decoding); "
+                "the recipe's other fields do."
+            )
         if getattr(self.args, "compile_generation", False):
+            refusal = compile_refusal(self.model, self.args, self.accelerator)
+            if refusal:
+                raise ValueError(refusal)
             backend = getattr(self.args, "compile_generation_backend", "inductor")
             graphed = backend == "cuda_graph"
             default_config = backend == "inductor" or graphed  # cuda_graph: transformers only needs a config
@@ -214,14 +259,8 @@ class GenerationSpeedMixin:
             if graphed:
                 self._zoo_graphed_decoding = decode_graph.install(self.accelerator.unwrap_model(self.model))
         if getattr(self.args, "merge_adapter_for_generation", False):
-            if recipe_merge_on_quantized_base(self.model, self.args, self.accelerator):
-                self.args.merge_adapter_for_generation = False
-                logger.warning(
-                    f"speed_recipe={self.args.speed_recipe!r}: the base model is quantized, so the adapter is not "
-                    "merged for generation (its other fields apply)."
-                )
             refusal = merge_refusal(self.model, self.args, self.accelerator)
-            if refusal and self.args.merge_adapter_for_generation:
+            if refusal:
                 raise ValueError(refusal)
 
     def _zoo_generate_single_turn(self, *args, **kwargs):
