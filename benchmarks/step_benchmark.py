@@ -44,6 +44,7 @@ def reset_peak():
 from benchmarks.lib.harness import (  # noqa: E402
     SHAPES,
     length_parity_reward,
+    load_4bit,
     numbered_tokenizer,
     prompt_dataset,
     random_model,
@@ -68,23 +69,6 @@ def parse_args(argv=None):
     parser.add_argument("--train_steps", type=int, default=0)
     parser.add_argument("--extra", default="{}", help="JSON dict of extra config fields")
     return parser.parse_args(argv)
-
-
-def load_4bit(shape: str, cache_dir: Path):
-    """Save the random model once in bf16, then load it back quantised to 4-bit NF4 with bitsandbytes."""
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-
-    path = cache_dir / f"random-{shape}"
-    if not (path / "config.json").exists():
-        random_model(shape).save_pretrained(path)
-        torch.cuda.empty_cache()
-    quantization = BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
-        bnb_4bit_use_double_quant=True,
-    )
-    return AutoModelForCausalLM.from_pretrained(
-        path, quantization_config=quantization, dtype=torch.bfloat16, device_map={"": 0}
-    )
 
 
 def prepare(options):

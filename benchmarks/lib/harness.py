@@ -65,6 +65,28 @@ def random_model(shape: str, dtype=torch.bfloat16, device=None, seed: int = 0) -
     return model
 
 
+def load_4bit(shape: str, folder):
+    """The random model of `shape` saved once in bf16 under `folder`, loaded back quantised to 4-bit NF4 with
+    bitsandbytes (QLoRA's load; needs a GPU)."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    path = Path(folder) / f"random-{shape}"
+    if not (path / "config.json").exists():
+        model = random_model(shape)
+        model.save_pretrained(path)
+        del model
+        torch.cuda.empty_cache()
+    quantization = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_use_double_quant=True,
+    )
+    return AutoModelForCausalLM.from_pretrained(
+        path, quantization_config=quantization, dtype=torch.bfloat16, device_map={"": 0}
+    )
+
+
 def prompt_dataset(num_prompts: int, prompt_length: int, vocab_size: int, seed: int = 0) -> Dataset:
     rng = random.Random(seed)
     prompts = [" ".join(f"<{rng.randrange(3, vocab_size)}>" for _ in range(prompt_length)) for _ in range(num_prompts)]

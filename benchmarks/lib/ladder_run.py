@@ -32,7 +32,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.lib.harness import SHAPES, length_parity_reward, numbered_tokenizer, prompt_dataset, random_model  # noqa: E402
+from benchmarks.lib.harness import (  # noqa: E402
+    SHAPES,
+    length_parity_reward,
+    load_4bit,
+    numbered_tokenizer,
+    prompt_dataset,
+    random_model,
+)
 
 CUDA = torch.cuda.is_available()
 
@@ -69,25 +76,6 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=6, help="an even number: whole generation cycles")
     parser.add_argument("--lora_r", type=int, default=16)
     return parser.parse_args(argv)
-
-
-def load_4bit(shape: str, folder: Path):
-    """The random model saved once in bf16, loaded back quantised to 4-bit NF4 with bitsandbytes (QLoRA's load)."""
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-
-    path = folder / f"random-{shape}"
-    if not (path / "config.json").exists():
-        model = random_model(shape)
-        model.save_pretrained(path)
-        del model
-        torch.cuda.empty_cache()
-    quantization = BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
-        bnb_4bit_use_double_quant=True,
-    )
-    return AutoModelForCausalLM.from_pretrained(
-        path, quantization_config=quantization, dtype=torch.bfloat16, device_map={"": 0}
-    )
 
 
 class DecodingMeter:
