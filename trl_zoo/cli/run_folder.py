@@ -18,15 +18,17 @@ it ends), and the marker says which process that is. A claim:
   unfinished run is `train.py`'s `check_output_dir`.
 
 Under a distributed launch (`accelerate launch`, `torchrun`) every process parses its own arguments, at its own
-moment, so each may see other folders taken and pick another default name; only the main process claims, and the
-name it claimed (or its refusal) is broadcast to the others, which use it as it is. Launched processes that would not
-train together (on a CPU without `use_cpu`, transformers runs each alone) stop with one line.
+moment, so each may see other folders taken and pick another default name; only the main process (global rank 0,
+never each machine's first process) claims, and the name it claimed (or its refusal) is broadcast to the others,
+which use it as it is, on every machine. Launched processes that would not train together (on a CPU without
+`use_cpu`, transformers runs each alone) stop with one line.
 
 A path that is a file or cannot be written is left to `disk_errors.writable_output_dir`, which says so in one line.
 Where `fcntl` is missing (Windows) there is no lock: two runs given one named folder at once are not told apart.
 
 Tests: tests/test_run_folders.py (claims started together, a folder in use, a folder of the user's, a taken default
-folder, the default name), tests/test_launched_run.py (two processes started apart: one folder).
+folder, the default name), tests/test_launched_run.py (two processes started apart: one folder),
+tests/test_machines.py (two machines, each with its own disk: the folder only on the first).
 """
 
 from __future__ import annotations
