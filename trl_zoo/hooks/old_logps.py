@@ -39,7 +39,9 @@ from ..config.generation_speed import old_logps_skip_applies
 from .generation import ScoredRound
 from .model_inputs import forward_inputs, is_multimodal
 from .trl_access import (
+    buffered_micro_batch,
     generation_buffer,
+    generation_due,
     log_metric,
     micro_step,
     set_generation_buffer,
@@ -75,8 +77,7 @@ class OldLogpsMixin:
 
     def _zoo_prepare_inputs(self, generation_batch):
         step = micro_step(self)
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        new_buffer = self.model.training and (step % generate_every == 0 or generation_buffer(self) is None)
+        new_buffer = self.model.training and generation_due(self)
         if new_buffer:
             self._old_logps_rows = 0
         inputs = super()._zoo_prepare_inputs(generation_batch)
@@ -85,7 +86,7 @@ class OldLogpsMixin:
         if self.skip_on_policy_old_logps:
             buffer = self._with_old_logps(generation_buffer(self), step)
             set_generation_buffer(self, buffer)
-            inputs = buffer[step % self.args.steps_per_generation]
+            inputs = buffered_micro_batch(self)
         if trl_computes_old_logps(self):
             rows = torch.tensor(float(self._old_logps_rows), device=self.accelerator.device)
             log_metric(self, ROWS, self.accelerator.reduce(rows, reduction="sum").item())
