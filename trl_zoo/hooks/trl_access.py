@@ -11,7 +11,8 @@ TRL's vLLM module is imported, and its names checked, only for a run that uses v
 Methods. `TRLSeams`, the base of every layer, alone overrides TRL's private methods that trl_zoo hooks: TRL's `_x`
 calls `self._zoo_x` with the same arguments, and `_zoo_x` defaults to TRL's `_x`. The layers override `_zoo_x` and
 call `super()`; TRL's private methods they call (`_get_per_token_logps_and_entropies`, `_get_output_dir`,
-`_remove_unused_columns`) they call as `_zoo_x` too. `RELIED_METHODS` holds each one's parameters.
+`_remove_unused_columns`) they call as `_zoo_x` too. `RELIED_METHODS` holds each one's parameters. `TRLSeams` keeps no
+state a layer sets: each `_zoo_x` is TRL's `_x`, nothing more.
 
 State. `log_metric` (TRL's `_metrics`, which TRL averages and logs at each logging step), `replace_logged_advantages`
 (`_logs["advantages"]`, the completions table), `generation_buffer` / `micro_step` / `set_generation_buffer` (TRL's
@@ -40,9 +41,9 @@ public or overridable method for these:
 - `vllm_generation._iter_named_params` (`weight_sync_without`): the policy's tensors without the value head, while
   TRL's `_generate` runs (its weight sync is inside, `hooks/critic.py`); TRL's `sync_weights` takes no filter.
 - `trainer._get_per_token_logps_and_entropies` (`old_logps_pass_skipped`): while TRL's
-  `_generate_and_score_completions` runs with `skip_on_policy_old_logps` on (`hooks/old_logps.py`), its old-log-prob
-  pass (its first call of that method, on the policy under no_grad: `RELIED_CALLS`) returns (None, None, None), so
-  TRL returns no `old_per_token_logps`; TRL computes them inline, under its own condition
+  `_generate_and_score_completions` runs in a round of `hooks/old_logps.py`'s with `skip_on_policy_old_logps` on,
+  its old-log-prob pass (its first call of that method, on the policy under no_grad: `RELIED_CALLS`) returns (None,
+  None, None), so TRL returns no `old_per_token_logps`; TRL computes them inline, under its own condition
   (`trl_computes_old_logps`; the field applies only where that holds without vLLM's correction:
   `old_logps_skip_applies`). Its later calls (the reference's) are TRL's.
 """
@@ -236,8 +237,6 @@ class TRLSeams(TRLGRPOTrainer):
     The layers above override the seams and call `super()`; here each seam is TRL's method."""
 
     _tag_names = ["trl", "grpo", "trl-zoo"]  # the tags TRL adds to the model and its card
-    # set by hooks/old_logps.py: TRL's old-log-prob pass skipped at generation (`old_logps_pass_skipped`)
-    skip_on_policy_old_logps = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -276,12 +275,7 @@ class TRLSeams(TRLGRPOTrainer):
 
     # ------------------------------------------------------------------ the seams: TRL's methods
     def _zoo_generate_and_score_completions(self, inputs):
-        """TRL's generation and scoring of `inputs` (one generation batch); without its old-log-prob pass when
-        `skip_on_policy_old_logps` applies (set by hooks/old_logps.py only where TRL runs that pass and nothing of
-        TRL's reads it) and the model trains."""
-        if self.skip_on_policy_old_logps and self.model.training:
-            with old_logps_pass_skipped(self):
-                return super()._generate_and_score_completions(inputs)
+        """TRL's generation and scoring of `inputs` (one generation batch)."""
         return super()._generate_and_score_completions(inputs)
 
     def _zoo_calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
