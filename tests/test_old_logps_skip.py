@@ -2,11 +2,13 @@
 old-log-prob pass is skipped at generation; the micro-batches of the second optimizer step get old log-probs equal
 to TRL's right after the buffer is built, those of the first carry none (their ratio is the policy's own, 1) and
 train the same gradient; the reference's pass still runs; half the rows go through an old-log-prob pass; a setting
-under which the field can never apply is refused when the user set it and ignored when the recipe did."""
+under which the field can never apply is refused when the user set it and ignored when the recipe did; TRL's
+buffer rule and old-log-prob condition as config/generation_buffer.py writes them."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,6 +17,13 @@ from peft import LoraConfig
 import trl_zoo
 from tests import tiny
 from trl_zoo import GRPOConfig
+from trl_zoo.config.generation_buffer import (
+    buffer_entry,
+    generation_cycle,
+    generation_on_policy,
+    inside_generation_cycle,
+    old_logps_pass_runs,
+)
 from trl_zoo.config.generation_speed import old_logps_skip_applies
 from trl_zoo.hooks import trl_access
 from trl_zoo.hooks.old_logps import OLD_LOGPS, ROWS, on_policy_entries
@@ -92,6 +101,18 @@ def test_the_first_steps_gradient_is_trls(runs):
         assert mine.keys() == trls.keys() and mine
         for name, gradient in mine.items():
             torch.testing.assert_close(gradient, trls[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_trls_buffer_rule_and_old_logps_condition_in_the_configs_numbers():
+    args = SimpleNamespace(steps_per_generation=4, num_iterations=2, gradient_accumulation_steps=2, use_vllm=False,
+                           vllm_importance_sampling_correction=True)
+    assert generation_cycle(args) == 8
+    assert [inside_generation_cycle(args, step) for step in (0, 1, 7, 8, 9)] == [False, True, True, False, True]
+    assert [buffer_entry(args, step) for step in (0, 3, 4, 9)] == [0, 3, 0, 1]
+    assert not generation_on_policy(args) and old_logps_pass_runs(args)  # 2 micro-steps an optimizer step, 8 a cycle
+    aligned = SimpleNamespace(**{**vars(args), "gradient_accumulation_steps": 16})
+    assert generation_on_policy(aligned) and not old_logps_pass_runs(aligned)
+    assert old_logps_pass_runs(SimpleNamespace(**{**vars(aligned), "use_vllm": True}))  # vLLM's correction
 
 
 def test_on_policy_entries_follow_the_optimizer_step_of_the_generation():
