@@ -16,6 +16,7 @@ from peft import LoraConfig
 
 import trl_zoo
 from tests import tiny
+from tests.trl_internals import buffered_micro_batches, metric_values, prepare_micro_batch
 from trl_zoo import GRPOConfig
 from trl_zoo.config.generation_buffer import (
     buffer_entry,
@@ -45,8 +46,8 @@ def _buffer(trainer) -> list[dict]:
     """TRL's buffer of one generation batch, built as at the first micro-step of training (same seed each time)."""
     trainer.model.train()
     torch.manual_seed(0)
-    trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
-    return trainer._buffered_inputs
+    prepare_micro_batch(trainer, next(iter(trainer.get_train_dataloader())))
+    return buffered_micro_batches(trainer)
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +82,8 @@ def test_the_reference_pass_still_runs(runs):
 
 
 def test_half_the_rows_go_through_an_old_logps_pass(runs):
-    assert runs[True][0]._metrics["train"][ROWS] == [BATCH_ROWS / 2]
-    assert runs[False][0]._metrics["train"][ROWS] == [float(BATCH_ROWS)]
+    assert metric_values(runs[True][0])[ROWS] == [BATCH_ROWS / 2]
+    assert metric_values(runs[False][0])[ROWS] == [float(BATCH_ROWS)]
 
 
 def _gradient(trainer, micro_batch) -> dict:
@@ -156,19 +157,7 @@ def test_with_two_iterations_from_the_recipe_trls_pass_runs():
     assert trainer.args.skip_on_policy_old_logps and not trainer.skip_on_policy_old_logps
     buffer = _buffer(trainer)
     assert all(OLD_LOGPS in batch for batch in buffer)
-    assert trainer._metrics["train"][ROWS] == [float(BATCH_ROWS)]
-
-
-def test_a_trl_whose_old_logps_pass_is_not_first_gets_one_line():
-    class ReorderedTRL(trl_access.TRLGRPOTrainer):
-        def _generate_and_score_completions(self, inputs):
-            ref_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, inputs, None, 1)
-            old_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(self.model, inputs, None, 1)
-            return old_per_token_logps, ref_per_token_logps
-
-    line = trl_access.trl_drift(ReorderedTRL)
-    assert line.startswith("trl_zoo relies on TRL's ")
-    assert "_generate_and_score_completions calling old_per_token_logps" in line and "\n" not in line
+    assert metric_values(trainer)[ROWS] == [float(BATCH_ROWS)]
 
 
 def test_a_short_run_with_the_field_on_has_a_finite_loss(tmp_path):
@@ -186,7 +175,7 @@ def test_the_peft_reference_pass_on_the_policy_itself_still_runs():
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     trainer = _trainer(True, beta=0.1, peft_config=lora)
     buffer = _buffer(trainer)
-    assert trainer._metrics["train"][ROWS] == [BATCH_ROWS / 2]
+    assert metric_values(trainer)[ROWS] == [BATCH_ROWS / 2]
     for index, batch in enumerate(buffer):
         assert batch["ref_per_token_logps"] is not None and torch.isfinite(batch["ref_per_token_logps"]).all()
         if index >= ACCUMULATION:
@@ -200,7 +189,7 @@ def test_dynamic_sampling_rounds_skip_the_pass_and_trained_rows_get_old_logps():
                        dynamic_sampling_max_rounds=20)
     buffer = _buffer(trainer)
     assert [OLD_LOGPS in batch for batch in buffer] == [False, False, True, True]
-    assert trainer._metrics["train"][ROWS] == [BATCH_ROWS / 2]
+    assert metric_values(trainer)[ROWS] == [BATCH_ROWS / 2]
 
 
 def test_a_resume_inside_the_generation_batch_trains_the_same_second_step(tmp_path):
@@ -216,4 +205,4 @@ def test_a_resume_inside_the_generation_batch_trains_the_same_second_step(tmp_pa
 
     assert second_step_loss(resumed) == pytest.approx(second_step_loss(full), rel=1e-5)
     assert len(second_step_loss(full)) == 1
-    assert [OLD_LOGPS in batch for batch in resumed._buffered_inputs] == [False, False, True, True]
+    assert [OLD_LOGPS in batch for batch in buffered_micro_batches(resumed)] == [False, False, True, True]

@@ -207,6 +207,18 @@ def test_a_drifted_newer_trl_gets_one_line(drifted, line, monkeypatch):
     assert trl_drift(drifted) == f"{line} (installed TRL 1.19.0; trl_zoo is tested with TRL 1.16.x)."
 
 
+def test_a_trl_whose_old_logps_pass_is_not_first_gets_one_line():
+    class ReorderedTRL(TRLGRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            ref_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, inputs, None, 1)
+            old_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(self.model, inputs, None, 1)
+            return old_per_token_logps, ref_per_token_logps
+
+    line = trl_drift(ReorderedTRL)
+    assert line.startswith("trl_zoo relies on TRL's ")
+    assert "_generate_and_score_completions calling old_per_token_logps" in line and "\n" not in line
+
+
 def test_a_newer_trl_that_no_longer_sets_an_attribute_stops_in_one_line(monkeypatch):
     monkeypatch.setattr(trl, "__version__", "1.19.0")
     state = dict.fromkeys(trl_access.RELIED_STATE)
