@@ -38,6 +38,9 @@ from trl_zoo.hooks.trl_access import (
 
 PACKAGE = pathlib.Path(trl_zoo.__file__).parent
 DOOR = PACKAGE / "hooks" / "trl_access.py"
+TESTS = pathlib.Path(__file__).parent
+# the test files that touch TRL's private names (`test_no_test_file_but_the_route_to_trl_touches_trls_private_names`)
+TESTS_TOUCHING_TRL = {"trl_internals.py", "test_trl_access.py", "test_block_times.py"}
 
 
 def _private(name: str) -> bool:
@@ -82,14 +85,16 @@ PRIVATE = trl_private_names()
 
 def private_touches(source: str) -> list[str]:
     """Where `source` touches one of TRL's private names: an attribute (read, written or called), a method or class
-    attribute of the same name (an override), the name as a string (getattr, setattr, a swap), or an import of a
-    private name from TRL or transformers."""
+    attribute of the same name (an override), the name as a string (getattr, setattr, a swap) or a keyword (a
+    stand-in's attribute), or an import of a private name from TRL or transformers."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute) and node.attr in PRIVATE:
             found.append(f"{node.lineno}: .{node.attr}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in PRIVATE:
             found.append(f"{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.keyword) and node.arg in PRIVATE:
+            found.append(f"{node.lineno}: {node.arg}=")
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("trl", "transformers"):
             found += [f"{node.lineno}: import {alias.name}" for alias in node.names if _private(alias.name)]
         elif isinstance(node, ast.ClassDef):
@@ -130,12 +135,27 @@ def test_no_module_but_the_door_touches_trls_private_names():
         ("class Layer:\n    def _compute_loss(self, model, inputs):\n        pass", "2: def _compute_loss"),
         ("class Layer:\n    _tag_names = ['x']", "2: def _tag_names"),
         ('setattr(trainer, "_buffered_inputs", [])', "1: '_buffered_inputs'"),
+        ("SimpleNamespace(_metrics={})", "1: _metrics="),
         ("config.compile_config._compile_all_devices = True", "1: ._compile_all_devices"),
         ("module.create_model_from_path = load", "1: .create_model_from_path"),
     ],
 )
 def test_the_walk_flags_a_touch(source, touch):
     assert private_touches(source) == [touch]
+
+
+def test_no_test_file_but_the_route_to_trl_touches_trls_private_names():
+    """Tests reach TRL's private names through tests/trl_internals.py only, so the next TRL's renames are a change of
+    that file (and of the door); the door's own test names what the door relies on and simulates drifted TRLs, and
+    tests/test_block_times.py's stand-in names its profiled methods as TRL's."""
+    touching = {
+        path.relative_to(TESTS).as_posix(): found
+        for path in sorted(TESTS.rglob("*.py"))
+        for found in [private_touches(path.read_text())]
+        if found
+    }
+    differing = set(touching) ^ TESTS_TOUCHING_TRL
+    assert not differing, {name: touching.get(name, "touches none") for name in sorted(differing)}
 
 
 def test_the_walk_leaves_trl_zoos_own_names_alone():

@@ -2,6 +2,8 @@
 trainer goes through a function here named for what it does, so a TRL that renames one is a change of this file (and
 of the package's door, trl_zoo/hooks/trl_access.py, whose accessors this module uses where the door has one).
 
+tests/test_trl_access.py keeps the other test files off TRL's private names (`TESTS_TOUCHING_TRL` there: this file,
+the door's own test, and tests/test_block_times.py's stand-in for TRL's profiled methods, named as TRL's).
 """
 
 from __future__ import annotations
