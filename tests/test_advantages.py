@@ -13,6 +13,7 @@ from peft import LoraConfig
 import trl_zoo
 import trl_zoo.hooks.rewards
 from tests.tiny import config_kwargs, make_trainer
+from tests.trl_internals import completions_log, generate_and_score
 from trl_zoo.advantages import AdvantageInputs, nan_std, reward_decoupled_advantages, score_sq_norms
 
 ARGS = SimpleNamespace(advantage_std_unbiased=True, advantage_epsilon=0.0, scale_rewards="group")
@@ -42,7 +43,7 @@ def generate(trainer):
     torch.manual_seed(0)
     batch = next(iter(trainer.get_train_dataloader()))
     trainer.model.train()
-    return trainer._generate_and_score_completions(batch)
+    return generate_and_score(trainer, batch)
 
 
 def full_logit_policy(model, output, temperature=1.0):
@@ -249,7 +250,7 @@ def test_optimal_baseline_on_a_real_batch_matches_full_logits(peft):
     plain = trainer.model(input_ids=ids, labels=ids, fused_lm_head=True)
     assert plain.log_sum_sq_probs is None  # TRL's own passes keep TRL's head: the squares cost them nothing
 
-    rewards = torch.tensor(trainer._logs["rewards"]["digit_reward"])[-mask.size(0) :].view(-1, 4)
+    rewards = torch.tensor(completions_log(trainer)["rewards"]["digit_reward"])[-mask.size(0) :].view(-1, 4)
     weights = expected_norms.view(-1, 4).float()
     baseline = (weights * rewards).sum(1, keepdim=True) / weights.sum(1, keepdim=True)
     torch.testing.assert_close(output["advantages"], (rewards - baseline).view(-1), rtol=1e-5, atol=1e-6)

@@ -9,6 +9,7 @@ import torch
 from peft import LoraConfig
 
 from tests import tiny
+from tests.trl_internals import replace_decoding
 from trl_zoo import GRPOConfig, GRPOTrainer
 
 
@@ -18,7 +19,6 @@ def decoding_precisions(generation_autocast: bool) -> tuple[set, set, int]:
     trainer = tiny.make_trainer(GRPOTrainer, GRPOConfig, peft_config=lora, max_steps=1, bf16=True,
                                 generation_autocast=generation_autocast)
     generating, seen = [False], set()
-    generate = trainer._generate_single_turn
 
     def flagged(*args, **kwargs):
         generating[0] = True
@@ -27,7 +27,7 @@ def decoding_precisions(generation_autocast: bool) -> tuple[set, set, int]:
         finally:
             generating[0] = False
 
-    trainer._generate_single_turn = flagged
+    generate = replace_decoding(trainer, flagged)
     layer = next(m for name, m in trainer.model.named_modules() if name.endswith("q_proj.base_layer"))
     layer.register_forward_hook(lambda module, inputs, output: seen.add(output.dtype) if generating[0] else None)
     trainer.train()

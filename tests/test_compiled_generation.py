@@ -12,6 +12,7 @@ import torch
 from peft import LoraConfig
 
 from tests import tiny
+from tests.trl_internals import compiles_on_all_devices
 from trl_zoo import GRPOConfig, GRPOTrainer
 
 
@@ -26,7 +27,7 @@ def test_the_generation_config_is_switched_to_compiled_decoding():
     assert off.generation_config.disable_compile and off.generation_config.cache_implementation is None
     assert not on.generation_config.disable_compile
     assert on.generation_config.cache_implementation == "static"
-    assert on.generation_config.compile_config._compile_all_devices  # a CPU: transformers compiles only if told
+    assert compiles_on_all_devices(on.generation_config.compile_config)  # a CPU: transformers compiles only if told
     assert on.generation_config.max_new_tokens == off.generation_config.max_new_tokens
     default = on.generation_config.compile_config
     assert (default.backend, default.mode) == ("inductor", "reduce-overhead")  # transformers' CompileConfig()

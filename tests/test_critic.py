@@ -15,6 +15,7 @@ from transformers import TrainerCallback
 
 import trl_zoo
 from tests.tiny import config_kwargs, make_trainer
+from tests.trl_internals import buffered_micro_batches, generate_and_score, metric_values, policy_loss
 from trl_zoo.advantages import AdvantageInputs
 from trl_zoo.critic import (
     clipped_value_loss,
@@ -233,7 +234,7 @@ def generate(trainer):
     torch.manual_seed(0)
     batch = next(iter(trainer.get_train_dataloader()))
     trainer.model.train()
-    return trainer._generate_and_score_completions(batch)
+    return generate_and_score(trainer, batch)
 
 
 def perturb(parameters, seed=3, scale=0.2):
@@ -265,7 +266,7 @@ def test_adapter_critic_gradients_stay_on_their_side():
     assert not torch.allclose(trainer.value_head(policy_hidden.float()), batch["old_values"])
     trainer.current_gradient_accumulation_steps = 1
 
-    trl_zoo.GRPOTrainer._compute_loss(trainer, model, batch).backward()  # the policy loss alone
+    policy_loss(trainer, model, batch).backward()  # the policy loss alone
     assert all(g is not None and g > 0 for g in gradients(policy))
     assert all(g is None or g == 0 for g in gradients(value_adapter + head))
     model.zero_grad(set_to_none=True)
@@ -299,7 +300,7 @@ def test_head_critic_on_detached_hidden_states():
     for got, want in zip(head_grads, [p.grad for p in head]):
         torch.testing.assert_close(got, want)
     trainer.model.zero_grad(set_to_none=True)
-    trl_zoo.GRPOTrainer._compute_loss(trainer, trainer.model, batch).backward()
+    policy_loss(trainer, trainer.model, batch).backward()
     for got, want in zip(policy_grads, [p.grad for p in policy]):
         torch.testing.assert_close(got, want)
 
@@ -344,7 +345,7 @@ def test_value_pretraining_trains_only_the_critic_and_lowers_the_value_loss_on_a
     assert len(losses) == 6 and losses[-1] < 0.5 * losses[0] and all(b < a for a, b in zip(losses, losses[1:]))
     # the targets are Monte-Carlo (λ = 1, not gae_lambda_critic = 0.5) during pre-training: with γ = 1, R̂_t = R_i
     assert trainer.state.log_history[0]["critic/value_warmup"] == 1.0
-    batch = trainer._buffered_inputs[0]  # the generation batch, shuffled by TRL
+    batch = buffered_micro_batches(trainer)[0]  # the generation batch, shuffled by TRL
     targets, mask = batch["value_targets"], batch["completion_mask"]
     row_targets = targets[:, 0]
     torch.testing.assert_close(targets * mask, row_targets.unsqueeze(1) * mask)
@@ -433,7 +434,7 @@ def test_critic_rows_survive_dynamic_sampling():
     logs = trainer.state.log_history[:2]
     assert max(log["dynamic_sampling/generation_rounds"] for log in logs) > 1
     assert all(torch.isfinite(torch.tensor(log["critic/value_loss"])) for log in logs)
-    batch = trainer._buffered_inputs[0]
+    batch = buffered_micro_batches(trainer)[0]
     for ids, mask, targets in zip(batch["completion_ids"], batch["completion_mask"], batch["value_targets"]):
         text = trainer.processing_class.decode(ids[mask.bool()], skip_special_tokens=True)
         torch.testing.assert_close(targets[mask.bool()], torch.full_like(targets[mask.bool()], float(len(text) % 2)))
@@ -509,7 +510,7 @@ def test_head_critic_reuses_the_policy_forward_also_when_rows_are_skipped():
     trainer.critic.backbone().register_forward_pre_hook(
         lambda module, args, kwargs: rows_through_backbone.append(kwargs["input_ids"].size(0)), with_kwargs=True
     )
-    value_losses = trainer._metrics["train"]["critic/value_loss"]
+    value_losses = metric_values(trainer)["critic/value_loss"]
     rows = batch["completion_ids"].size(0)
     every_row_active = {**batch, "advantages": batch["advantages"].masked_fill(batch["advantages"] == 0, 0.5)}
     half_inert = {**every_row_active, "advantages": every_row_active["advantages"].clone()}

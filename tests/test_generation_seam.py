@@ -7,6 +7,7 @@ import torch
 
 import trl_zoo
 from tests.tiny import make_trainer
+from tests.trl_internals import generate_and_score
 from trl_zoo.hooks import generation
 
 
@@ -61,7 +62,7 @@ def generate(trainer):
     torch.manual_seed(0)
     trainer.model.train()
     trainer.calls, trainer.rounds = [], []
-    return trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    return generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
 
 
 def test_hook_points_run_in_order_and_a_round_leaves_nothing_on_the_trainer(passes):

@@ -10,6 +10,7 @@ from peft import LoraConfig
 import trl_zoo
 from tests.test_advantages import full_logit_policy, generate, one_thread  # noqa: F401  (autouse fixture)
 from tests.tiny import make_trainer
+from tests.trl_internals import completions_log
 from trl_zoo.kl import adaptive_kl_coefficient
 from trl_zoo.registry import KL_ESTIMATORS
 
@@ -90,7 +91,7 @@ def test_kl_in_the_reward_moves_the_advantages_and_leaves_the_loss_without_kl():
     ref_logps = batch_reward["ref_per_token_logps"].double()
     kl = (torch.exp(ref_logps - policy_logps) - (ref_logps - policy_logps) - 1) * mask
     assert kl.sum(-1).min() > 1e-3
-    rewards = torch.tensor(in_reward._logs["rewards"]["digit_reward"])[-mask.size(0) :].double()
+    rewards = torch.tensor(completions_log(in_reward)["rewards"]["digit_reward"])[-mask.size(0) :].double()
     penalised = (rewards - beta * kl.sum(-1)).view(-1, 4)
     expected = (penalised - penalised.mean(1, keepdim=True)) / (penalised.std(1, keepdim=True) + 1e-4)
     torch.testing.assert_close(batch_reward["advantages"].double(), expected.view(-1), rtol=1e-4, atol=1e-5)

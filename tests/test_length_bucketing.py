@@ -12,6 +12,16 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 import trl_zoo
 from tests.scripts.resample_two_processes import half_constant_reward
 from tests.tiny import make_trainer, perturb
+from tests.trl_internals import (
+    buffered_micro_batches,
+    drop_generation_buffer,
+    generate_and_score,
+    metric_values,
+    pad_token_id,
+    prepare_micro_batch,
+    replace_generate_and_score,
+    set_micro_step,
+)
 from trl_zoo.config.compute import check_length_bucketing
 from trl_zoo.hooks.batch_layout import trim_padding
 from trl_zoo.hooks.length_bucketing import SLOTS, SLOTS_UNBUCKETED, token_slots
@@ -44,12 +54,12 @@ def _generation_batch(trainer) -> dict:
     """One scored generation batch (16 rows) whose completions are cut to COMPLETION_LENGTHS tokens."""
     torch.manual_seed(0)
     trainer.model.train()
-    batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    batch = generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
     rows, width = batch["completion_ids"].shape
     assert (rows, width) == (len(COMPLETION_LENGTHS), MAX_COMPLETION)
     real = torch.arange(width).unsqueeze(0) < torch.tensor(COMPLETION_LENGTHS).unsqueeze(1)
     batch["completion_mask"] = real.to(batch["completion_mask"].dtype)
-    batch["completion_ids"] = batch["completion_ids"].masked_fill(~real, trainer._tokenizer.pad_token_id)
+    batch["completion_ids"] = batch["completion_ids"].masked_fill(~real, pad_token_id(trainer))
     batch["num_items_in_batch"] = batch["completion_mask"].sum()
     return batch
 
@@ -159,21 +169,22 @@ def test_prepare_inputs_returns_the_bucketed_buffer_for_every_iteration():
         calls.append(1)
         return {key: value.clone() if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
 
-    trainer._generate_and_score_completions = generate
-    trainer._step, trainer._buffered_inputs = 0, None
+    replace_generate_and_score(trainer, generate)
+    drop_generation_buffer(trainer)
+    set_micro_step(trainer, 0)
     torch.manual_seed(3)
-    first = trainer._prepare_inputs(None)
-    buffer = trainer._buffered_inputs  # what hooks/resume.py saves inside the generation cycle
+    first = prepare_micro_batch(trainer, None)
+    buffer = buffered_micro_batches(trainer)  # what hooks/resume.py saves inside the generation cycle
     assert first is buffer[0]
     torch.manual_seed(3)
     plain = split_tensor_dict(shuffle_sequence_dict(generate(None)), 4)
     assert token_slots(buffer) == _expected_slots(plain, 4) < token_slots(plain)
-    assert trainer._metrics["train"][SLOTS] == [float(token_slots(buffer))]
-    assert trainer._metrics["train"][SLOTS_UNBUCKETED] == [float(token_slots(plain))]
+    assert metric_values(trainer)[SLOTS] == [float(token_slots(buffer))]
+    assert metric_values(trainer)[SLOTS_UNBUCKETED] == [float(token_slots(plain))]
     for step in range(1, 8):  # the rest of this generation batch's two iterations reuse the buffer
-        trainer._step = step
-        assert trainer._prepare_inputs(None) is buffer[step % 4]
-    assert len(calls) == 2 and len(trainer._metrics["train"][SLOTS]) == 1
+        set_micro_step(trainer, step)
+        assert prepare_micro_batch(trainer, None) is buffer[step % 4]
+    assert len(calls) == 2 and len(metric_values(trainer)[SLOTS]) == 1
 
 
 def test_composes_with_skip_zero_advantage_and_two_iterations():
@@ -248,11 +259,11 @@ def test_training_logs_the_saving_and_checkpoints_the_bucketed_buffer(tmp_path):
     logged = [entry for entry in trainer.state.log_history if SLOTS in entry]
     assert len(logged) == 1
     saved = torch.load(tmp_path / "checkpoint-1" / "trl_zoo_buffer_0.pt", weights_only=True)
-    assert len(saved) == 4 and saved is not trainer._buffered_inputs
-    assert logged[0][SLOTS] == token_slots(saved) == token_slots(trainer._buffered_inputs)
+    assert len(saved) == 4 and saved is not buffered_micro_batches(trainer)
+    assert logged[0][SLOTS] == token_slots(saved) == token_slots(buffered_micro_batches(trainer))
     assert logged[0][SLOTS] <= logged[0][SLOTS_UNBUCKETED]
     # TRL padded the 16 rows to the longest prompt and the longest completion among them
-    pad_token = trainer._tokenizer.pad_token_id
+    pad_token = pad_token_id(trainer)
     longest_prompt = max(int(batch["prompt_mask"].sum(1).max()) for batch in saved)
     longest_completion = max(
         int(((batch["completion_mask"] != 0) | (batch["completion_ids"] != pad_token)).any(0).nonzero().max()) + 1

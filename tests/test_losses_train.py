@@ -12,6 +12,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 import trl_zoo
 from tests import tiny
 from tests.tiny import make_trainer, perturb, relative_error
+from tests.trl_internals import generate_and_score, metric_values
 from trl_zoo.losses.ppo_kl import BETA
 
 
@@ -29,7 +30,7 @@ def test_gspo_equals_trl_grpo_at_sequence_level(schedule):
     candidate = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, loss_type="gspo", epsilon=0.02, **schedule)
     torch.manual_seed(0)
     reference.model.train()
-    batch = reference._generate_and_score_completions(next(iter(reference.get_train_dataloader())))
+    batch = generate_and_score(reference, next(iter(reference.get_train_dataloader())))
     micro_batches = split_tensor_dict(shuffle_sequence_dict(batch), reference.args.steps_per_generation)
     perturb(reference.model)
     perturb(candidate.model)
@@ -46,8 +47,8 @@ def test_gspo_equals_trl_grpo_at_sequence_level(schedule):
     named = dict(reference.model.named_parameters())
     for name, parameter in candidate.model.named_parameters():
         assert relative_error(parameter.grad, named[name].grad) <= 1e-6, name
-    clipped = candidate._metrics["train"]["clip_ratio/region_mean"]
-    assert clipped == pytest.approx(reference._metrics["train"]["clip_ratio/region_mean"], rel=1e-6)
+    clipped = metric_values(candidate)["clip_ratio/region_mean"]
+    assert clipped == pytest.approx(metric_values(reference)["clip_ratio/region_mean"], rel=1e-6)
     assert max(clipped) > 0  # the sequence clip really bit
 
 
@@ -114,12 +115,12 @@ def test_trust_region_masks_act_on_the_trainers_off_policy_batch(name, tight, lo
         trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, loss_type=name, num_iterations=2, **overrides)
         torch.manual_seed(0)
         trainer.model.train()
-        batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+        batch = generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
         if moved:
             perturb(trainer.model)
         trainer.current_gradient_accumulation_steps = 1
         loss = trainer.compute_loss(trainer.model, batch)
         assert torch.isfinite(loss)
-        shares[label] = trainer._metrics["train"][metric][-1]
+        shares[label] = metric_values(trainer)[metric][-1]
     assert shares["on_policy"] == 0.0 and shares["loose"] == 0.0
     assert 0.05 < shares["tight"] < 0.95, shares

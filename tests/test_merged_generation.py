@@ -11,6 +11,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from tests import tiny
+from tests.trl_internals import generate_and_score
 from trl_zoo import GRPOConfig, GRPOTrainer
 from trl_zoo.hooks import merge_residue
 from trl_zoo.hooks.generation_speed import (
@@ -68,7 +69,7 @@ def generated(t):
     torch.manual_seed(11)
     inputs = [{"prompt": p} for p in tiny.prompts_dataset(2)["prompt"] for _ in range(4)]
     t.model.train()
-    return t._generate_and_score_completions(inputs)
+    return generate_and_score(t, inputs)
 
 
 def test_generation_and_loss_same_with_and_without_merge():

@@ -2,13 +2,12 @@
 min/max over unmasked tokens, min_seq/max_seq over per-sequence means, and NaN when nothing is unmasked."""
 
 import math
-from collections import defaultdict
-from types import SimpleNamespace
 
 import pytest
 import torch
 from accelerate import Accelerator
 
+from tests.trl_internals import metric_values, metrics_stand_in
 from trl_zoo import GRPOTrainer
 
 MASK = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
@@ -16,9 +15,9 @@ VALUES = torch.tensor([[1.0, 3.0, 100.0], [-2.0, -50.0, 7.0], [9.0, 9.0, 9.0]])
 
 
 def logged(metrics: dict, mask: torch.Tensor = MASK) -> dict:
-    recorder = SimpleNamespace(accelerator=Accelerator(cpu=True), _metrics=defaultdict(lambda: defaultdict(list)))
+    recorder = metrics_stand_in(Accelerator(cpu=True))
     GRPOTrainer._log_term_metrics(recorder, metrics, mask, "train")
-    return {name: values[0] for name, values in recorder._metrics["train"].items()}
+    return {name: values[0] for name, values in metric_values(recorder).items()}
 
 
 def test_reductions_match_hand_computed_values():

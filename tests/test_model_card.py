@@ -5,6 +5,7 @@ from pathlib import Path
 
 import trl_zoo
 from tests.tiny import make_trainer
+from tests.trl_internals import training_method
 
 
 def test_model_card_names_and_cites_the_run_s_loss_estimator_and_sampler(tmp_path):
@@ -24,11 +25,12 @@ def test_model_card_names_and_cites_the_run_s_loss_estimator_and_sampler(tmp_pat
 
 def test_model_card_of_the_default_run_names_trl_s_advantages():
     trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, loss_type="bnpo")
-    assert trainer._name == (
+    name, paper = training_method(trainer)
+    assert name == (
         "trl_zoo's GRPOTrainer with loss `bnpo` (TRL's loss_type, no paper) and TRL's group-normalised advantages "
         "(DeepSeekMath, arXiv:2402.03300)"
     )
-    assert "2402.03300" in trainer._paper["citation"]
+    assert "2402.03300" in paper["citation"]
 
 
 # ------------------------------------------------------------------------------------------------------ the CLI's card

@@ -12,6 +12,7 @@ import trl
 import trl_zoo
 from tests.test_parity import TRL_LOSSES
 from tests.tiny import make_trainer, perturb, relative_error
+from tests.trl_internals import generate_and_score
 from trl_zoo.hooks.model_inputs import MULTIMODAL_KEYS, forward_inputs, is_multimodal, loss_mask
 
 
@@ -54,7 +55,7 @@ def tool_mask_for(completion_mask: torch.Tensor) -> torch.Tensor:
 def generation_batch(trainer) -> dict:
     torch.manual_seed(0)
     trainer.model.train()
-    return trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    return generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
 
 
 @pytest.mark.parametrize("loss_type", TRL_LOSSES)

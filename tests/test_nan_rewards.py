@@ -12,6 +12,7 @@ from transformers import Qwen2Config, Qwen2ForSequenceClassification
 import trl_zoo
 from tests import tiny
 from tests.tiny import make_trainer
+from tests.trl_internals import generate_and_score, metric_values
 
 NAN_ROW, INF_ROW, NONE_ROW = 1, 6, 2  # groups: rows 0-3 and 4-7
 
@@ -32,7 +33,7 @@ def scripted_reward(special: dict[int, object]):
 def score_one_batch(trainer):
     torch.manual_seed(0)
     trainer.model.train()
-    return trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    return generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
 
 
 def expected_advantages(rewards: list, estimator: str | None) -> list[float]:
@@ -78,8 +79,8 @@ def test_drop_gives_zero_advantage_and_leaves_the_baselines_alone(estimator):
         output = score_one_batch(trainer)
     kept = [None if row in (NAN_ROW, INF_ROW, NONE_ROW) else value for row, value in enumerate(reward.returned)]
     torch.testing.assert_close(output["advantages"], torch.tensor(expected_advantages(kept, estimator)))
-    assert trainer._metrics["train"]["rewards/nonfinite_dropped"] == [2.0]
-    assert math.isfinite(trainer._metrics["train"]["reward"][-1])
+    assert metric_values(trainer)["rewards/nonfinite_dropped"] == [2.0]
+    assert math.isfinite(metric_values(trainer)["reward"][-1])
 
 
 def test_drop_removes_the_whole_completion_even_when_other_functions_scored_it():

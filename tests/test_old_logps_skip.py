@@ -2,11 +2,13 @@
 old-log-prob pass is skipped at generation; the micro-batches of the second optimizer step get old log-probs equal
 to TRL's right after the buffer is built, those of the first carry none (their ratio is the policy's own, 1) and
 train the same gradient; the reference's pass still runs; half the rows go through an old-log-prob pass; a setting
-under which the field can never apply is refused when the user set it and ignored when the recipe did."""
+under which the field can never apply is refused when the user set it and ignored when the recipe did; TRL's
+buffer rule and old-log-prob condition as config/generation_buffer.py writes them."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,7 +16,15 @@ from peft import LoraConfig
 
 import trl_zoo
 from tests import tiny
+from tests.trl_internals import buffered_micro_batches, metric_values, prepare_micro_batch
 from trl_zoo import GRPOConfig
+from trl_zoo.config.generation_buffer import (
+    buffer_entry,
+    generation_cycle,
+    generation_on_policy,
+    inside_generation_cycle,
+    old_logps_pass_runs,
+)
 from trl_zoo.config.generation_speed import old_logps_skip_applies
 from trl_zoo.hooks import trl_access
 from trl_zoo.hooks.old_logps import OLD_LOGPS, ROWS, on_policy_entries
@@ -36,8 +46,8 @@ def _buffer(trainer) -> list[dict]:
     """TRL's buffer of one generation batch, built as at the first micro-step of training (same seed each time)."""
     trainer.model.train()
     torch.manual_seed(0)
-    trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
-    return trainer._buffered_inputs
+    prepare_micro_batch(trainer, next(iter(trainer.get_train_dataloader())))
+    return buffered_micro_batches(trainer)
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +82,8 @@ def test_the_reference_pass_still_runs(runs):
 
 
 def test_half_the_rows_go_through_an_old_logps_pass(runs):
-    assert runs[True][0]._metrics["train"][ROWS] == [BATCH_ROWS / 2]
-    assert runs[False][0]._metrics["train"][ROWS] == [float(BATCH_ROWS)]
+    assert metric_values(runs[True][0])[ROWS] == [BATCH_ROWS / 2]
+    assert metric_values(runs[False][0])[ROWS] == [float(BATCH_ROWS)]
 
 
 def _gradient(trainer, micro_batch) -> dict:
@@ -92,6 +102,18 @@ def test_the_first_steps_gradient_is_trls(runs):
         assert mine.keys() == trls.keys() and mine
         for name, gradient in mine.items():
             torch.testing.assert_close(gradient, trls[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_trls_buffer_rule_and_old_logps_condition_in_the_configs_numbers():
+    args = SimpleNamespace(steps_per_generation=4, num_iterations=2, gradient_accumulation_steps=2, use_vllm=False,
+                           vllm_importance_sampling_correction=True)
+    assert generation_cycle(args) == 8
+    assert [inside_generation_cycle(args, step) for step in (0, 1, 7, 8, 9)] == [False, True, True, False, True]
+    assert [buffer_entry(args, step) for step in (0, 3, 4, 9)] == [0, 3, 0, 1]
+    assert not generation_on_policy(args) and old_logps_pass_runs(args)  # 2 micro-steps an optimizer step, 8 a cycle
+    aligned = SimpleNamespace(**{**vars(args), "gradient_accumulation_steps": 16})
+    assert generation_on_policy(aligned) and not old_logps_pass_runs(aligned)
+    assert old_logps_pass_runs(SimpleNamespace(**{**vars(aligned), "use_vllm": True}))  # vLLM's correction
 
 
 def test_on_policy_entries_follow_the_optimizer_step_of_the_generation():
@@ -135,19 +157,7 @@ def test_with_two_iterations_from_the_recipe_trls_pass_runs():
     assert trainer.args.skip_on_policy_old_logps and not trainer.skip_on_policy_old_logps
     buffer = _buffer(trainer)
     assert all(OLD_LOGPS in batch for batch in buffer)
-    assert trainer._metrics["train"][ROWS] == [float(BATCH_ROWS)]
-
-
-def test_a_trl_whose_old_logps_pass_is_not_first_gets_one_line():
-    class ReorderedTRL(trl_access.TRLGRPOTrainer):
-        def _generate_and_score_completions(self, inputs):
-            ref_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, inputs, None, 1)
-            old_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(self.model, inputs, None, 1)
-            return old_per_token_logps, ref_per_token_logps
-
-    line = trl_access.trl_drift(ReorderedTRL)
-    assert line.startswith("trl_zoo relies on TRL's ")
-    assert "_generate_and_score_completions calling old_per_token_logps" in line and "\n" not in line
+    assert metric_values(trainer)[ROWS] == [float(BATCH_ROWS)]
 
 
 def test_a_short_run_with_the_field_on_has_a_finite_loss(tmp_path):
@@ -165,7 +175,7 @@ def test_the_peft_reference_pass_on_the_policy_itself_still_runs():
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     trainer = _trainer(True, beta=0.1, peft_config=lora)
     buffer = _buffer(trainer)
-    assert trainer._metrics["train"][ROWS] == [BATCH_ROWS / 2]
+    assert metric_values(trainer)[ROWS] == [BATCH_ROWS / 2]
     for index, batch in enumerate(buffer):
         assert batch["ref_per_token_logps"] is not None and torch.isfinite(batch["ref_per_token_logps"]).all()
         if index >= ACCUMULATION:
@@ -179,7 +189,7 @@ def test_dynamic_sampling_rounds_skip_the_pass_and_trained_rows_get_old_logps():
                        dynamic_sampling_max_rounds=20)
     buffer = _buffer(trainer)
     assert [OLD_LOGPS in batch for batch in buffer] == [False, False, True, True]
-    assert trainer._metrics["train"][ROWS] == [BATCH_ROWS / 2]
+    assert metric_values(trainer)[ROWS] == [BATCH_ROWS / 2]
 
 
 def test_a_resume_inside_the_generation_batch_trains_the_same_second_step(tmp_path):
@@ -195,4 +205,4 @@ def test_a_resume_inside_the_generation_batch_trains_the_same_second_step(tmp_pa
 
     assert second_step_loss(resumed) == pytest.approx(second_step_loss(full), rel=1e-5)
     assert len(second_step_loss(full)) == 1
-    assert [OLD_LOGPS in batch for batch in resumed._buffered_inputs] == [False, False, True, True]
+    assert [OLD_LOGPS in batch for batch in buffered_micro_batches(resumed)] == [False, False, True, True]

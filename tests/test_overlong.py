@@ -9,6 +9,7 @@ import yaml
 
 import trl_zoo
 from tests.tiny import TEST_OUTPUT_DIR, make_trainer
+from tests.trl_internals import generate_and_score, metric_values
 from trl_zoo.reward_shaping import SoftOverlongPunishment, soft_overlong_punishment
 
 L_MAX, L_CACHE = 20, 5  # ramp over lengths 16..20
@@ -71,11 +72,11 @@ def test_trainer_adds_the_punishment_as_a_logged_reward():
 
     torch.manual_seed(0)
     trainer.model.train()
-    batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    batch = generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
     lengths = batch["completion_mask"].sum(1).tolist()  # tokens incl. <eos>; no truncation masking here
     expected = [soft_overlong_punishment(length, 6, 4) for length in lengths]
     assert any(value < 0 for value in expected)
-    logged = trainer._metrics["train"]["rewards/soft_overlong_punishment/mean"][-1]
+    logged = metric_values(trainer)["rewards/soft_overlong_punishment/mean"][-1]
     assert logged == pytest.approx(sum(expected) / len(expected), abs=1e-6)
 
 

@@ -12,6 +12,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
 import trl_zoo
 from tests.tiny import make_trainer, perturb, relative_error
+from tests.trl_internals import generate_and_score, last_world_entropy, metric_values
 
 TRL_LOSSES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
 
@@ -32,7 +33,7 @@ def run_parity(**config):
     torch.manual_seed(0)
     generation_batch = next(iter(reference.get_train_dataloader()))
     reference.model.train()
-    batch = reference._generate_and_score_completions(generation_batch)
+    batch = generate_and_score(reference, generation_batch)
     batch = shuffle_sequence_dict(batch)
     micro_batches = split_tensor_dict(batch, args.steps_per_generation)
     if args.num_iterations > 1 or "old_per_token_logps" in batch:
@@ -86,15 +87,15 @@ def test_trl_features_match_trl():
         entropy_coef=0.01,
         num_iterations=2,
     )
-    assert candidate._metrics["train"]["kl"] == pytest.approx(reference._metrics["train"]["kl"], rel=1e-6)
-    assert candidate._metrics["train"]["entropy"] == pytest.approx(reference._metrics["train"]["entropy"], rel=1e-6)
+    assert metric_values(candidate)["kl"] == pytest.approx(metric_values(reference)["kl"], rel=1e-6)
+    assert metric_values(candidate)["entropy"] == pytest.approx(metric_values(reference)["entropy"], rel=1e-6)
 
 
 def test_clip_metrics_match_trl():
     reference, candidate = run_parity(loss_type="dapo", epsilon=0.02, epsilon_high=0.02, num_iterations=2)
     for name in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "clip_ratio/high_max"):
-        assert candidate._metrics["train"][name] == pytest.approx(reference._metrics["train"][name], rel=1e-6)
-    assert max(reference._metrics["train"]["clip_ratio/region_mean"]) > 0  # the clip really bit
+        assert metric_values(candidate)[name] == pytest.approx(metric_values(reference)[name], rel=1e-6)
+    assert max(metric_values(reference)["clip_ratio/region_mean"]) > 0  # the clip really bit
 
 
 def test_training_runs_match_trl():
@@ -130,7 +131,7 @@ def test_adaptive_entropy_controller_matches_trl():
     assert coefficients == pytest.approx([0.06, 0.07, 0.08], abs=1e-9)
     assert coefficients == [log["entropy_coef"] for log in reference.state.log_history if "entropy_coef" in log]
     assert candidate.entropy_coef == reference.entropy_coef
-    assert candidate._last_world_entropy == pytest.approx(reference._last_world_entropy, rel=1e-6)
+    assert last_world_entropy(candidate) == pytest.approx(last_world_entropy(reference), rel=1e-6)
     reference_losses = [log["loss"] for log in reference.state.log_history if "loss" in log]
     candidate_losses = [log["loss"] for log in candidate.state.log_history if "loss" in log]
     assert candidate_losses == pytest.approx(reference_losses, rel=1e-5, abs=1e-7)

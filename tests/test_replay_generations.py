@@ -4,11 +4,11 @@
 import json
 
 import pytest
-import trl
 
 import trl_zoo.cli.train
 from benchmarks.lib import real_model_run
 from tests.tiny import digit_reward, model_dir
+from tests.trl_internals import replace_every_trainers_decoding
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_replay_trains_on_the_recorded_completions(run, capsys, monkeypatch):
         raise AssertionError("the replayed run generated")
 
     # the replay must not generate (on the CPU the same seed would draw the same completions anyway)
-    monkeypatch.setattr(trl.GRPOTrainer, "_generate_single_turn", no_generation)
+    replace_every_trainers_decoding(monkeypatch, no_generation)
     code, replayed = run("replayed", "--replay_generations", str(recorded))
     assert code == 0
     assert not (replayed / "generations.rank0.jsonl").exists()

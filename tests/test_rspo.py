@@ -14,6 +14,7 @@ from trl.trainer.utils import split_tensor_dict
 
 import trl_zoo
 from tests import tiny
+from tests.trl_internals import generate_and_score, metric_values
 from trl_zoo.losses.base import PolicyBatch
 from trl_zoo.losses.gmpo import gmpo_loss
 from trl_zoo.losses.rspo import router_shift_weight, rspo_loss
@@ -198,7 +199,7 @@ def test_old_routers_recorded_and_current_routers_captured_in_the_loss_forward()
     trainer = moe_trainer(num_iterations=2)
     trainer.model.train()
     torch.manual_seed(0)
-    batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    batch = generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
     B, T = batch["completion_ids"].shape
     experts, old_logps = batch["old_router_experts"], batch["old_router_logps"]
     assert experts.shape == old_logps.shape == (B, T, NUM_LAYERS, TOP_K)
@@ -218,7 +219,7 @@ def test_old_routers_recorded_and_current_routers_captured_in_the_loss_forward()
     assert len(forwards) == 1  # the router statistics come from the loss's own forward
     assert "router_logps" not in micro_batch
     torch.testing.assert_close(seen[-1]["router_logps"], seen[-1]["old_router_logps"], rtol=0, atol=1e-6)
-    assert trainer._metrics["train"]["rspo/gamma_mean"][-1] == pytest.approx(1.0, abs=1e-6)
+    assert metric_values(trainer)["rspo/gamma_mean"][-1] == pytest.approx(1.0, abs=1e-6)
 
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():
@@ -234,13 +235,13 @@ def test_old_routers_recorded_and_current_routers_captured_in_the_loss_forward()
     gamma = torch.exp(-drift).clamp(min=trainer.args.rspo_gamma_min)
     expected_mean = ((gamma * mask).sum() / mask.sum()).item()
     assert expected_mean < 0.95
-    assert trainer._metrics["train"]["rspo/gamma_mean"][-1] == pytest.approx(expected_mean, abs=1e-6)
+    assert metric_values(trainer)["rspo/gamma_mean"][-1] == pytest.approx(expected_mean, abs=1e-6)
 
 
 def test_on_policy_training_has_gamma_exactly_one_and_records_nothing():
     trainer = moe_trainer(max_steps=2)  # num_iterations=1, aligned steps: every micro-batch is on-policy
     trainer.model.train()
-    batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    batch = generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
     assert "old_router_experts" not in batch and "old_per_token_logps" not in batch
     trainer.train()
     logs = [log for log in trainer.state.log_history if "rspo/gamma_mean" in log]

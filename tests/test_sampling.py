@@ -10,6 +10,7 @@ import torch
 import trl_zoo
 from tests.scripts.resample_two_processes import describe, grpo_advantages, half_constant_reward
 from tests.tiny import TEST_OUTPUT_DIR, make_trainer
+from tests.trl_internals import AfterGenerationBatch, generate_and_score, metric_values
 from trl_zoo.reward_shaping import soft_overlong_punishment
 from trl_zoo.samplers.base import FILL_WARNING, DynamicSamplingExhausted, group_reward_spread
 
@@ -20,11 +21,10 @@ def constant_reward(completions, **kwargs):
     return [1.0] * len(completions)
 
 
-class Recording(trl_zoo.GRPOTrainer):
+class Recording(AfterGenerationBatch, trl_zoo.GRPOTrainer):
     """Keeps every trained generation batch, and checks its old log-probs against a fresh forward of its rows."""
 
-    def _generate_and_score_completions(self, inputs):
-        batch = super()._generate_and_score_completions(inputs)
+    def after_generation_batch(self, batch):
         if self.model.training:
             self.recorded.append(describe(self, batch))
             if "old_per_token_logps" in batch:
@@ -34,7 +34,6 @@ class Recording(trl_zoo.GRPOTrainer):
                 self.old_logp_error = max(
                     self.old_logp_error, (logps - batch["old_per_token_logps"])[mask].abs().max().item()
                 )
-        return batch
 
 
 def first_generation_batch(trainer):
@@ -109,12 +108,12 @@ def test_exhausted_sampling_fills_with_a_warning_or_raises(on_exhausted):
         with pytest.raises(
             DynamicSamplingExhausted, match="dynamic_sampling_max_rounds: after 2 generation rounds only 0"
         ):
-            trainer._generate_and_score_completions(inputs)
+            generate_and_score(trainer, inputs)
         return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")  # Python's own filter: the same text from the same place is shown once
-        batch = trainer._generate_and_score_completions(inputs)
-        trainer._generate_and_score_completions(first_generation_batch(trainer))
+        batch = generate_and_score(trainer, inputs)
+        generate_and_score(trainer, first_generation_batch(trainer))
     assert [str(w.message) for w in caught if "dynamic_sampling" in str(w.message)] == [FILL_WARNING]
     assert batch["completion_ids"].size(0) == 8
     # the punishment still shapes the advantages (it is part of the reward), here alone
@@ -122,7 +121,7 @@ def test_exhausted_sampling_fills_with_a_warning_or_raises(on_exhausted):
     rewards = [1.0 + soft_overlong_punishment(length, 6, 4) for length in lengths]
     assert batch["advantages"].tolist() == pytest.approx(grpo_advantages(rewards, GROUP_SIZE), abs=1e-4)
     assert batch["num_items_in_batch"].item() == batch["completion_mask"].sum().item()
-    metrics = trainer._metrics["train"]
+    metrics = metric_values(trainer)
     assert metrics["dynamic_sampling/generation_rounds"][-1] == 2
     assert metrics["dynamic_sampling/filled_groups"][-1] == 2
     assert metrics["dynamic_sampling/informative_share"][-1] == 0
@@ -144,12 +143,12 @@ def test_reweight_zeroes_zero_spread_groups_and_scales_the_rest():
     sampler = trainer.sampler
     trainer.sampler = None  # TRL's batch
     torch.manual_seed(1)
-    plain = trainer._generate_and_score_completions([dict(row) for row in inputs])
+    plain = generate_and_score(trainer, [dict(row) for row in inputs])
     trainer.sampler = sampler
     torch.manual_seed(1)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="dynamic_sampling")  # reweight never generates more, never warns
-        reweighted = trainer._generate_and_score_completions([dict(row) for row in inputs])
+        reweighted = generate_and_score(trainer, [dict(row) for row in inputs])
 
     assert torch.equal(plain["completion_ids"], reweighted["completion_ids"])  # same rows, same size
     even = torch.tensor([int(row["prompt"].split("+")[0]) % 2 == 0 for row in inputs])
@@ -158,8 +157,8 @@ def test_reweight_zeroes_zero_spread_groups_and_scales_the_rest():
     expected = torch.where(even, 0.0, plain["advantages"] / (1 - dropped))
     assert torch.allclose(reweighted["advantages"], expected, rtol=1e-6, atol=0)
     assert torch.all(reweighted["advantages"][even] == 0) and torch.all(reweighted["advantages"][~even] != 0)
-    assert trainer._metrics["train"]["dynamic_sampling/informative_share"][-1] == pytest.approx(1 - dropped)
-    assert trainer._metrics["train"]["dynamic_sampling/generated_per_trained"][-1] == pytest.approx(1 / (1 - dropped))
+    assert metric_values(trainer)["dynamic_sampling/informative_share"][-1] == pytest.approx(1 - dropped)
+    assert metric_values(trainer)["dynamic_sampling/generated_per_trained"][-1] == pytest.approx(1 / (1 - dropped))
 
 
 def test_reweight_on_batches_without_spread_logs_numbers_only():

@@ -9,6 +9,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 import trl_zoo
 from tests.scripts.resample_two_processes import half_constant_reward
 from tests.tiny import make_trainer, relative_error
+from tests.trl_internals import generate_and_score, metric_values, token_logps_and_entropies
 from trl_zoo.config.compute import check_zero_advantage_skip
 from trl_zoo.config.probes import zero_advantage_probe
 from trl_zoo.registry import AGGREGATIONS, LOSSES, Entry
@@ -33,7 +34,7 @@ def setup():
     assert trainer.skip_zero_advantage
     torch.manual_seed(0)
     trainer.model.train()
-    batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    batch = generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
     assert "old_per_token_logps" in batch
     torch.manual_seed(3)
     micro_batches = split_tensor_dict(shuffle_sequence_dict(batch), 2)
@@ -88,8 +89,8 @@ def test_logged_entropy_is_that_of_the_trained_rows(setup):
     _use_loss(trainer, "grpo")
     micro_batch = micro_batches[0]
     with torch.no_grad():
-        _, entropies, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, torch.cat([micro_batch["prompt_ids"], micro_batch["completion_ids"]], 1),
+        _, entropies, _ = token_logps_and_entropies(
+            trainer, trainer.model, torch.cat([micro_batch["prompt_ids"], micro_batch["completion_ids"]], 1),
             torch.cat([micro_batch["prompt_mask"], micro_batch["completion_mask"]], 1),
             micro_batch["completion_ids"].size(1), compute_entropy=True,
         )
@@ -98,7 +99,7 @@ def test_logged_entropy_is_that_of_the_trained_rows(setup):
     expected = ((entropies[active] * mask).sum() / mask.sum()).item()
     trainer.skip_zero_advantage = True
     trainer.compute_loss(trainer.model, micro_batch)
-    assert trainer._metrics["train"]["entropy"][-1] == pytest.approx(expected, rel=1e-5)
+    assert metric_values(trainer)["entropy"][-1] == pytest.approx(expected, rel=1e-5)
 
 
 def test_skipping_waits_for_the_device_once_per_micro_batch(setup):

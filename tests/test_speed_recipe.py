@@ -12,6 +12,7 @@ from peft import LoraConfig
 
 from benchmarks.time_to_target import CONTENDERS
 from tests import tiny
+from tests.trl_internals import buffered_micro_batches, replace_generate_and_score
 from trl_zoo import GRPOConfig, GRPOTrainer
 from trl_zoo.cli.arguments import parse_train_args
 from trl_zoo.config import generation_speed
@@ -134,19 +135,18 @@ def test_a_lora_run_under_the_recipe_generates_once_per_two_optimizer_steps_merg
     trainer = tiny.make_trainer(GRPOTrainer, GRPOConfig, peft_config=lora, speed_recipe="lora", max_steps=4,
                                 per_device_train_batch_size=4, gradient_accumulation_steps=2)
     batches = []
-    generate = trainer._generate_and_score_completions
 
     def counted_batches(inputs):
         batch = generate(inputs)
         batches.append(len(batch["completion_ids"]))
         return batch
 
-    trainer._generate_and_score_completions = counted_batches
+    generate = replace_generate_and_score(trainer, counted_batches)
     trainer.train()
     assert trainer.state.global_step == 4
     assert batches == [16, 16]  # two generation batches of 2 steps × 2 micro-batches × 4 rows for 4 steps
     assert len(merges) == 2  # merged once per generation batch
-    assert "old_per_token_logps" in trainer._buffered_inputs[0]  # the second step is off-policy: TRL's ratio
+    assert "old_per_token_logps" in buffered_micro_batches(trainer)[0]  # the second step is off-policy: TRL's ratio
 
 
 @needs_mixed_dtype_static_cache

@@ -6,6 +6,7 @@ swap the door makes for the duration of a call of TRL's is undone however that c
 import ast
 import inspect
 import pathlib
+import re
 import sys
 import textwrap
 import types
@@ -38,6 +39,9 @@ from trl_zoo.hooks.trl_access import (
 
 PACKAGE = pathlib.Path(trl_zoo.__file__).parent
 DOOR = PACKAGE / "hooks" / "trl_access.py"
+TESTS = pathlib.Path(__file__).parent
+# the test files that touch TRL's private names (`test_no_test_file_but_the_route_to_trl_touches_trls_private_names`)
+TESTS_TOUCHING_TRL = {"trl_internals.py", "test_trl_access.py", "test_block_times.py"}
 
 
 def _private(name: str) -> bool:
@@ -82,14 +86,16 @@ PRIVATE = trl_private_names()
 
 def private_touches(source: str) -> list[str]:
     """Where `source` touches one of TRL's private names: an attribute (read, written or called), a method or class
-    attribute of the same name (an override), the name as a string (getattr, setattr, a swap), or an import of a
-    private name from TRL or transformers."""
+    attribute of the same name (an override), the name as a string (getattr, setattr, a swap) or a keyword (a
+    stand-in's attribute), or an import of a private name from TRL or transformers."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute) and node.attr in PRIVATE:
             found.append(f"{node.lineno}: .{node.attr}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in PRIVATE:
             found.append(f"{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.keyword) and node.arg in PRIVATE:
+            found.append(f"{node.lineno}: {node.arg}=")
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ("trl", "transformers"):
             found += [f"{node.lineno}: import {alias.name}" for alias in node.names if _private(alias.name)]
         elif isinstance(node, ast.ClassDef):
@@ -111,14 +117,23 @@ def test_the_private_names_come_from_the_installed_trl():
     assert "_policy_forward" not in PRIVATE  # trl_zoo's own seam
 
 
+def touches_under(root: pathlib.Path) -> dict[str, list[str]]:
+    """`private_touches` of every file under `root` that has any, by path relative to `root`; a file none of whose
+    words is such a name is not parsed."""
+    touching = {}
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_text()
+        if PRIVATE.isdisjoint(re.findall(r"\w+", source)):
+            continue
+        found = private_touches(source)
+        if found:
+            touching[path.relative_to(root).as_posix()] = found
+    return touching
+
+
 def test_no_module_but_the_door_touches_trls_private_names():
-    touching = {
-        str(path.relative_to(PACKAGE)): found
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if path != DOOR
-        for found in [private_touches(path.read_text())]
-        if found
-    }
+    touching = touches_under(PACKAGE)
+    touching.pop(DOOR.relative_to(PACKAGE).as_posix(), None)
     assert touching == {}
 
 
@@ -130,12 +145,22 @@ def test_no_module_but_the_door_touches_trls_private_names():
         ("class Layer:\n    def _compute_loss(self, model, inputs):\n        pass", "2: def _compute_loss"),
         ("class Layer:\n    _tag_names = ['x']", "2: def _tag_names"),
         ('setattr(trainer, "_buffered_inputs", [])', "1: '_buffered_inputs'"),
+        ("SimpleNamespace(_metrics={})", "1: _metrics="),
         ("config.compile_config._compile_all_devices = True", "1: ._compile_all_devices"),
         ("module.create_model_from_path = load", "1: .create_model_from_path"),
     ],
 )
 def test_the_walk_flags_a_touch(source, touch):
     assert private_touches(source) == [touch]
+
+
+def test_no_test_file_but_the_route_to_trl_touches_trls_private_names():
+    """Tests reach TRL's private names through tests/trl_internals.py only, so the next TRL's renames are a change of
+    that file (and of the door); the door's own test names what the door relies on and simulates drifted TRLs, and
+    tests/test_block_times.py's stand-in names its profiled methods as TRL's."""
+    touching = touches_under(TESTS)
+    differing = set(touching) ^ TESTS_TOUCHING_TRL
+    assert not differing, {name: touching.get(name, "touches none") for name in sorted(differing)}
 
 
 def test_the_walk_leaves_trl_zoos_own_names_alone():
@@ -205,6 +230,18 @@ class RemovedTRL(TRLGRPOTrainer, metaclass=_NoPaper):
 def test_a_drifted_newer_trl_gets_one_line(drifted, line, monkeypatch):
     monkeypatch.setattr(trl, "__version__", "1.19.0")
     assert trl_drift(drifted) == f"{line} (installed TRL 1.19.0; trl_zoo is tested with TRL 1.16.x)."
+
+
+def test_a_trl_whose_old_logps_pass_is_not_first_gets_one_line():
+    class ReorderedTRL(TRLGRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            ref_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, inputs, None, 1)
+            old_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(self.model, inputs, None, 1)
+            return old_per_token_logps, ref_per_token_logps
+
+    line = trl_drift(ReorderedTRL)
+    assert line.startswith("trl_zoo relies on TRL's ")
+    assert "_generate_and_score_completions calling old_per_token_logps" in line and "\n" not in line
 
 
 def test_a_newer_trl_that_no_longer_sets_an_attribute_stops_in_one_line(monkeypatch):

@@ -14,6 +14,7 @@ from datasets import Dataset
 
 import trl_zoo
 from tests import tiny
+from tests.trl_internals import replace_model_loading
 from trl_zoo.registry import TABLES
 
 
@@ -227,7 +228,7 @@ def test_contradictions_fail_when_the_config_is_built_before_any_model_loads(
     from trl_zoo.cli import main
 
     loaded = []
-    monkeypatch.setattr(trl.trainer.grpo_trainer, "create_model_from_path", lambda *a, **k: loaded.append(a))
+    replace_model_loading(monkeypatch, lambda *a, **k: loaded.append(a))
     flags = [item for key, value in overrides.items() for item in (f"--{key}", str(value).lower())]
     argv = ["train", *local_sums(tmp_path), *flags, "--output_dir", str(tmp_path / "run")]
     assert main(argv) == 2

@@ -22,6 +22,7 @@ from tests import tiny, vllm_stand_in
 from tests.scripts.resample_two_processes import half_constant_reward
 from tests.test_rspo import NUM_LAYERS, TOP_K, _spy_on_loss, moe_model
 from tests.tiny import make_trainer, model_dir, relative_error
+from tests.trl_internals import generate_and_score, metric_values
 
 MODES = ["colocate", "server"]
 GROUP_SIZE = 4
@@ -96,9 +97,9 @@ def test_resample_generates_its_extra_rounds_through_vllm(stand_in, mode):
         dynamic_sampling="resample", dynamic_sampling_max_rounds=20, max_completion_length=6,
     )
     trainer.model.train()
-    batch = trainer._generate_and_score_completions(even_prompt_batch(trainer))
+    batch = generate_and_score(trainer, even_prompt_batch(trainer))
 
-    rounds = trainer._metrics["train"]["dynamic_sampling/generation_rounds"][-1]
+    rounds = metric_values(trainer)["dynamic_sampling/generation_rounds"][-1]
     assert rounds >= 2
     assert stand_in.generate_calls == rounds  # one vLLM call per round
     assert stand_in.weight_syncs == 1  # the weights did not change between rounds
@@ -144,7 +145,7 @@ def test_importance_sampling_ratio_reaches_the_loss_and_survives_regrouping(monk
         vllm_importance_sampling_mode=is_mode, vllm_importance_sampling_clip_max=clip_max,
     )
     trainer.model.train()
-    batch = trainer._generate_and_score_completions(even_prompt_batch(trainer))
+    batch = generate_and_score(trainer, even_prompt_batch(trainer))
     assert stand_in.generate_calls >= 2  # the batch was assembled from later rounds: rows moved
 
     # each row's sampling log-probs are its own: the policy's (a fresh forward of that row) + the row's offsets
@@ -182,7 +183,7 @@ def test_skip_zero_advantage_keeps_loss_and_gradients_on_the_vllm_path(monkeypat
     assert trainer.skip_zero_advantage
     torch.manual_seed(0)
     trainer.model.train()
-    batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    batch = generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
     zero_rows = (batch["advantages"] == 0).sum().item()
     assert 0 < zero_rows < batch["advantages"].numel()
     ratio = batch["importance_sampling_ratio"][batch["completion_mask"].bool()]

@@ -22,22 +22,21 @@ def main(output_path: str):
     from tests.scripts.resample_two_processes import describe
     from tests.test_greso import mixed_reward
     from tests.tiny import make_trainer, model_dir
+    from tests.trl_internals import AfterGenerationBatch, metric_values
 
     model_dir(0)  # save the tiny model before the process group exists (transformers then saves on rank 0 only)
 
-    class Recording(trl_zoo.GRPOTrainer):
-        def _generate_and_score_completions(self, inputs):
-            batch = super()._generate_and_score_completions(inputs)
+    class Recording(AfterGenerationBatch, trl_zoo.GRPOTrainer):
+        def after_generation_batch(self, batch):
             if self.model.training:
                 record = describe(self, batch)
-                record["prompts_skipped"] = self._metrics["train"]["dynamic_sampling/prompts_skipped"][-1]
+                record["prompts_skipped"] = metric_values(self)["dynamic_sampling/prompts_skipped"][-1]
                 record["greso_state"] = {
                     key: ({k: list(v) for k, v in value.items()} if isinstance(value, dict) else value)
                     for key, value in self.zoo_state.items()
                     if key.startswith("greso/")
                 }
                 self.recorded.append(record)
-            return batch
 
     trainer = make_trainer(
         Recording,

@@ -35,6 +35,7 @@ def main(output_path: str, preset: str, overrides: str = "{}"):
 
     import trl_zoo
     from tests.tiny import make_trainer, model_dir
+    from tests.trl_internals import BeforeGradientNorm
 
     model_dir(0)  # save the tiny model before the process group exists
     recipe = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / f"{preset}.yaml").read_text())
@@ -44,15 +45,14 @@ def main(output_path: str, preset: str, overrides: str = "{}"):
     if options.pop("use_peft", True):
         peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
 
-    class Recording(trl_zoo.GRPOTrainer):
+    class Recording(BeforeGradientNorm, trl_zoo.GRPOTrainer):
         tied_grads = []
 
-        def _get_grad_norm(self, model, grad_norm=None):  # the step's gradients, before clipping
+        def before_gradient_norm(self):  # the step's gradients, before clipping
             grad = self.model.get_input_embeddings().weight.grad
             if grad is not None:  # gathered whole: a collective, on every process
                 whole = grad.full_tensor() if isinstance(grad, DTensor) else grad
                 self.tied_grads.append(whole.reshape(-1).tolist())
-            return super()._get_grad_norm(model, grad_norm=grad_norm)
 
     trainer = make_trainer(Recording, trl_zoo.GRPOConfig, peft_config=peft_config, **options)
     initial_adapter = torch.cat(

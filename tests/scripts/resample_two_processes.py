@@ -13,6 +13,7 @@ import zlib
 
 import torch
 
+from tests.trl_internals import AfterGenerationBatch
 from tests.two_processes import WORKER_TIMEOUT_S, write_result
 
 
@@ -37,15 +38,13 @@ def describe(trainer, batch) -> dict:
     }
 
 
-class RecordsTrainedBatches:
+class RecordsTrainedBatches(AfterGenerationBatch):
     """Trainer mixin (before the trainer class): every trained generation batch, as `describe` writes it, appended
     to the trainer's `recorded` list (set it to [] after construction)."""
 
-    def _generate_and_score_completions(self, inputs):
-        batch = super()._generate_and_score_completions(inputs)
+    def after_generation_batch(self, batch):
         if self.model.training:
             self.recorded.append(describe(self, batch))
-        return batch
 
 
 def grpo_advantages(rewards: list[float], group_size: int) -> list[float]:

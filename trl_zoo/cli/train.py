@@ -32,6 +32,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback, Tra
 from transformers.trainer_utils import get_last_checkpoint
 from trl import get_peft_config, get_quantization_config
 
+from ..config.generation_buffer import generation_cycle
 from ..hooks.checkpoint_integrity import CheckpointError, check_checkpoint
 from ..hooks.prompt_length import PromptTooLongError, characters_per_token, check_prompt_characters
 from ..hooks.resume import interrupted_message as resume_interrupted_message
@@ -547,8 +548,7 @@ def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
         mean_reward_before=measured and measured.mean_reward,
         mean_reward_after=last and last.mean_reward,
         base_policy=base_policy_name(prepared.model_path),
-        updates_per_batch=training_args.num_iterations * training_args.steps_per_generation
-        // training_args.gradient_accumulation_steps,
+        updates_per_batch=generation_cycle(training_args) // training_args.gradient_accumulation_steps,
         heldout_size=prepared.heldout_size,
         best_accuracy=best,
         best_step=best_step,

@@ -20,6 +20,8 @@ One file a concern, each a dataclass of its fields with the checks of those fiel
     run.py                nan_rewards, nonfinite_policy, reward_timeout_warning, plugin_args; the checks of TRL's
                           own fields
     fields.py             the built-in table entries' fields as dataclass groups (`TABLE_FIELDS`)
+    generation_buffer.py  TRL's generation-buffer rule and old-log-prob condition in the config's numbers (read by
+                          generation_speed.py's checks and by the door, hooks/trl_access.py)
 
 The built-in losses, estimators and samplers declare their own fields in their own files (`PluginField`s in their
 specs), made ordinary fields of `GRPOConfig` by `fields.py`; their type and choices are checked whenever the config

@@ -14,6 +14,7 @@ import transformers
 from packaging.version import Version
 
 from .fields import help_field
+from .generation_buffer import generation_on_policy, vllm_correction_on
 from .speed_recipe import SPEED_RECIPES, refusal_words
 
 # the first transformers whose StaticLayer allocates the values in their own dtype, not the keys'
@@ -35,16 +36,16 @@ def refuse_conflicts(config, field: str, conflicts) -> None:
 
 
 def old_logps_skip_conflicts(config, requires_moe: bool) -> tuple:
-    """(setting, active, why) under which skip_on_policy_old_logps cannot apply (`refuse_conflicts`)."""
-    generate_every = config.steps_per_generation * config.num_iterations
+    """(setting, active, why) under which skip_on_policy_old_logps cannot apply (`refuse_conflicts`); the second and
+    third are the two halves of TRL's old-log-prob condition (config/generation_buffer.py)."""
     return (
         ("num_iterations > 1", config.num_iterations > 1,
          "later iterations train the batch after updates, and TRL's old log-probs of every row serve them"),
         ("gradient_accumulation_steps a multiple of steps_per_generation",
-         config.num_iterations == 1 and config.gradient_accumulation_steps % generate_every == 0,
+         config.num_iterations == 1 and generation_on_policy(config),
          "every micro-batch is on-policy, TRL computes no old log-probs"),
         ("use_vllm with vllm_importance_sampling_correction",
-         config.use_vllm and config.vllm_importance_sampling_correction,
+         vllm_correction_on(config),
          "the correction needs every row's old log-probs"),
         ("teacher_model", config.teacher_model is not None, "the teacher signal reads every row's old log-probs"),
         ("kl_placement='reward'", config.kl_placement == "reward" and config.beta != 0,

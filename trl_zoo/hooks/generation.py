@@ -7,7 +7,8 @@ prompts, handed to the layers above as a typed `ScoredRound` (TRL's batch dict a
 function over every process). The layers override these hook points, which run in this order:
 
     per round (`_scored_round`):
-      _scored_rewards(inputs, prompts, completions, ids) -> (N, K)   the reward call           RewardsMixin
+      _generated_round(inputs) -> batch                              TRL's round               OldLogpsMixin
+        _scored_rewards(inputs, prompts, completions, ids) -> (N, K) the reward call, in it    RewardsMixin
       _before_advantages(scored)                                     values V_old              CriticMixin
       _replace_advantages(scored)                                    the estimator's Â         AdvantageMixin
       _after_advantages(scored)                                      value targets             CriticMixin
@@ -87,6 +88,10 @@ class GenerationMixin:
         return self._round_rewards
 
     # ------------------------------------------------------------------ hook points
+    def _generated_round(self, inputs) -> dict:
+        """TRL's generation and scoring of `inputs`, its batch dict (the old-log-prob layer skips TRL's pass in it)."""
+        return super()._zoo_generate_and_score_completions(inputs)
+
     def _scored_rewards(self, inputs, prompts, completions, completion_ids_list) -> torch.Tensor:
         """R_{i,k} of one round over every process: TRL's reward call (the reward seam overrides it)."""
         return super()._zoo_calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -113,7 +118,7 @@ class GenerationMixin:
         """TRL's generation and scoring of `inputs`, then the per-round hook points in order."""
         self._round_rewards = None
         try:
-            batch = super()._zoo_generate_and_score_completions(inputs)
+            batch = self._generated_round(inputs)
             rewards = self._round_rewards
         finally:
             self._round_rewards = None

@@ -56,7 +56,14 @@ import math
 import torch
 
 from .batch_layout import batch_layouts, trim_padding
-from .trl_access import generation_buffer, log_metric, micro_step, pad_token_id, set_generation_buffer
+from .trl_access import (
+    buffered_micro_batch,
+    generation_buffer,
+    generation_due,
+    log_metric,
+    pad_token_id,
+    set_generation_buffer,
+)
 
 SLOTS = "length_bucketing/padded_token_slots"
 SLOTS_UNBUCKETED = "length_bucketing/padded_token_slots_unbucketed"
@@ -82,10 +89,7 @@ class LengthBucketingMixin:
         return True
 
     def _zoo_prepare_inputs(self, generation_batch):
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        new_buffer = self.model.training and (
-            micro_step(self) % generate_every == 0 or generation_buffer(self) is None
-        )
+        new_buffer = self.model.training and generation_due(self)
         inputs = super()._zoo_prepare_inputs(generation_batch)
         if not (self.length_bucketing and new_buffer):
             return inputs
@@ -96,7 +100,7 @@ class LengthBucketingMixin:
         bucketed_total, unbucketed_total = self.accelerator.reduce(counts, reduction="sum").tolist()
         log_metric(self, SLOTS, float(bucketed_total))
         log_metric(self, SLOTS_UNBUCKETED, float(unbucketed_total))
-        return buffer[micro_step(self) % self.args.steps_per_generation]
+        return buffered_micro_batch(self)
 
     def _bucketed(self, micro_batches: list[dict]) -> list[dict]:
         pad_token = pad_token_id(self)

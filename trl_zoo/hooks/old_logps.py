@@ -9,14 +9,14 @@ log-probs are the policy's own, detached, which is what TRL's loss and `hooks/lo
 carries none (ratio 1). Only the later entries need old log-probs.
 
 With the field on and applicable (`old_logps_skip_applies`, config/generation_speed.py), TRL's pass is not run at
-generation (`old_logps_pass_skipped`, the door); right after TRL's `_prepare_inputs` built (and length bucketing
-re-cut) the buffer of micro-batches, before any optimizer update on it, each micro-batch of a later optimizer step
-gets `old_per_token_logps` from the same forward TRL uses (`_zoo_get_per_token_logps_and_entropies` on prompt +
-completion ids and masks, chunked by the per-device batch size, under `_generation_pass("old_logps")`: no grad,
-gradient checkpointing off, outside autocast as TRL's pass). Computed on the re-cut micro-batches, they are the
-log-probs of exactly the rows and padding the loss forward sees. The buffer then goes to the resume layer, which
-saves it with them. Entries not used before the next generation (only after a resume that lost the buffer) get them
-too.
+generation (`old_logps_pass_skipped`, the door, around each training round's `_generated_round`, the generation
+seam's hook point of TRL's round); right after TRL's `_prepare_inputs` built (and length bucketing re-cut) the buffer
+of micro-batches, before any optimizer update on it, each micro-batch of a later optimizer step gets
+`old_per_token_logps` from the same forward TRL uses (`_zoo_get_per_token_logps_and_entropies` on prompt + completion
+ids and masks, chunked by the per-device batch size, under `_generation_pass("old_logps")`: no grad, gradient
+checkpointing off, outside autocast as TRL's pass). Computed on the re-cut micro-batches, they are the log-probs of
+exactly the rows and padding the loss forward sees. The buffer then goes to the resume layer, which saves it with
+them. Entries not used before the next generation (only after a resume that lost the buffer) get them too.
 
 Where it does not apply, TRL's behaviour is unchanged: eval, a multimodal batch (TRL's pass then runs in full), and
 every setting of `old_logps_skip_conflicts` (num_iterations > 1, vLLM's importance-sampling correction, a teacher, the
@@ -39,9 +39,12 @@ from ..config.generation_speed import old_logps_skip_applies
 from .generation import ScoredRound
 from .model_inputs import forward_inputs, is_multimodal
 from .trl_access import (
+    buffered_micro_batch,
     generation_buffer,
+    generation_due,
     log_metric,
     micro_step,
+    old_logps_pass_skipped,
     set_generation_buffer,
     trl_computes_old_logps,
 )
@@ -62,10 +65,17 @@ class OldLogpsMixin:
     """`skip_on_policy_old_logps` (see the module docstring)."""
 
     _old_logps_rows = 0  # rows through an old-log-prob pass in the current generation batch, this process
+    skip_on_policy_old_logps = False  # the field applies: TRL's pass skipped at generation (`old_logps_pass_skipped`)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.skip_on_policy_old_logps = old_logps_skip_applies(self.args, bool(self.loss_entry.spec.requires_moe))
+
+    def _generated_round(self, inputs) -> dict:
+        if self.skip_on_policy_old_logps and self.model.training:
+            with old_logps_pass_skipped(self):
+                return super()._generated_round(inputs)
+        return super()._generated_round(inputs)
 
     def _before_advantages(self, scored: ScoredRound) -> None:
         super()._before_advantages(scored)
@@ -75,8 +85,7 @@ class OldLogpsMixin:
 
     def _zoo_prepare_inputs(self, generation_batch):
         step = micro_step(self)
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        new_buffer = self.model.training and (step % generate_every == 0 or generation_buffer(self) is None)
+        new_buffer = self.model.training and generation_due(self)
         if new_buffer:
             self._old_logps_rows = 0
         inputs = super()._zoo_prepare_inputs(generation_batch)
@@ -85,7 +94,7 @@ class OldLogpsMixin:
         if self.skip_on_policy_old_logps:
             buffer = self._with_old_logps(generation_buffer(self), step)
             set_generation_buffer(self, buffer)
-            inputs = buffer[step % self.args.steps_per_generation]
+            inputs = buffered_micro_batch(self)
         if trl_computes_old_logps(self):
             rows = torch.tensor(float(self._old_logps_rows), device=self.accelerator.device)
             log_metric(self, ROWS, self.accelerator.reduce(rows, reduction="sum").item())

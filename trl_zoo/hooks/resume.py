@@ -49,9 +49,10 @@ import torch
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from ..config.generation_buffer import inside_generation_cycle
 from .checkpoint_integrity import check_checkpoint, check_finite_state, check_training_state
 from .checkpoint_settings import check_same_settings, layout_settings
-from .trl_access import generation_buffer, micro_step, set_generation_buffer
+from .trl_access import generation_buffer, generation_due, micro_step, set_generation_buffer
 
 STATE_FILE = "trl_zoo_state.pt"
 BUFFER_FILE = "trl_zoo_buffer_{process}.pt"
@@ -127,7 +128,7 @@ class ResumableStateMixin:
             if self._reference_has_moved():
                 reference = self.accelerator.unwrap_model(self.ref_model)
                 torch.save(reference.state_dict(), os.path.join(folder, REFERENCE_FILE))
-        if self._inside_generation_cycle():
+        if not generation_due(self):  # the next micro-steps train on TRL's buffer
             buffer_path = os.path.join(folder, BUFFER_FILE.format(process=self.accelerator.process_index))
             torch.save(generation_buffer(self), buffer_path)
         super()._zoo_save_checkpoint(model, trial)
@@ -161,7 +162,7 @@ class ResumableStateMixin:
         self.zoo_state.update(saved["zoo_state"])
         set_generation_buffer(self, generation_buffer(self), step=saved["trl_step"])
         buffer_path = os.path.join(checkpoint, BUFFER_FILE.format(process=self.accelerator.process_index))
-        if micro_step(self) % self._generate_every != 0:
+        if inside_generation_cycle(self.args, micro_step(self)):
             if not os.path.isfile(buffer_path):
                 raise ValueError(
                     f"resume_from_checkpoint: {checkpoint} was saved inside a generation cycle but has no "
@@ -173,15 +174,6 @@ class ResumableStateMixin:
         if self.ref_model is not None and os.path.isfile(reference_path):
             weights = torch.load(reference_path, map_location=self.accelerator.device, weights_only=True)
             self.accelerator.unwrap_model(self.ref_model).load_state_dict(weights)
-
-    @property
-    def _generate_every(self) -> int:
-        """Micro-steps per generation batch (TRL samples a new one when its micro-step is a multiple of it)."""
-        return self.args.steps_per_generation * self.num_iterations
-
-    def _inside_generation_cycle(self) -> bool:
-        """True when the next micro-step reuses TRL's buffered generation batch instead of sampling a new one."""
-        return micro_step(self) % self._generate_every != 0 and generation_buffer(self) is not None
 
     def _reference_has_moved(self) -> bool:
         moved = self.zoo_state.get("ref_resets", 0) > 0 or self.args.sync_ref_model

@@ -11,7 +11,8 @@ TRL's vLLM module is imported, and its names checked, only for a run that uses v
 Methods. `TRLSeams`, the base of every layer, alone overrides TRL's private methods that trl_zoo hooks: TRL's `_x`
 calls `self._zoo_x` with the same arguments, and `_zoo_x` defaults to TRL's `_x`. The layers override `_zoo_x` and
 call `super()`; TRL's private methods they call (`_get_per_token_logps_and_entropies`, `_get_output_dir`,
-`_remove_unused_columns`) they call as `_zoo_x` too. `RELIED_METHODS` holds each one's parameters.
+`_remove_unused_columns`) they call as `_zoo_x` too. `RELIED_METHODS` holds each one's parameters. `TRLSeams` keeps no
+state a layer sets: each `_zoo_x` is TRL's `_x`, nothing more.
 
 State. `log_metric` (TRL's `_metrics`, which TRL averages and logs at each logging step), `replace_logged_advantages`
 (`_logs["advantages"]`, the completions table), `generation_buffer` / `micro_step` / `set_generation_buffer` (TRL's
@@ -19,6 +20,12 @@ micro-batches of one generation batch, `_buffered_inputs`, and its micro-step co
 (`_tokenizer`), `EntropyController` (TRL's adaptive entropy coefficient's state), `set_training_method` /
 `training_method_of` (the model card's `_name` and `_paper`), `switch_on_compiled_decoding` (TRL's generation
 config, built with compilation off).
+
+Rules. TRL's rules that trl_zoo follows, which TRL writes inline: when its `_prepare_inputs` generates rather than
+trains on its buffer (`generation_due`), which buffered micro-batch a micro-step trains on (`buffered_micro_batch`),
+and when its `_generate_and_score_completions` computes old log-probs (`trl_computes_old_logps`). Each applies to a
+trainer's TRL state the rule written once in config/generation_buffer.py in the config's numbers alone, where the
+config's checks read it too (the config layer imports no hook).
 
 Swaps, for the duration of one call of TRL's, undone however the call ends (an exception included): `swapped(owner,
 name, value)`, or `restored(owner, name)` around code of TRL's that sets the attribute itself; TRL 1.16 offers no
@@ -34,11 +41,11 @@ public or overridable method for these:
 - `vllm_generation._iter_named_params` (`weight_sync_without`): the policy's tensors without the value head, while
   TRL's `_generate` runs (its weight sync is inside, `hooks/critic.py`); TRL's `sync_weights` takes no filter.
 - `trainer._get_per_token_logps_and_entropies` (`old_logps_pass_skipped`): while TRL's
-  `_generate_and_score_completions` runs with `skip_on_policy_old_logps` on (`hooks/old_logps.py`), its old-log-prob
-  pass (its first call of that method, on the policy under no_grad: `RELIED_CALLS`) returns (None, None, None), so
-  TRL returns no `old_per_token_logps`; TRL computes them inline, under its own condition (`trl_computes_old_logps`
-  repeats it; the field applies only where that holds without vLLM's correction: `old_logps_skip_applies`). Its
-  later calls (the reference's) are TRL's.
+  `_generate_and_score_completions` runs in a round of `hooks/old_logps.py`'s with `skip_on_policy_old_logps` on,
+  its old-log-prob pass (its first call of that method, on the policy under no_grad: `RELIED_CALLS`) returns (None,
+  None, None), so TRL returns no `old_per_token_logps`; TRL computes them inline, under its own condition
+  (`trl_computes_old_logps`; the field applies only where that holds without vLLM's correction:
+  `old_logps_skip_applies`). Its later calls (the reference's) are TRL's.
 """
 
 from __future__ import annotations
@@ -57,6 +64,8 @@ import trl.trainer.grpo_trainer as trl_grpo_trainer
 from torch.nn.parallel import DistributedDataParallel
 from transformers import CompileConfig
 from trl import GRPOTrainer as TRLGRPOTrainer
+
+from ..config.generation_buffer import buffer_entry, inside_generation_cycle, old_logps_pass_runs
 
 TESTED_TRL = "1.16"  # the TRL minor version trl_zoo is tested with (pyproject.toml's `test` extra pins it)
 
@@ -228,8 +237,6 @@ class TRLSeams(TRLGRPOTrainer):
     The layers above override the seams and call `super()`; here each seam is TRL's method."""
 
     _tag_names = ["trl", "grpo", "trl-zoo"]  # the tags TRL adds to the model and its card
-    # set by hooks/old_logps.py: TRL's old-log-prob pass skipped at generation (`old_logps_pass_skipped`)
-    skip_on_policy_old_logps = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -268,12 +275,7 @@ class TRLSeams(TRLGRPOTrainer):
 
     # ------------------------------------------------------------------ the seams: TRL's methods
     def _zoo_generate_and_score_completions(self, inputs):
-        """TRL's generation and scoring of `inputs` (one generation batch); without its old-log-prob pass when
-        `skip_on_policy_old_logps` applies (set by hooks/old_logps.py only where TRL runs that pass and nothing of
-        TRL's reads it) and the model trains."""
-        if self.skip_on_policy_old_logps and self.model.training:
-            with old_logps_pass_skipped(self):
-                return super()._generate_and_score_completions(inputs)
+        """TRL's generation and scoring of `inputs` (one generation batch)."""
         return super()._generate_and_score_completions(inputs)
 
     def _zoo_calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -348,9 +350,27 @@ def generation_buffer(trainer) -> list[dict] | None:
 
 
 def micro_step(trainer) -> int:
-    """TRL's micro-step counter; TRL samples a new generation batch when it is a multiple of
-    steps_per_generation × num_iterations, and trains on buffer entry `micro_step % steps_per_generation`."""
+    """TRL's micro-step counter (training micro-steps so far; config/generation_buffer.py says what TRL does at it)."""
     return trainer._step
+
+
+def generation_due(trainer) -> bool:
+    """Whether TRL generates a new generation batch at its current micro-step (the one `_prepare_inputs` serves; at a
+    checkpoint, the next) rather than training on its buffer: at the start of a generation cycle, or when it holds no
+    buffer (after a resume). TRL decides it inline in `_prepare_inputs`, in training only (in eval it generates every
+    batch and buffers none)."""
+    return not inside_generation_cycle(trainer.args, micro_step(trainer)) or generation_buffer(trainer) is None
+
+
+def buffered_micro_batch(trainer) -> dict:
+    """The buffered micro-batch TRL trains on at this micro-step (`_prepare_inputs` returns it)."""
+    return generation_buffer(trainer)[buffer_entry(trainer.args, micro_step(trainer))]
+
+
+def trl_computes_old_logps(trainer) -> bool:
+    """Whether TRL's `_generate_and_score_completions` runs its old-log-prob pass (its inline condition,
+    `old_logps_pass_runs`)."""
+    return old_logps_pass_runs(trainer.args)
 
 
 def set_generation_buffer(trainer, buffer: list[dict] | None, step: int | None = None) -> None:
@@ -462,15 +482,6 @@ def reference_loaded_from(name: str, reference):
         return reference if model_id == name else load(model_id, *args, **kwargs)
 
     return swapped(trl_grpo_trainer, "create_model_from_path", create_model_from_path)
-
-
-def trl_computes_old_logps(trainer) -> bool:
-    """Whether TRL's `_generate_and_score_completions` runs its old-log-prob pass (its inline condition): the
-    generation is not at the end of a full optimizer step (gradient_accumulation_steps not a multiple of
-    steps_per_generation × num_iterations), or vLLM's importance-sampling correction is on."""
-    generate_every = trainer.args.steps_per_generation * trainer.num_iterations
-    vllm_correction = trainer.use_vllm and trainer.vllm_importance_sampling_correction
-    return trainer.args.gradient_accumulation_steps % generate_every != 0 or bool(vllm_correction)
 
 
 _LOGPS_OPTIONS = ("batch_size", "compute_entropy", "compute_aux_loss")  # the rest are multimodal inputs
