@@ -21,7 +21,10 @@ import trl_zoo
 
 ROOT = Path(__file__).resolve().parents[1]
 # A command-line module split at its seams -> the modules that now hold the parts it gave away.
-SPLIT_MODULES = {"report": ("run_log", "verdict"), "train": ("training_data",)}
+SPLIT_MODULES = {
+    "report": ("run_log", "verdict"),
+    "train": ("training_data", "training_setup", "resume_checkpoint", "progress", "run_summary"),
+}
 
 
 def public_names(path: Path) -> list[str]:
@@ -118,3 +121,4 @@ def test_help_and_version_import_no_library(argv):
 
 def test_list_imports_torch_for_the_tables_but_no_trainer_library():
     assert not {"transformers", "trl", "datasets", "peft"} & modules_after(["list"])
+
