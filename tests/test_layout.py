@@ -21,7 +21,10 @@ import trl_zoo
 
 ROOT = Path(__file__).resolve().parents[1]
 # A command-line module split at its seams -> the modules that now hold the parts it gave away.
-SPLIT_MODULES = {"report": ("run_log", "verdict"), "train": ("training_data",)}
+SPLIT_MODULES = {
+    "report": ("run_log", "verdict"),
+    "train": ("training_data", "training_setup", "resume_checkpoint", "progress", "run_summary"),
+}
 
 
 def public_names(path: Path) -> list[str]:
@@ -118,3 +121,37 @@ def test_help_and_version_import_no_library(argv):
 
 def test_list_imports_torch_for_the_tables_but_no_trainer_library():
     assert not {"transformers", "trl", "datasets", "peft"} & modules_after(["list"])
+
+
+LONGEST_CLI_FUNCTION = 80  # lines, from its first decorator to its last line
+LONGEST_TRAIN_MODULE = 300  # lines of cli/train.py: the command reads as its steps, each in its own module
+
+
+def function_lengths(path: Path) -> dict[str, int]:
+    """Every function and method a module defines (nested ones too), by qualified name: its length in lines."""
+    lengths = {}
+
+    def visit(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            name = f"{prefix}{getattr(child, 'name', '')}"
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([child.lineno, *(decorator.lineno for decorator in child.decorator_list)])
+                lengths[name] = child.end_lineno - first + 1
+            visit(child, f"{name}." if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  else prefix)
+
+    visit(ast.parse(path.read_text()), "")
+    return lengths
+
+
+def test_the_command_line_reads_in_steps_no_function_over_80_lines_and_train_py_short():
+    cli = ROOT / "trl_zoo" / "cli"
+    long = [
+        f"cli/{path.name}: {name} ({length} lines)"
+        for path in sorted(cli.glob("*.py"))
+        for name, length in function_lengths(path).items()
+        if length > LONGEST_CLI_FUNCTION
+    ]
+    assert not long, f"functions over {LONGEST_CLI_FUNCTION} lines: split them into steps: {long}"
+    lines = len((cli / "train.py").read_text().splitlines())
+    assert lines <= LONGEST_TRAIN_MODULE, f"cli/train.py has {lines} lines; move a step into its own module"

@@ -66,7 +66,7 @@ def generations_file(folder, rank: int) -> Path:
 
 def resumed_step(argv: list[str], output_dir: Path) -> int:
     """The step a `--resume_from_checkpoint true` run goes on from (0 for a fresh run)."""
-    from trl_zoo.cli.train import checkpoint_step
+    from trl_zoo.cli.resume_checkpoint import checkpoint_step
     from trl_zoo.hooks.resume import last_complete_checkpoint
 
     if "--resume_from_checkpoint" not in argv or argv[argv.index("--resume_from_checkpoint") + 1].lower() != "true":
@@ -269,7 +269,7 @@ def versions() -> dict:
 def main(argv: list[str]) -> int:
     import trl
 
-    import trl_zoo.cli.train
+    import trl_zoo.cli.training_setup
     from trl_zoo.cli import main as cli_main
 
     trainer = "trl_zoo"
@@ -294,8 +294,8 @@ def main(argv: list[str]) -> int:
     os.environ[RECORD_ENV] = str(output_dir / ("completions.jsonl" if rank == 0 else f"completions.rank{rank}.jsonl"))
     keep_records_up_to(Path(os.environ[RECORD_ENV]), resumed_step(argv, output_dir))
     timer = StepTimer()
-    base = trl.GRPOTrainer if trainer == "trl" else trl_zoo.cli.train.GRPOTrainer
-    trl_zoo.cli.train.GRPOTrainer = instrumented(base, timer)
+    base = trl.GRPOTrainer if trainer == "trl" else trl_zoo.cli.training_setup.GRPOTrainer
+    trl_zoo.cli.training_setup.GRPOTrainer = instrumented(base, timer)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     try:

@@ -21,18 +21,19 @@ def main(output_path: str, data_dir: str, model_path: str, output_dir: str):
     from accelerate.state import AcceleratorState
     from accelerate.utils import gather_object
 
+    import trl_zoo.cli.heldout_accuracy
     import trl_zoo.cli.train
     from trl_zoo.cli.arguments import parse_train_args
     from trl_zoo.cli.report import METRICS_FILE, read_records
 
     histories = []
 
-    class Recording(trl_zoo.cli.train.HeldOutAccuracyCallback):
+    class Recording(trl_zoo.cli.heldout_accuracy.HeldOutAccuracyCallback):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             histories.append(self.history)
 
-    trl_zoo.cli.train.HeldOutAccuracyCallback = Recording
+    trl_zoo.cli.heldout_accuracy.HeldOutAccuracyCallback = Recording
     task_args, training_args, model_args = parse_train_args([
         "--model_name_or_path", model_path, "--dataset_name", data_dir, "--output_dir", output_dir,
         "--overwrite_output_dir", "true", "--max_steps", "3", "--eval_every_steps", "1", "--eval_batch_size", "3",

@@ -6,18 +6,37 @@
 
 `trl-zoo COMMAND --help` shows a command's options; `trl-zoo --version` the version.
 
-This package is the command line; its `__init__` only dispatches: `arguments.py` parses the train arguments and
-config files (`train_help.py` lays out `--help`, `preset_lengths.py` fits a preset's lengths), `train.py` runs
-`train` (`training_data.py` loads and splits its dataset, `reward_names.py` its `--reward_funcs`, `cpu_threads.py`,
-`cpu_run_notice.py` says what a real model on a CPU will cost, `disk_errors.py` an unwritable output_dir or a full
-disk in one line, `null_reward_control.py`, `model_card.py`), `compare.py` runs `compare`, `run_log.py` writes and
-reads the run log, `verdict.py` judges the runs, `report.py` writes the report, `one_gpu.py` keeps one GPU without
-a launcher, `config_env.py` applies a config file's `env:` before the libraries read it, `errors.py` holds the
-errors a command ends with. A command's modules are imported when it runs: `--help` and `--version` import no
-library, `list` torch alone (the tables), `train --help` TRL's config (its fields' help).
-`python -m trl_zoo.cli` runs `__main__.py`. Bad configuration exits with status 2 and a one-line message naming the
-field, never a traceback; Ctrl-C exits with status 130 and one line (for `train`: the step reached and the last
-checkpoint to resume from).
+This package is the command line; its `__init__` only dispatches, to each command's modules:
+
+    train     arguments.py             the arguments and config files (`train_help.py` lays out `--help`,
+                                       `preset_lengths.py` fits a preset's lengths)
+              train.py                 the command, in steps:
+              run_folder.py              the run's folder, claimed once
+              training_setup.py          everything up to `trainer.train()`:
+              resume_checkpoint.py         the checkpoint the run resumes, or a fresh start
+              run_rewards.py               its rewards (`reward_names.py` resolves `--reward_funcs`;
+                                           `null_reward_control.py`)
+              training_data.py             a dataset's splits; chat prompts
+              policy.py                    the policy's path, resolved once, and how the trainer loads it
+                                           (`ddp_unused_parameters.py`)
+              policy_prompts.py            the prompts as the policy reads them
+              heldout_accuracy.py          the greedy held-out evaluation
+              progress.py                  the lines printed while training
+              cpu_threads.py             torch's threads on a CPU; `cpu_run_notice.py` what a real model there costs
+              disk_errors.py             an unwritable output_dir or a full disk, in one line
+              run_summary.py             summary.json, the model card (`model_card.py`), the closing lines and
+                                       the report
+    compare   compare.py               one run per loss and seed, then the report
+    both      run_log.py               the run log, written and read back
+              verdict.py, report.py    the verdict on the runs; the report
+              config_env.py            a config file's `env:`, applied before the libraries read it
+              one_gpu.py               one GPU without a launcher
+              errors.py                the errors a command ends with
+
+A command's modules are imported when it runs: `--help` and `--version` import no library, `list` torch alone (the
+tables), `train --help` TRL's config (its fields' help). `python -m trl_zoo.cli` runs `__main__.py`. Bad configuration
+exits with status 2 and a one-line message naming the field, never a traceback; Ctrl-C exits with status 130 and one
+line (for `train`: the step reached and the last checkpoint to resume from).
 
 Tests: tests/test_cli.py (the commands, `trl-zoo list`), tests/test_layout.py (the console script and `python -m
 trl_zoo.cli`, the modules `--help`, `--version` and `list` import), tests/test_broken_plugin.py (a broken plugin

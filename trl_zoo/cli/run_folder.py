@@ -15,7 +15,7 @@ it ends), and the marker says which process that is. A claim:
   files and has no marker is not a run's (a folder of yours, `..`): a fresh run stops with one line rather than
   write its adapter, README.md and logs among your files. A resumed run (`resuming`) needs no marker: its folder
   holds the checkpoint it resumes (a `trl grpo` run's too). Whether a run's folder already holds a finished or
-  unfinished run is `train.py`'s `check_output_dir`.
+  unfinished run is `resume_checkpoint.py`'s `check_output_dir`.
 
 Under a distributed launch (`accelerate launch`, `torchrun`) every process parses its own arguments, at its own
 moment, so each may see other folders taken and pick another default name; only the main process (global rank 0,

@@ -174,6 +174,12 @@ def _load_dataset_splits(task_args, seed: int, log=print, reads: dict[str, str] 
         )
         split = train.train_test_split(test_size=count, seed=seed)
         train, heldout = split["train"], split["test"]
+    return (*_renamed_columns(train, heldout, task_args), source)
+
+
+def _renamed_columns(train, heldout, task_args):
+    """(train, held-out) with `prompt_column` and `answer_column` renamed to "prompt" and "answer"; a missing
+    prompt column is refused naming the dataset's columns (a missing answer column is left to the rewards)."""
     columns = column_names(train)
     for column_arg, target in (("prompt_column", "prompt"), ("answer_column", "answer")):
         column = getattr(task_args, column_arg)
@@ -189,7 +195,7 @@ def _load_dataset_splits(task_args, seed: int, log=print, reads: dict[str, str] 
                 d.rename_column(column, target) if d is not None and target not in column_names(d) else d
                 for d in (train, heldout)
             )
-    return train, heldout, source
+    return train, heldout
 
 
 def _check_values(dataset, where: str, task_args, reads: dict[str, str]) -> None:
