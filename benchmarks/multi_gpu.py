@@ -72,6 +72,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trl_zoo.cli.run_folder import prepare_run_folder
+
 REPO = Path(__file__).resolve().parents[1]
 RUN_SCRIPT = "benchmarks/lib/real_model_run.py"
 PARTS = ["ddp_speed", "one_gpu_speed", "fsdp_parity", "sampling_ddp", "critic_ddp", "checkpoint", "zero2_parity",
@@ -206,6 +208,8 @@ def run_one(run: Run, out: Path, smoke: bool, deadline_at: float) -> dict:
     `free_port` and the launcher's bind (another launch on the machine) is started again on a new port, up to
     PORT_ATTEMPTS times; `port_retries` in the result counts them."""
     log_dir = run.run_dir or out / run.part
+    if run.run_dir:
+        prepare_run_folder(log_dir)  # the log is written before the run claims the folder
     log_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **run.env}
     if smoke:

@@ -26,6 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trl_zoo.cli.run_folder import prepare_run_folder
+
 REPO = Path(__file__).resolve().parents[1]
 RUN_SCRIPT = REPO / "benchmarks" / "lib" / "real_model_run.py"
 BASE = "base"
@@ -122,7 +124,7 @@ def main(argv=None) -> int:
     for repeat in range(args.repeats):
         for name in run_order(repeat, names):
             run_dir = out / f"{name}-{repeat}"
-            run_dir.mkdir(parents=True, exist_ok=True)
+            prepare_run_folder(run_dir)  # the log is written before the run claims the folder
             with open(run_dir / "log.txt", "w") as log:
                 code = subprocess.run(run_command(flags[name], args.steps, args.seed, run_dir), cwd=REPO,
                                       stdout=log, stderr=subprocess.STDOUT).returncode

@@ -69,6 +69,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from trl_zoo.cli.run_folder import prepare_run_folder
+
 ROOT = Path(__file__).resolve().parents[1]
 
 REFERENCE = "trl"
@@ -472,7 +474,7 @@ def run_one(name: str, seed: int, out: Path, args, target, budget, device: str |
         line = finished_record(out, target, budget, args.to_the_end)
         if line is not None:  # a finished run of an earlier, cut-short invocation
             return {**line, "name": name, "seed": seed, "flags": flags}
-    out.mkdir(parents=True, exist_ok=True)
+    prepare_run_folder(out)  # its log and records are written beside the run's files, before the run claims it
     (out / "record.jsonl").unlink(missing_ok=True)
     (out / "failed.json").unlink(missing_ok=True)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false",

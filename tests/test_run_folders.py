@@ -16,7 +16,7 @@ import trl_zoo.cli.arguments
 import trl_zoo.cli.train
 from trl_zoo.cli import main
 from trl_zoo.cli.arguments import ConfigError, parse_train_args
-from trl_zoo.cli.run_folder import MARKER, claim_run_folder
+from trl_zoo.cli.run_folder import MARKER, claim_run_folder, prepare_run_folder
 
 from .test_cli import TINY_RL, local_sums
 
@@ -146,3 +146,19 @@ def test_a_run_whose_default_folder_was_taken_after_parsing_trains_in_the_next(t
     assert main(["train", *local_sums(tmp_path), *TINY_RL]) == 0  # no --output_dir: the default
     assert not any(Path("runs/sums-dapo").iterdir())  # the other run's folder is left alone (TRL's loss: dapo)
     assert json.loads(Path("runs/sums-dapo-2/summary.json").read_text())["steps"] == 2
+
+
+def test_a_folder_prepared_for_a_run_is_claimed_with_the_launchers_files_beside_it(tmp_path):
+    """A program that launches a run and writes its own log there first (a benchmark) prepares the folder: the run
+    claims it; without the preparation the same folder is refused as files of no run."""
+    prepared, unprepared = tmp_path / "prepared", tmp_path / "unprepared"
+    prepare_run_folder(prepared)
+    unprepared.mkdir()
+    for folder in (prepared, unprepared):
+        (folder / "log.txt").write_text("the launcher's log\n")
+    claimed = claim_run_folder(str(prepared), rename=False)
+    assert claimed.path == str(prepared) and claimed.marker is not None
+    claimed.release()
+    with pytest.raises(ConfigError, match="holds files of no trl-zoo run"):
+        claim_run_folder(str(unprepared), rename=False)
+    assert (prepared / "log.txt").read_text() == "the launcher's log\n"

@@ -47,6 +47,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from trl_zoo.cli.run_folder import prepare_run_folder
 from trl_zoo.tasks.evaluation import not_recorded
 from trl_zoo.tasks.rewards import final_number_reward
 
@@ -288,7 +289,7 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     output_dir = Path(argv[argv.index("--output_dir") + 1])
-    output_dir.mkdir(parents=True, exist_ok=True)
+    prepare_run_folder(output_dir)  # the records below are written before the run claims the folder
     GENERATIONS.update(record=str(output_dir) if record else None, replay=replay)
     rank = int(os.environ.get("RANK", "0"))  # set by a distributed launcher; each process records its own share
     os.environ[RECORD_ENV] = str(output_dir / ("completions.jsonl" if rank == 0 else f"completions.rank{rank}.jsonl"))

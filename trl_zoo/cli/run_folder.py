@@ -23,6 +23,9 @@ never each machine's first process) claims, and the name it claimed (or its refu
 which use it as it is, on every machine. Launched processes that would not train together (on a CPU without
 `use_cpu`, transformers runs each alone) stop with one line.
 
+A program that launches runs and writes beside them (a benchmark's log) makes the folder first with
+`prepare_run_folder`: the marker, unlocked, says the folder is meant for a run.
+
 A path that is a file or cannot be written is left to `disk_errors.writable_output_dir`, which says so in one line.
 Where `fcntl` is missing (Windows) there is no lock: two runs given one named folder at once are not told apart.
 
@@ -89,6 +92,14 @@ def claim_run_folder(output_dir: str, rename: bool, resuming: bool = False) -> R
             return RunFolder(candidate, created, lock_marker(candidate))
         except OSError:
             return RunFolder(candidate, created)
+
+
+def prepare_run_folder(folder) -> None:
+    """Make `folder` (and its parents) a run's folder before the run starts: created with its marker, unlocked, so a
+    program that launches `trl-zoo train --output_dir folder` can write its own files there first (its log, its
+    records) and the run still claims it."""
+    os.makedirs(folder, exist_ok=True)
+    open(os.path.join(folder, MARKER), "a").close()
 
 
 def refuse_other_files(folder: str):

@@ -36,7 +36,7 @@ a quantized base (merging into 4/8-bit weights is lossy) — where `speed_recipe
 (QLoRA) instead keeps the recipe's other fields and generates unmerged, saying so in one line
 (`fields_a_quantized_base_drops`), and without compiled decoding where transformers does not compile the
 quantization (bitsandbytes: its quantizer is not compileable, so transformers never calls the compiled-decoding hook
-and the static cache only cost: 1.06x TRL's step at 7 B in the size ladder, docs/benchmarks.md).
+and the static cache only costs: the size ladder in docs/benchmarks.md).
 
 ## generation_autocast
 
