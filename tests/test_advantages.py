@@ -14,7 +14,8 @@ import trl_zoo
 import trl_zoo.hooks.rewards
 from tests.tiny import config_kwargs, make_trainer
 from tests.trl_internals import completions_log, generate_and_score
-from trl_zoo.advantages import AdvantageInputs, nan_std, reward_decoupled_advantages, score_sq_norms
+from trl_zoo.advantages import AdvantageInputs, nan_std, reward_decoupled_advantages
+from trl_zoo.advantages.optimal_baseline import score_sq_norms
 
 ARGS = SimpleNamespace(advantage_std_unbiased=True, advantage_epsilon=0.0, scale_rewards="group")
 WORKED = torch.tensor([0.0, 0.0, 1.0, 0.0])

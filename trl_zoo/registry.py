@@ -157,7 +157,7 @@ class Registry:
 
 
 # the modules whose decorators register the built-in entries of the tables
-BUILT_IN_MODULES = ("aggregation", "kl", "advantages", "critic", "losses", "samplers")
+BUILT_IN_MODULES = ("aggregation", "kl", "advantages", "losses", "samplers")
 _built_in_loaded = False
 
 

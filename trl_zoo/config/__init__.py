@@ -35,7 +35,7 @@ is built, their range when their entry is chosen. The files that declare fields:
     trl_zoo/losses/m2po.py
     trl_zoo/losses/ppo_kl.py
     trl_zoo/losses/rspo.py
-    trl_zoo/critic.py
+    trl_zoo/advantages/gae.py
     trl_zoo/samplers/base.py
     trl_zoo/samplers/greso.py
     trl_zoo/samplers/adaptive_budget.py

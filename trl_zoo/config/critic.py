@@ -1,5 +1,5 @@
 """The critic axis: the value model of an estimator that declares `needs=("values",)` (gae), its loss and optimizer.
-gae's own hyperparameters (gae_gamma, gae_lambda, ..., VAPO's vapo_*) are declared in trl_zoo/critic.py
+gae's own hyperparameters (gae_gamma, gae_lambda, ..., VAPO's vapo_*) are declared in trl_zoo/advantages/gae.py
 (`EstimatorTableFields`, config/fields.py); what needs a critic is refused without one.
 
 Tests: tests/test_critic.py, tests/test_table_fields.py.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import field, make_dataclass
 
-from .. import advantages, critic, losses, samplers  # noqa: F401  (the built-in entries fill the tables)
+from .. import advantages, losses, samplers  # noqa: F401  (the built-in entries fill the tables)
 from ..registry import ADVANTAGES, LOSSES, SAMPLERS
 from ..specs import PluginField
 

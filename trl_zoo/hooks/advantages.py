@@ -37,7 +37,8 @@ import torch
 from accelerate.utils import is_peft_model
 from trl.trainer.utils import add_fused_lm_head
 
-from ..advantages import AdvantageInputs, reward_decoupled_advantages, score_sq_norms
+from ..advantages import AdvantageInputs, reward_decoupled_advantages
+from ..advantages.optimal_baseline import score_sq_norms
 from ..registry import ADVANTAGES
 from .generation import ScoredRound, row_chunks
 from .model_inputs import forward_inputs, is_multimodal, loss_mask

@@ -63,7 +63,8 @@ import torch
 from accelerate.utils import DistributedType, is_peft_model
 from trl.models.utils import disable_gradient_checkpointing
 
-from ..critic import ValueHead, clipped_value_loss, explained_variance, policy_gae, positive_example_nll, value_targets
+from ..advantages.gae import policy_gae
+from ..critic import ValueHead, clipped_value_loss, explained_variance, positive_example_nll, value_targets
 from .generation import ScoredRound, row_chunks
 from .loss_step import PolicyForward
 from .model_inputs import forward_inputs, is_multimodal, loss_mask

@@ -1,0 +1,68 @@
+"""The advantage estimator table: the baseline (and scale) that turns rewards into advantages. Every module in this
+package registers its estimators on import: adding an estimator is adding one file here (and its test); what the
+estimators share (`AdvantageInputs`, group statistics, whitening, GDPO's per-reward form) is in `base.py`.
+
+An estimator is a pure function ``estimator(inputs: AdvantageInputs, args) -> Tensor`` of the rewards of a
+whole generation batch (all processes). Rewards come as N = P·G values, P groups of G = num_generations
+consecutive completions of the same prompt. It returns per-completion advantages (N,) or per-token advantages
+(N, T). ``args`` is the trainer's config (any object with ``advantage_std_unbiased``, ``advantage_epsilon`` and
+``scale_rewards``). A NaN reward marks an unscorable completion: it is left out of every baseline and its
+advantage comes back NaN (the trainer turns it into 0).
+
+With R_i the rewards of one group, mean and std over that group (std unbiased or population per
+``advantage_std_unbiased``), ε = ``advantage_epsilon``, l_i the completion lengths:
+
+========================  ===============================================================  ==========================
+name                      Â_i                                                              source
+========================  ===============================================================  ==========================
+grpo                      (R_i − mean R) / (std R + ε); `scale_rewards` "batch" takes the  GRPO, arXiv:2402.03300
+                          std over the batch, "none" skips it (TRL's behaviour)
+dr_grpo                   R_i − mean R                                                     Dr. GRPO, arXiv:2503.20783
+rloo                      R_i − mean_{j≠i} R_j  =  G/(G−1) · (R_i − mean R)                RLOO, arXiv:2402.14740
+reinforce                 R_i  (no baseline)                                               Williams 1992
+reinforce_batch_baseline  R_i − mean over the whole batch of R                             Williams 1992
+reinforce_pp              Â_{i,t} = whiten_batch( R_i − β Σ_{s≥t} KL_{i,s} )               REINFORCE++, 2501.03262
+reinforce_pp_baseline     Â_{i,t} = whiten_batch( R_i − mean R − β Σ_{s≥t} KL_{i,s} )      REINFORCE++, 2501.03262
+opo                       R_i − Σ_j l_j R_j / Σ_j l_j                                      OPO, arXiv:2505.23585
+maxrl                     (R_i − mean R) / mean R where mean R > 0, else 0 (R ≥ 0)         MaxRL, arXiv:2602.02710
+optimal_baseline          R_i − Σ_j ‖s_j‖² R_j / Σ_j ‖s_j‖²                                Greensmith et al. 2004
+gae                       Â_{i,t} = GAE(γ, λ)_{i,t} of the critic's V(s_t), whitened         GAE, arXiv:1506.02438
+========================  ===============================================================  ==========================
+
+Groups of unequal size: with ``AdvantageInputs.group_sizes`` = (n_1, …, n_P), group p is n_p consecutive rows and
+"the group" above is i's own group: its mean and std are over its n_p rows (GRPO's unbiased std ÷ (n_p − 1)),
+RLOO leaves one out of n_p, the weighted baselines sum over n_p. A group of one has Â = 0 (GRPO: std 0, as TRL
+for num_generations=1), except for RLOO, which has no other completion: NaN, zeroed by the trainer. The batch-level
+estimators (reinforce, reinforce_batch_baseline, reinforce_pp, grpo with scale_rewards="batch") do not see groups
+and are unchanged. Every estimator of the table takes ``group_sizes``; none refuses it.
+
+whiten_batch(x) = (x − mean x) / (std x + ε) over every completion token of the batch (REINFORCE++'s global
+normalisation), or over the completions when no mask is given. The KL terms are only there with
+``kl_placement="reward"``; there ``R_i`` already is R_i − β Σ_t KL_{i,t} for every estimator (the penalty passes
+through the baseline), and REINFORCE++ distributes it as a return-to-go per token.
+
+‖s_j‖², the score's squared norm in logit space, and why b* minimises the variance: `optimal_baseline.py`.
+Each file's docstring has its estimator's formula.
+"""
+
+import importlib
+import pkgutil
+
+from .base import (
+    AdvantageInputs,
+    constant_groups,
+    exact_for_constant_groups,
+    group_mean,
+    nan_std,
+    reward_decoupled_advantages,
+    weighted_group_baseline,
+    whiten,
+)
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = [
+    "AdvantageInputs", "constant_groups", "exact_for_constant_groups", "group_mean", "nan_std",
+    "reward_decoupled_advantages", "weighted_group_baseline", "whiten",
+]
