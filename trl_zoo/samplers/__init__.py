@@ -1,5 +1,8 @@
 """Dynamic sampling: which prompt groups of a generation batch are trained on (the sampler table, one file per
-sampler: `resample.py`, `reweight.py`, `greso.py`, `adaptive_budget.py`; what they share in `base.py`).
+sampler: `resample.py`, `reweight.py`, `greso.py`, `adaptive_budget.py`; what they share in `base.py`). Every module
+in this package registers its samplers on import: adding a sampler is adding one file here (and its test). A
+sampler's place needs no declaration: the table lists its entries by name wherever it is read (`trl-zoo list`, the
+`dynamic_sampling` choices, the fields in `--help`), whatever order the files are imported in.
 
 A group is the G completions of one prompt. When its task rewards are all equal (binary rewards: #correct is 0
 or G) every group-relative advantage is 0 and the group carries no learning signal. A group has *spread* when
@@ -48,14 +51,12 @@ and, for resample and greso, `filled_groups`. Without a sampler the trainer logs
 `generated_per_trained` (= 1 / informative_share) too.
 """
 
-# the table's entries, registered in this order
-from . import resample  # noqa: F401, I001
-from . import reweight  # noqa: F401
-from . import greso  # noqa: F401
-from . import adaptive_budget  # noqa: F401
-from .base import (  # noqa: F401  (re-exported: the contract a sampler is written against)
-    DynamicSamplingExhausted,
-    Round,
-    SampledBatch,
-    SamplingSession,
-)
+import importlib
+import pkgutil
+
+from .base import DynamicSamplingExhausted, Round, SampledBatch, SamplingSession
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["DynamicSamplingExhausted", "Round", "SampledBatch", "SamplingSession"]
