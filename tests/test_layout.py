@@ -1,11 +1,13 @@
 """The command line is reachable as the console script and as `python -m trl_zoo.cli`; a command-line module split
-at its seams (`cli/report.py`, `cli/train.py`) still gives every public name it had; every module's tests are findable
+at its seams (`cli/report.py`, `cli/train.py`) still gives every public name it had; a new loss, estimator or sampler
+is one new file of its table's folder, in the table with no other edit; every module's tests are findable
 from its path: tests/test_<module stem>.py exists, or the module's docstring has a line starting "Tests:" that names
 the test files exercising it, each of which exists. (The layers and the import graph: tests/test_import_layers.py.)"""
 
 import ast
 import importlib
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +54,32 @@ def test_a_split_module_still_gives_every_public_name_it_had(name):
 def test_each_sampler_lives_in_its_own_file_of_the_samplers_folder():
     for name in ("resample", "reweight", "greso"):
         assert trl_zoo.SAMPLERS.get(name).fn.__module__ == f"trl_zoo.samplers.{name}"
+
+
+# A table's folder -> its registry and a new entry written as one file of the folder.
+NEW_ENTRIES = {
+    "losses": ("LOSSES", "def fn(batch, args):\n    return None\n"),
+    "advantages": ("ADVANTAGES", "def fn(inputs, args):\n    return inputs.rewards\n"),
+    "samplers": ("SAMPLERS", "def fn(session, args):\n    return None\n"),
+}
+
+
+def test_a_new_loss_estimator_or_sampler_is_one_new_file_found_by_its_table(tmp_path):
+    """In a copy of the package, one new file in each table's folder and no other edit: each table lists it."""
+    copy = tmp_path / "trl_zoo"
+    shutil.copytree(ROOT / "trl_zoo", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder, (table, body) in NEW_ENTRIES.items():
+        (copy / folder / "zoo_example.py").write_text(
+            f"from ..registry import {table}\n\n\n@{table}.register('zoo_example', description='one new file')\n{body}"
+        )
+    code = ("import trl_zoo, trl_zoo.registry as r\n"
+            f"print(trl_zoo.__file__, *(name for name, (table, _) in {NEW_ENTRIES!r}.items() "
+            "if 'zoo_example' in getattr(r, table).names(plugins=False)))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stderr
+    where, *found = result.stdout.split()
+    assert Path(where).is_relative_to(copy)
+    assert found == list(NEW_ENTRIES)
 
 
 def test_the_console_script_and_python_m_still_reach_the_command_line():
