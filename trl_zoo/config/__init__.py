@@ -24,21 +24,8 @@ One file a concern, each a dataclass of its fields with the checks of those fiel
                           generation_speed.py's checks and by the door, hooks/trl_access.py)
 
 The built-in losses, estimators and samplers declare their own fields in their own files (`PluginField`s in their
-specs), made ordinary fields of `GRPOConfig` by `fields.py`; their type and choices are checked whenever the config
-is built, their range when their entry is chosen. The files that declare fields:
-
-    trl_zoo/losses/cispo.py
-    trl_zoo/losses/clip_cov.py
-    trl_zoo/losses/dppo.py
-    trl_zoo/losses/gmpo.py
-    trl_zoo/losses/kl_cov.py
-    trl_zoo/losses/m2po.py
-    trl_zoo/losses/ppo_kl.py
-    trl_zoo/losses/rspo.py
-    trl_zoo/advantages/gae.py
-    trl_zoo/samplers/base.py
-    trl_zoo/samplers/greso.py
-    trl_zoo/samplers/adaptive_budget.py
+specs, in `trl_zoo/losses/`, `trl_zoo/advantages/` and `trl_zoo/samplers/`), made ordinary fields of `GRPOConfig` by
+`fields.py`; their type and choices are checked whenever the config is built, their range when their entry is chosen.
 
 A third party's loss, estimator or sampler declares its fields the same way; their values live in `plugin_args`,
 `GRPOConfig(my_field=3)` and `args.my_field` work, and `trl-zoo train` makes a flag and a YAML key of each
