@@ -29,9 +29,9 @@ the paper's loss:
 prime-rl's DPPO, its default loss until prime-rl removed DPPO in 2026-08, was the same mask with other settings:
 `dppo_mask_low=0.2` (and high 0.2, tv), `dppo_kl_coef=1e-3` (its `kl_tau`, after Kimi K2.5's KL loss,
 arXiv:2602.02276) and `loss_aggregation="token_mean_global"` (the token sum over the batch's token count). prime-rl's
-default is now IPO, a two-sided probability-gap mask (a token is masked when |π_train − π_infer| > ε, on either side;
-ε = 0.3 by default), not a loss of this table; DPPO's mask is one-sided, by the sign of Â. configs/dppo.yaml adds the
-rest of the paper's recipe (Dr. GRPO's advantages, 16 completions, 8 updates per rollout).
+default is now IPO, here `loss_type="ipo"` (losses/ipo.py): a two-sided probability-gap mask (a token is masked when
+|π_train − π_infer| > ε, on either side; ε = 0.3 by default); DPPO's mask is one-sided, by the sign of Â.
+configs/dppo.yaml adds the rest of the paper's recipe (Dr. GRPO's advantages, 16 completions, 8 updates per rollout).
 - μ is π_old: the policy that generated the batch, recomputed by the trainer (the paper's "recompute" variant);
   under vLLM generation TRL's importance-sampling correction is applied on top by the trainer. The paper prefers
   measuring against the inference engine's own log-probs ("bypass mode"), which TRL does not hand to the loss.
