@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from tests import test_losses_train
 from tests.test_losses_math import aggregated, config, make_batch, probability_batch, token_gradient
 from trl_zoo.cli import main
 from trl_zoo.losses.base import PolicyBatch
@@ -89,6 +90,13 @@ def test_a_masked_token_far_off_policy_has_no_policy_gradient_and_stays_finite()
     assert term.metrics["ipo/masked_fraction"].tolist() == [[1.0, 1.0]]
     gradient = token_gradient(aggregated("ipo", term.loss, batch.mask), batch)
     assert torch.isfinite(term.loss).all() and gradient.abs().max() == 0
+
+
+def test_the_mask_acts_on_the_trainers_off_policy_batch():
+    """In the real loss step (tests/test_losses_train.py's check): nothing masked on-policy, part of the tokens once
+    the policy moved with a narrow ε, none with ε = 0.99."""
+    check = test_losses_train.test_trust_region_masks_act_on_the_trainers_off_policy_batch
+    check("ipo", dict(ipo_eps=1e-3), dict(ipo_eps=0.99))
 
 
 # ------------------------------------------------------------------------------------------- the sanity law

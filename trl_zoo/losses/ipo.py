@@ -37,8 +37,8 @@ Where this reading departs from prime-rl's code:
 - prime-rl's optional per-token loss weights (its multi-component losses) are absent: every completion token has
   weight 1, prime-rl's plain RL run.
 
-Tests: tests/test_ipo.py (closed form, the two-sided mask, the sanity law, a transcription of prime-rl's function on
-random tensors), tests/test_table_fields.py, tests/test_cli.py.
+Tests: tests/test_ipo.py (closed form, the two-sided mask, the mask in the trainer, the sanity law, a transcription of
+prime-rl's function on random tensors), tests/test_table_fields.py, tests/test_cli.py.
 """
 
 import torch
