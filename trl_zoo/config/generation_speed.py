@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from .fields import help_field
 from .generation_buffer import generation_on_policy, vllm_correction_on
-from .speed_recipe import SPEED_RECIPES, refusal_words
+from .speed_recipe import SPEED_RECIPES, refusal_words, set_by_recipe
 
 # the first transformers whose StaticLayer allocates the values in their own dtype, not the keys'
 MIXED_DTYPE_STATIC_CACHE_SINCE = Version("5.24")
@@ -121,7 +121,7 @@ class GenerationSpeedFields:
     def _check_old_logps_skip(self, requires_moe: bool) -> None:
         """skip_on_policy_old_logps set by the user with a setting under which it can never apply: one line. Set by
         a speed_recipe, it then silently does not apply (`old_logps_skip_applies`)."""
-        if not self.skip_on_policy_old_logps or "skip_on_policy_old_logps" in SPEED_RECIPES.get(self.speed_recipe, {}):
+        if not self.skip_on_policy_old_logps or set_by_recipe(self, "skip_on_policy_old_logps"):
             return
         refuse_conflicts(self, "skip_on_policy_old_logps", old_logps_skip_conflicts(self, requires_moe))
 

@@ -71,10 +71,14 @@ def apply_speed_recipe(config) -> None:
         )
 
 
+def set_by_recipe(args, field: str) -> bool:
+    """Whether `args.speed_recipe` sets `field` (the one place that reads a recipe's fields after it was applied)."""
+    return bool(SPEED_RECIPES.get(getattr(args, "speed_recipe", None), {}).get(field))
+
+
 def refusal_words(args, field: str, fix: str = "set it False") -> tuple[str, str]:
     """How a refusal of the boolean `field` names it and the fix it names: with the recipe that set it and "unset
     speed_recipe", else the field alone and `fix`."""
-    recipe = getattr(args, "speed_recipe", None)
-    if recipe is not None and field in SPEED_RECIPES.get(recipe, {}):
-        return f"{field} (set by speed_recipe={recipe!r})", "unset speed_recipe"
+    if set_by_recipe(args, field):
+        return f"{field} (set by speed_recipe={args.speed_recipe!r})", "unset speed_recipe"
     return field, fix

@@ -116,7 +116,7 @@ import torch
 from transformers import CompileConfig
 from transformers.utils import logging
 
-from ..config.speed_recipe import SPEED_RECIPES, refusal_words
+from ..config.speed_recipe import refusal_words, set_by_recipe
 from . import decode_graph, merge_residue
 from .trl_access import switch_on_compiled_decoding
 
@@ -177,14 +177,12 @@ def uncompilable_quantization(base) -> bool:
 def fields_a_quantized_base_drops(model, args, accelerator) -> list[str]:
     """The fields of `args.speed_recipe` that cannot apply to a quantized base (QLoRA) and so do not: the merge
     (lossy into quantized weights) and compiled decoding where transformers does not compile the quantization."""
-    recipe = SPEED_RECIPES.get(getattr(args, "speed_recipe", None), {})
     base = quantized_base(model, accelerator)
     if base is None:
         return []
-    dropped = [field for field in ("merge_adapter_for_generation",) if recipe.get(field) and getattr(args, field)]
-    if recipe.get("compile_generation") and getattr(args, "compile_generation", False) and uncompilable_quantization(
-        base
-    ):
+    merge = "merge_adapter_for_generation"
+    dropped = [merge] if set_by_recipe(args, merge) and getattr(args, merge) else []
+    if set_by_recipe(args, "compile_generation") and args.compile_generation and uncompilable_quantization(base):
         dropped.append("compile_generation")
     return dropped
 
