@@ -168,3 +168,22 @@ def last_error_line(capsys) -> str:
     err = capsys.readouterr().err
     assert "Traceback" not in err
     return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("files, process_index, world_size, missing", [
+    (["rng_state_0.pth"], 1, 2, "rng_state_1.pth"),  # machine 1's file left on machine 1
+    (["rng_state_0.pth", "rng_state_1.pth"], 1, 2, None),
+    (["rng_state.pth"], 0, 1, None),
+    (["rng_state_0.pth", "rng_state_1.pth"], 0, 1, "rng_state.pth"),  # two processes' checkpoint, resumed by one
+    (["optimizer.pt"], 0, 1, None),  # no random state saved at all: nothing to miss
+])
+def test_a_random_state_file_another_process_wrote_is_named_when_missing(tmp_path, files, process_index,
+                                                                         world_size, missing):
+    """transformers resumes without this process's rng_state file with other random numbers, saying so at info
+    level only; the resume layer warns in one line naming the file."""
+    from trl_zoo.hooks.checkpoint_integrity import missing_rng_state
+
+    for name in files:
+        (tmp_path / name).write_bytes(b"")
+    found = missing_rng_state(str(tmp_path), process_index, world_size)
+    assert found == (None if missing is None else str(tmp_path / missing))

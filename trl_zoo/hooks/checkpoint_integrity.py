@@ -213,3 +213,15 @@ def check_finite_state(folder: str, model, optimizer) -> None:
             f"resume_from_checkpoint: {os.path.join(folder, OPTIMIZER_NAME)} holds NaN or ±inf (the optimizer's "
             f"state); {_earlier_or_afresh(folder)}."
         )
+
+
+def missing_rng_state(folder: str, process_index: int, world_size: int) -> str | None:
+    """The random-number state file this process would resume from (transformers writes `rng_state_{rank}.pth` on
+    every process of a launch, `rng_state.pth` on one), when the checkpoint lacks it but holds another's: a process
+    of another machine left it there. transformers then goes on with other random numbers, saying so at info level
+    only."""
+    names = os.listdir(folder)
+    if not any(name.startswith("rng_state") for name in names):
+        return None
+    name = f"rng_state_{process_index}.pth" if world_size > 1 else "rng_state.pth"
+    return None if name in names else os.path.join(folder, name)

@@ -50,7 +50,13 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..config.generation_buffer import inside_generation_cycle
-from .checkpoint_integrity import check_checkpoint, check_finite_state, check_training_state
+from .checkpoint_integrity import (
+    CheckpointError,
+    check_checkpoint,
+    check_finite_state,
+    check_training_state,
+    missing_rng_state,
+)
 from .checkpoint_settings import check_same_settings, layout_settings
 from .trl_access import generation_buffer, generation_due, micro_step, set_generation_buffer
 
@@ -139,6 +145,14 @@ class ResumableStateMixin:
         check_checkpoint(checkpoint)
         if not self.is_deepspeed_enabled:
             check_training_state(checkpoint)
+        rng_state = missing_rng_state(checkpoint, self.args.process_index, self.args.world_size)
+        if rng_state is not None:
+            warnings.warn(
+                f"resume_from_checkpoint: {rng_state} is missing (the process that wrote it may have been on another "
+                f"machine), so this process resumes with other random numbers than the run would have drawn; copy "
+                f"it into the checkpoint for an exact continuation.",
+                stacklevel=2,
+            )
         state_path = os.path.join(checkpoint, STATE_FILE)
         if os.path.isfile(state_path):
             saved = torch.load(state_path, map_location="cpu", weights_only=True).get("settings", {})
@@ -164,9 +178,10 @@ class ResumableStateMixin:
         buffer_path = os.path.join(checkpoint, BUFFER_FILE.format(process=self.accelerator.process_index))
         if inside_generation_cycle(self.args, micro_step(self)):
             if not os.path.isfile(buffer_path):
-                raise ValueError(
+                raise CheckpointError(
                     f"resume_from_checkpoint: {checkpoint} was saved inside a generation cycle but has no "
-                    f"{os.path.basename(buffer_path)} for this process; resume with the same number of processes."
+                    f"{os.path.basename(buffer_path)} for this process; resume with the same number of processes, "
+                    f"and copy the file in if the process that wrote it ran on another machine."
                 )
             buffer = torch.load(buffer_path, map_location=self.accelerator.device, weights_only=True)
             set_generation_buffer(self, buffer)
