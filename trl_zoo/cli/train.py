@@ -162,7 +162,20 @@ def train_command(argv: list[str]) -> int:
         raise ConfigError(one_line(error)) from None
     apply_cpu_threads(training_args.use_cpu)  # as `trl grpo`'s launcher: see cpu_threads.py
     run_train(task_args, training_args, model_args, log)
+    leave_process_group()
     return 0
+
+
+def leave_process_group() -> None:
+    """Under a launch, wait until every process has finished its run, then take the process group down, as torch
+    asks of a program that made one. Without it a process exited while the main one still wrote the report, with the
+    group alive, and a test launch once aborted at that exit ("terminate called without an active exception",
+    exit -6), failing the launch."""
+    import torch.distributed as distributed
+
+    if distributed.is_available() and distributed.is_initialized():
+        distributed.barrier()
+        distributed.destroy_process_group()
 
 
 def silent(*args, **kwargs):
