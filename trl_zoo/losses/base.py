@@ -87,6 +87,18 @@ def clip_fraction_metrics(ratio: Tensor, advantages: Tensor, low: float, high: f
     }
 
 
+def masked_ratio_term(batch: PolicyBatch, masked: Tensor, kl_coef: float) -> tuple[Tensor, Tensor, Tensor]:
+    """The per-token term of a trust region by masking (DPPO, IPO), with r = π_θ/π_old:
+
+        ℓ_t = −r_t·Â_t where the token is inside (`masked` False), 0 where it is masked; + c·(log r_t)² on every token
+
+    Returns (ℓ, r, (log r)²)."""
+    log_ratio = batch.log_ratio
+    ratio = importance_ratio(log_ratio)
+    squared_log_ratio = log_ratio**2
+    return -torch.where(masked, 0.0, ratio * batch.advantages) + kl_coef * squared_log_ratio, ratio, squared_log_ratio
+
+
 def ratio_metrics(ratio: Tensor, prefix: str = "ratio") -> dict[str, Any]:
     """Mean, min and max of an importance ratio over the masked tokens."""
     ratio = ratio.detach()

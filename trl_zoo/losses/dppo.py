@@ -47,7 +47,7 @@ import torch
 
 from ..registry import LOSSES
 from ..specs import PluginField
-from .base import PolicyBatch, PolicyTerm, importance_ratio, ratio_metrics
+from .base import PolicyBatch, PolicyTerm, masked_ratio_term, ratio_metrics
 
 PAPER_THRESHOLDS = {"tv": 0.15, "kl": 0.05}
 _EPS = 1e-8  # inside the logs of 1 − p, as in the authors' code
@@ -122,9 +122,7 @@ def validate_dppo(args) -> None:
 def dppo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     low, high = mask_thresholds(args)
     masked = outside_trust_region(batch, args.dppo_divergence, low, high)
-    log_ratio = batch.log_ratio
-    ratio = importance_ratio(log_ratio)
-    squared_log_ratio = log_ratio**2
+    term, ratio, squared_log_ratio = masked_ratio_term(batch, masked, args.dppo_kl_coef)
     advantages = batch.advantages.expand_as(masked)
     metrics = {
         "dppo/masked_fraction": masked.float(),
@@ -133,5 +131,4 @@ def dppo_loss(batch: PolicyBatch, args) -> PolicyTerm:
         "dppo/squared_log_ratio": squared_log_ratio.detach(),
     }
     metrics.update(ratio_metrics(ratio))
-    policy_term = torch.where(masked, 0.0, ratio * batch.advantages)
-    return PolicyTerm(-policy_term + args.dppo_kl_coef * squared_log_ratio, metrics)
+    return PolicyTerm(term, metrics)

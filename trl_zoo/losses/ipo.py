@@ -45,7 +45,7 @@ import torch
 
 from ..registry import LOSSES
 from ..specs import PluginField, no_checks
-from .base import PolicyBatch, PolicyTerm, importance_ratio, ratio_metrics
+from .base import PolicyBatch, PolicyTerm, masked_ratio_term, ratio_metrics
 
 FIELDS = (
     PluginField(
@@ -79,16 +79,14 @@ def outside_trust_region(batch: PolicyBatch, eps: float) -> torch.Tensor:
 )
 def ipo_loss(batch: PolicyBatch, args) -> PolicyTerm:
     masked = outside_trust_region(batch, args.ipo_eps)
-    log_ratio = batch.log_ratio
-    ratio = importance_ratio(log_ratio)
-    squared_log_ratio = log_ratio**2
+    term, ratio, squared_log_ratio = masked_ratio_term(batch, masked, args.ipo_kl_coef)
+    log_ratio = batch.log_ratio.detach()
     advantages = batch.advantages.expand_as(masked)
     metrics = {
         "ipo/masked_fraction": masked.float(),
-        "ipo/masked_up_fraction": (masked & (log_ratio.detach() > 0)).float(),
-        "ipo/masked_against_advantage_fraction": (masked & (advantages * log_ratio.detach() < 0)).float(),
+        "ipo/masked_up_fraction": (masked & (log_ratio > 0)).float(),
+        "ipo/masked_against_advantage_fraction": (masked & (advantages * log_ratio < 0)).float(),
         "ipo/squared_log_ratio": squared_log_ratio.detach(),
     }
     metrics.update(ratio_metrics(ratio))
-    policy_term = torch.where(masked, 0.0, ratio * batch.advantages)
-    return PolicyTerm(-policy_term + args.ipo_kl_coef * squared_log_ratio, metrics)
+    return PolicyTerm(term, metrics)
