@@ -43,11 +43,13 @@ def reset_peak():
 
 from benchmarks.lib.harness import (  # noqa: E402
     SHAPES,
+    all_linear_lora,
     length_parity_reward,
     load_4bit,
     numbered_tokenizer,
     prompt_dataset,
     random_model,
+    short_run_args,
     trainer_classes,
 )
 
@@ -73,7 +75,6 @@ def parse_args(argv=None):
 
 def prepare(options):
     """The trainer of `options.implementation` on a random model, and one scored micro-batch of its own generation."""
-    from peft import LoraConfig
     from trl.trainer.utils import split_tensor_dict
 
     trainer_cls, config_cls = trainer_classes(options.implementation)
@@ -90,19 +91,11 @@ def prepare(options):
         num_generations=options.num_generations,
         max_completion_length=options.completion_length,
         max_steps=max(options.train_steps, 1),
-        learning_rate=1e-5,
-        bf16=CUDA,
-        use_cpu=not CUDA,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
+        **short_run_args(),
         gradient_checkpointing=options.gradient_checkpointing,
         **json.loads(options.extra),
     )
-    peft_config = LoraConfig(
-        r=options.lora_r, lora_alpha=2 * options.lora_r, target_modules="all-linear", task_type="CAUSAL_LM"
-    )
+    peft_config = all_linear_lora(options.lora_r)
     trainer = trainer_cls(
         model=model,
         reward_funcs=length_parity_reward,

@@ -98,6 +98,21 @@ def length_parity_reward(completion_ids, **kwargs):
     return [float(sum(ids) % 2) for ids in completion_ids]
 
 
+def short_run_args() -> dict:
+    """The config fields every benchmark run shares: a small learning rate, bf16 on a GPU, a log line a step,
+    nothing saved or reported, no progress bar."""
+    cuda = torch.cuda.is_available()
+    return dict(learning_rate=1e-5, bf16=cuda, use_cpu=not cuda, logging_steps=1, report_to="none",
+                save_strategy="no", disable_tqdm=True)
+
+
+def all_linear_lora(r: int):
+    """LoRA of rank r (alpha 2r) on every linear layer."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=r, lora_alpha=2 * r, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
 def trainer_classes(implementation: str):
     if implementation == "trl":
         import trl

@@ -34,11 +34,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.lib.harness import (  # noqa: E402
     SHAPES,
+    all_linear_lora,
     length_parity_reward,
     load_4bit,
     numbered_tokenizer,
     prompt_dataset,
     random_model,
+    short_run_args,
+    trainer_classes,
 )
 
 CUDA = torch.cuda.is_available()
@@ -118,19 +121,10 @@ class DecodingMeter:
 
 
 def build_trainer(options):
-    from peft import LoraConfig
-
     implementation, fields = CONTENDERS[options.contender]
     fields = dict(fields)
     two_steps = fields.pop(TWO_STEPS, False)
-    if implementation == "trl":
-        import trl
-
-        trainer_cls, config_cls = trl.GRPOTrainer, trl.GRPOConfig
-    else:
-        import trl_zoo
-
-        trainer_cls, config_cls = trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig
+    trainer_cls, config_cls = trainer_classes(implementation)
     completions = options.prompts * options.num_generations
     accumulation = completions // options.micro_batch
     if two_steps:
@@ -148,17 +142,8 @@ def build_trainer(options):
         max_completion_length=options.completion_length,
         generation_kwargs={"min_new_tokens": options.completion_length},
         max_steps=options.steps,
-        learning_rate=1e-5,
-        bf16=CUDA,
-        use_cpu=not CUDA,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
+        **short_run_args(),
         **fields,
-    )
-    peft_config = LoraConfig(
-        r=options.lora_r, lora_alpha=2 * options.lora_r, target_modules="all-linear", task_type="CAUSAL_LM"
     )
     trainer = trainer_cls(
         model=model,
@@ -166,7 +151,7 @@ def build_trainer(options):
         args=args,
         train_dataset=prompt_dataset(completions * (options.steps + 1), options.prompt_length, vocab_size),
         processing_class=numbered_tokenizer(vocab_size),
-        peft_config=peft_config,
+        peft_config=all_linear_lora(options.lora_r),
     )
     return trainer
 
