@@ -288,9 +288,16 @@ def staged_reward(prompts, completions, trainer_state=None, **kwargs):
 class Recording(RecordsTrainedBatches, trl_zoo.GRPOTrainer):
     """Keeps every trained generation batch and the group structure its advantages were computed over."""
 
-    def _regrouped_advantages(self, batch, regrouped):
-        self.regroupings.append(regrouped)
-        return super()._regrouped_advantages(batch, regrouped)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        sampling = self.pipeline.get("dynamic_sampling")
+        regrouped_advantages = sampling.regrouped_advantages
+
+        def recorded(batch, regrouped):
+            self.regroupings.append(regrouped)
+            return regrouped_advantages(batch, regrouped)
+
+        sampling.regrouped_advantages = recorded
 
 
 def grpo_by_hand(rewards: list[float]) -> list[float]:

@@ -27,11 +27,18 @@ def main(output_path: str):
     model_dir(0)  # saved before the process group exists
 
     class Recording(RecordsTrainedBatches, trl_zoo.GRPOTrainer):
-        def _regrouped_advantages(self, batch, regrouped):
-            self.regroupings.append(
-                {"sizes": regrouped.group_sizes.tolist(), "trained": regrouped.trained.tolist()}
-            )
-            return super()._regrouped_advantages(batch, regrouped)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            sampling = self.pipeline.get("dynamic_sampling")
+            regrouped_advantages = sampling.regrouped_advantages
+
+            def recorded(batch, regrouped):
+                self.regroupings.append(
+                    {"sizes": regrouped.group_sizes.tolist(), "trained": regrouped.trained.tolist()}
+                )
+                return regrouped_advantages(batch, regrouped)
+
+            sampling.regrouped_advantages = recorded
 
     trainer = make_trainer(
         Recording, trl_zoo.GRPOConfig, reward_funcs=half_constant_reward, dynamic_sampling="adaptive_budget",

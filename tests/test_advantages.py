@@ -242,7 +242,7 @@ def test_optimal_baseline_on_a_real_batch_matches_full_logits(peft):
     output = generate(trainer)
     logps, squares = full_logit_policy(trainer.model, output, temperature=0.7)
     mask = output["completion_mask"]
-    fused_logps, fused_norms = trainer._score_norm_pass(output, mask)
+    fused_logps, fused_norms = trainer.pipeline.get("advantages")._score_norm_pass(output, mask)
     expected_norms = ((1 - 2 * logps.exp() + squares) * mask).sum(-1)
     torch.testing.assert_close(fused_norms.double(), expected_norms, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close((fused_logps * mask).double(), logps * mask, rtol=1e-5, atol=1e-5)
@@ -281,7 +281,7 @@ def test_grpo_estimator_reproduces_trl_advantages(scale_rewards):
 def test_estimator_none_leaves_trl_advantages_untouched():
     reference = generate(make_trainer(trl.GRPOTrainer, trl.GRPOConfig))
     trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig)
-    assert trainer.advantage_entry is None
+    assert not trainer.pipeline.get("advantages").active
     assert torch.equal(generate(trainer)["advantages"], reference["advantages"])
 
 
@@ -315,8 +315,8 @@ def test_normalize_then_sum_runs_the_estimator_on_each_reward_then_whitens_the_s
         trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="rloo", reward_funcs=GDPO_REWARDS,
         reward_weights=[2.0, 1.0], multi_objective_aggregation="normalize_then_sum",
     )
-    scored_rewards, seen = trl_zoo.hooks.rewards.RewardsMixin._scored_rewards, []
-    monkeypatch.setattr(trl_zoo.hooks.rewards.RewardsMixin, "_scored_rewards",
+    scored_rewards, seen = trl_zoo.hooks.rewards.RewardChecks.scored_rewards, []
+    monkeypatch.setattr(trl_zoo.hooks.rewards.RewardChecks, "scored_rewards",
                         lambda *a, **k: seen.append(scored_rewards(*a, **k)) or seen[-1])
     advantages = generate(trainer)["advantages"]
     rewards = seen[-1]  # (N, 2), NaN where the length reward returned None

@@ -243,10 +243,10 @@ def gradients(parameters):
 def test_adapter_critic_gradients_stay_on_their_side():
     trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), advantage_estimator="gae")
     model = trainer.model
-    assert trainer.critic_mode == "adapter" and set(model.peft_config) == {"default", VALUE_ADAPTER}
+    assert trainer.critic.mode == "adapter" and set(model.peft_config) == {"default", VALUE_ADAPTER}
     policy = [p for n, p in model.named_parameters() if ".default." in n]
     value_adapter = [p for n, p in model.named_parameters() if f".{VALUE_ADAPTER}." in n]
-    head = list(trainer.value_head.parameters())
+    head = list(trainer.critic.value_head.parameters())
     assert policy and value_adapter and all(p.requires_grad for p in policy + value_adapter + head)
     perturb(policy + value_adapter + head)  # LoRA B and the head start at 0, which would hide gradients
     batch = generate(trainer)
@@ -255,7 +255,7 @@ def test_adapter_critic_gradients_stay_on_their_side():
     # the value pass really uses the value adapter: values differ from a pass with the policy adapter
     with torch.no_grad():
         policy_hidden = trainer.critic.hidden_states(batch)
-    assert not torch.allclose(trainer.value_head(policy_hidden.float()), batch["old_values"])
+    assert not torch.allclose(trainer.critic.value_head(policy_hidden.float()), batch["old_values"])
     trainer.current_gradient_accumulation_steps = 1
 
     policy_loss(trainer, model, batch).backward()  # the policy loss alone
@@ -263,7 +263,7 @@ def test_adapter_critic_gradients_stay_on_their_side():
     assert all(g is None or g == 0 for g in gradients(value_adapter + head))
     model.zero_grad(set_to_none=True)
 
-    trainer.value_loss(batch).backward()  # the value loss alone
+    trainer.critic.value_loss(batch).backward()  # the value loss alone
     assert all(g is not None and g > 0 for g in gradients(value_adapter + head))
     assert all(g is None or g == 0 for g in gradients(policy))
     assert model.active_adapter == "default" and all(p.requires_grad for p in policy + value_adapter)
@@ -271,13 +271,13 @@ def test_adapter_critic_gradients_stay_on_their_side():
 
 def test_head_critic_on_detached_hidden_states():
     trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="gae")
-    assert trainer.critic_mode == "head"
-    head = list(trainer.value_head.parameters())
+    assert trainer.critic.mode == "head"
+    head = list(trainer.critic.value_head.parameters())
     policy = [p for n, p in trainer.model.named_parameters() if "value_head" not in n and p.requires_grad]
     perturb(head)
     batch = generate(trainer)
     trainer.current_gradient_accumulation_steps = 1
-    trainer.value_loss(batch).backward()
+    trainer.critic.value_loss(batch).backward()
     assert all(g is not None and g > 0 for g in gradients(head))
     assert all(g is None for g in gradients(policy))
     trainer.model.zero_grad(set_to_none=True)
@@ -288,7 +288,7 @@ def test_head_critic_on_detached_hidden_states():
     head_grads = [p.grad.clone() for p in head]
     policy_grads = [p.grad.clone() for p in policy]
     trainer.model.zero_grad(set_to_none=True)
-    (trainer.args.value_coef * trainer.value_loss(batch)).backward()
+    (trainer.args.value_coef * trainer.critic.value_loss(batch)).backward()
     for got, want in zip(head_grads, [p.grad for p in head]):
         torch.testing.assert_close(got, want)
     trainer.model.zero_grad(set_to_none=True)
@@ -306,15 +306,17 @@ class ParameterSnapshots(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         named = dict(self.trainer.model.named_parameters())
         self.policy.append(torch.cat([p.detach().flatten() for n, p in named.items() if ".default." in n]))
-        self.critic.append(torch.cat([p.detach().flatten() for p in self.trainer.critic_parameters]))
+        self.critic.append(torch.cat([p.detach().flatten() for p in self.trainer.critic.parameters]))
 
 
 class RewardsSeen(trl_zoo.GRPOTrainer):
-    """Keeps the rewards each round's estimator saw (the generation seam's `ScoredRound.advantage_inputs`)."""
+    """Keeps the rewards each round's estimator saw (`ScoredRound.advantage_inputs`), after every component's
+    `after_advantages`."""
 
-    def _after_advantages(self, scored):
-        super()._after_advantages(scored)
+    def _scored_round(self, inputs):
+        scored = super()._scored_round(inputs)
         self.seen_rewards = [*getattr(self, "seen_rewards", []), scored.advantage_inputs.rewards]
+        return scored
 
 
 def test_value_pretraining_trains_only_the_critic_and_lowers_the_value_loss_on_a_fixed_batch():
@@ -331,7 +333,7 @@ def test_value_pretraining_trains_only_the_critic_and_lowers_the_value_loss_on_a
     )
     trainer.train()
     critic_group = trainer.optimizer.param_groups[-1]
-    assert critic_group["params"][-1] is trainer.critic_parameters[-1] and critic_group["initial_lr"] == 3e-3
+    assert critic_group["params"][-1] is trainer.critic.parameters[-1] and critic_group["initial_lr"] == 3e-3
     assert trainer.optimizer.param_groups[0]["initial_lr"] == 3e-2
     losses = [h["critic/value_loss"] for h in trainer.state.log_history if "critic/value_loss" in h]
     assert len(losses) == 6 and losses[-1] < 0.5 * losses[0] and all(b < a for a, b in zip(losses, losses[1:]))
@@ -410,9 +412,9 @@ def test_vapo_recipe_pretrains_the_value_then_trains_the_policy(tmp_path):
     trainer.save_model(str(tmp_path))
     state = torch.load(tmp_path / CRITIC_FILE, weights_only=True)  # tensors, dicts and a string only
     fresh = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), **{**recipe, "max_steps": 4})
-    assert not all(torch.equal(a, b) for a, b in zip(fresh.critic_parameters, trainer.critic_parameters))
-    fresh.load_critic_state_dict(state)
-    assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(fresh.critic_parameters, trainer.critic_parameters))
+    assert not all(torch.equal(a, b) for a, b in zip(fresh.critic.parameters, trainer.critic.parameters))
+    fresh.critic.load_state_dict(state)
+    assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(fresh.critic.parameters, trainer.critic.parameters))
 
 
 def test_critic_rows_survive_dynamic_sampling():
@@ -437,7 +439,7 @@ class CriticAtTrainBegin(TrainerCallback):
         self.trainer, self.critic = trainer, None
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.critic = [p.detach().clone() for p in self.trainer.critic_parameters]
+        self.critic = [p.detach().clone() for p in self.trainer.critic.parameters]
 
 
 def test_training_resumes_with_the_saved_critic(tmp_path):
@@ -451,7 +453,7 @@ def test_training_resumes_with_the_saved_critic(tmp_path):
     resumed.add_callback(probe)
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     assert resumed.state.global_step == 3
-    for saved, loaded in zip(first.critic_parameters, probe.critic):
+    for saved, loaded in zip(first.critic.parameters, probe.critic):
         torch.testing.assert_close(loaded, saved.detach())
     assert any(not torch.equal(p, torch.zeros_like(p)) for p in probe.critic)
 
@@ -494,8 +496,8 @@ def test_head_critic_reuses_the_policy_forward_also_when_rows_are_skipped():
     trainer = make_trainer(
         trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="gae", skip_zero_advantage=True
     )
-    assert trainer.critic_mode == "head" and trainer.skip_zero_advantage
-    perturb(trainer.value_head.parameters())
+    assert trainer.critic.mode == "head" and trainer.pipeline.get("zero_advantage_skip").active
+    perturb(trainer.critic.value_head.parameters())
     batch = generate(trainer)
     trainer.current_gradient_accumulation_steps = 1
     rows_through_backbone = []
@@ -513,6 +515,6 @@ def test_head_critic_reuses_the_policy_forward_also_when_rows_are_skipped():
         assert rows_through_backbone == expected_passes
         in_the_loss = value_losses[-1]
         with torch.no_grad():
-            separate = trainer.value_loss(micro_batch).item()  # its own full no-grad backbone pass
+            separate = trainer.critic.value_loss(micro_batch).item()  # its own full no-grad backbone pass
         assert in_the_loss == pytest.approx(separate, rel=1e-6, abs=1e-7)
         trainer.model.zero_grad(set_to_none=True)

@@ -23,7 +23,7 @@ def test_a_trainer_with_the_backend_decodes_through_the_step_on_a_cpu():
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     trainer = tiny.make_trainer(GRPOTrainer, GRPOConfig, peft_config=lora, speed_recipe="lora_graphed", max_steps=1,
                                 per_device_train_batch_size=8, gradient_accumulation_steps=1)
-    step = trainer._zoo_graphed_decoding
+    step = trainer.pipeline.get("generation_speed").graphed_decoding
     target = decode_graph.decoding_model(trainer.accelerator.unwrap_model(trainer.model))
     assert target is not trainer.model and target.get_compiled_call(None) is step
     assert trainer.generation_config.cache_implementation == "static" and not trainer.generation_config.disable_compile

@@ -11,37 +11,49 @@ from tests.trl_internals import generate_and_score
 from trl_zoo.hooks import generation
 
 
+class RecordingPipeline:
+    """The trainer's pipeline, recording each hook point of the generation seam once its components have run."""
+
+    def __init__(self, pipeline, trainer):
+        self.pipeline, self.trainer = pipeline, trainer
+
+    def get(self, name):
+        return self.pipeline.get(name)
+
+    def event(self, hook, *args):
+        before = args[0].batch["advantages"].clone() if hook == "replace_advantages" else None
+        self.pipeline.event(hook, *args)
+        calls, (argument,) = self.trainer.calls, args
+        if hook == "before_advantages":
+            calls.append(("before", "old_values" in argument.batch))
+        elif hook == "replace_advantages":
+            calls.append(("replace", not torch.equal(before, argument.batch["advantages"])))
+        elif hook == "after_advantages":
+            calls.append(("after", "value_targets" in argument.batch))
+            self.trainer.rounds.append(argument)
+        elif hook == "on_generation_batch":
+            calls.append(("whole batch", argument["completion_ids"].size(0)))
+
+    def wrap(self, hook, innermost):
+        call = self.pipeline.wrap(hook, innermost)
+
+        def recorded(*args, **kwargs):
+            result = call(*args, **kwargs)
+            if hook == "scored_rewards":
+                self.trainer.calls.append(("rewards", tuple(result.shape)))
+            elif hook == "generation_batch":
+                self.trainer.calls.append(("batch", result["completion_ids"].size(0)))
+            return result
+
+        return recorded
+
+
 class Recording(trl_zoo.GRPOTrainer):
-    """Records each hook point of the generation seam as it runs (outermost override: after the layers')."""
+    """Records each hook point of the generation seam as it runs (after its components)."""
 
-    def _scored_rewards(self, *args):
-        rewards = super()._scored_rewards(*args)
-        self.calls.append(("rewards", tuple(rewards.shape)))
-        return rewards
-
-    def _before_advantages(self, scored):
-        super()._before_advantages(scored)
-        self.calls.append(("before", "old_values" in scored.batch))
-
-    def _replace_advantages(self, scored):
-        trl_advantages = scored.batch["advantages"].clone()
-        super()._replace_advantages(scored)
-        self.calls.append(("replace", not torch.equal(trl_advantages, scored.batch["advantages"])))
-
-    def _after_advantages(self, scored):
-        super()._after_advantages(scored)
-        self.calls.append(("after", "value_targets" in scored.batch))
-        self.rounds.append(scored)
-
-    def _generation_batch(self, inputs):
-        batch = super()._generation_batch(inputs)
-        self.calls.append(("batch", batch["completion_ids"].size(0)))
-        return batch
-
-    def _on_generation_batch(self, batch):
-        batch = super()._on_generation_batch(batch)
-        self.calls.append(("whole batch", batch["completion_ids"].size(0)))
-        return batch
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pipeline = RecordingPipeline(self.pipeline, self)
 
 
 @pytest.fixture

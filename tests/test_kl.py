@@ -211,12 +211,12 @@ def test_reference_adapter_reset_is_refused_under_zero3_with_what_to_use(monkeyp
     monkeypatch.setattr(kl_control, "AcceleratorState", lambda: zero3)
     trainer = SimpleNamespace(args=SimpleNamespace(beta=0.1, ref_reset_steps=2, sync_ref_model=False), ref_model=None)
     with pytest.raises(NotImplementedError, match=r"ref_reset_steps: .*ZeRO-3.*; use ZeRO-2, FSDP2 .* or DDP\."):
-        kl_control.KLControlMixin._validate_kl_options(trainer)
+        kl_control.check_reference_resets(trainer)
     trainer.ref_model = object()  # a separate reference model is synced by TRL's ZeRO-3-aware callback
-    kl_control.KLControlMixin._validate_kl_options(trainer)
+    kl_control.check_reference_resets(trainer)
     zero3.deepspeed_plugin.zero_stage = 2
     trainer.ref_model = None
-    kl_control.KLControlMixin._validate_kl_options(trainer)
+    kl_control.check_reference_resets(trainer)
 
 
 def test_the_optimizer_step_seam_runs_its_points_in_order():

@@ -122,7 +122,7 @@ def setup(request):
     batch = _generation_batch(trainer)
     perturb(trainer.model)  # π_θ ≠ π_old: ratios ≠ 1 where TRL keeps old log-probs (spg > ga)
     plain = _trl_buffer(trainer, batch)
-    return trainer, plain, trainer._bucketed(plain)
+    return trainer, plain, trainer.pipeline.get("length_bucketing").bucketed(plain)
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo", "gspo"])
@@ -191,16 +191,16 @@ def test_composes_with_skip_zero_advantage_and_two_iterations():
     trainer = _trainer(
         reward_funcs=half_constant_reward, skip_zero_advantage=True, num_iterations=2, gradient_accumulation_steps=2
     )
-    assert trainer.skip_zero_advantage and trainer.length_bucketing
+    assert trainer.pipeline.get("zero_advantage_skip").active and trainer.pipeline.get("length_bucketing").active
     batch = _generation_batch(trainer)
     assert "old_per_token_logps" in batch
     assert torch.any(batch["advantages"] == 0) and torch.any(batch["advantages"] != 0)
     perturb(trainer.model)
     plain = _trl_buffer(trainer, batch)
-    bucketed = trainer._bucketed(plain)
-    trainer.skip_zero_advantage = False
+    bucketed = trainer.pipeline.get("length_bucketing").bucketed(plain)
+    trainer.pipeline.get("zero_advantage_skip").active = False
     expected = _per_step_losses_and_gradients(trainer, plain)
-    trainer.skip_zero_advantage = True
+    trainer.pipeline.get("zero_advantage_skip").active = True
     measured = _per_step_losses_and_gradients(trainer, bucketed)
     for (loss, gradients), (expected_loss, expected_gradients) in zip(measured, expected):
         torch.testing.assert_close(loss, expected_loss, rtol=1e-4, atol=1e-6)
@@ -212,7 +212,7 @@ def test_one_micro_batch_per_step_and_generation_is_a_no_op():
     trainer = _trainer(steps_per_generation=1, gradient_accumulation_steps=1, per_device_train_batch_size=16)
     batch = _generation_batch(trainer)
     plain = split_tensor_dict(shuffle_sequence_dict(batch), 1)
-    bucketed = trainer._bucketed(plain)
+    bucketed = trainer.pipeline.get("length_bucketing").bucketed(plain)
     assert token_slots(bucketed) == token_slots(plain)
     assert bucketed[0].keys() == plain[0].keys()
     for key, value in plain[0].items():
@@ -277,4 +277,4 @@ def test_an_entry_that_is_not_one_row_per_completion_is_refused(setup):
     with_list = [{**batch, "notes": ["x"] * batch["completion_ids"].size(0)} for batch in plain]
     refusal = r"^length_bucketing cannot re-cut the batch entry 'notes' .*length_bucketing=False"
     with pytest.raises(ValueError, match=refusal):
-        trainer._bucketed(with_list)
+        trainer.pipeline.get("length_bucketing").bucketed(with_list)

@@ -141,15 +141,15 @@ def test_router_statistics_keep_to_generations_logits():
 def test_a_trl_zoo_pass_with_full_logits_would_be_caught(monkeypatch):
     """Negative control: the reward-KL pass rewritten naively (an ordinary forward, then log-softmax) builds
     [rows · T, V] logits inside the training step, and the check above would fail on it."""
-    from trl_zoo.hooks.advantages import AdvantageMixin
+    from trl_zoo.hooks.advantages import Advantages
     from trl_zoo.hooks.model_inputs import forward_inputs
 
     def naive_policy_logps(self, output):
         input_ids, attention_mask, length, _ = forward_inputs(output)
         with torch.no_grad():
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits[:, -length - 1 : -1]
+            logits = self.trainer.model(input_ids=input_ids, attention_mask=attention_mask).logits[:, -length - 1 : -1]
         return logits.log_softmax(-1).gather(-1, input_ids[:, -length:, None]).squeeze(-1)
 
-    monkeypatch.setattr(AdvantageMixin, "_policy_logps", naive_policy_logps)
+    monkeypatch.setattr(Advantages, "_policy_logps", naive_policy_logps)
     recorder = largest_in_one_step(dense_model(), beta=0.04, kl_placement="reward")
     assert recorder.rows >= ROWS * (5 + 8)  # 8 rows of a ≥ 5-token prompt and 8 completion tokens

@@ -20,6 +20,7 @@ from tests.trl_internals import buffered_micro_batches, metric_values, prepare_m
 from trl_zoo import GRPOConfig
 from trl_zoo.config.generation_buffer import (
     buffer_entry,
+    entries_trained_on_policy,
     generation_cycle,
     generation_on_policy,
     inside_generation_cycle,
@@ -27,7 +28,7 @@ from trl_zoo.config.generation_buffer import (
 )
 from trl_zoo.config.generation_speed import old_logps_skip_applies
 from trl_zoo.hooks import trl_access
-from trl_zoo.hooks.old_logps import OLD_LOGPS, ROWS, on_policy_entries
+from trl_zoo.hooks.old_logps import OLD_LOGPS, ROWS
 
 ACCUMULATION, STEPS_PER_GENERATION, ROWS_PER_MICRO_BATCH = 2, 4, 4
 BATCH_ROWS = STEPS_PER_GENERATION * ROWS_PER_MICRO_BATCH
@@ -117,15 +118,19 @@ def test_trls_buffer_rule_and_old_logps_condition_in_the_configs_numbers():
 
 
 def test_on_policy_entries_follow_the_optimizer_step_of_the_generation():
-    assert on_policy_entries(4, 2, 0) == [True, True, False, False]
-    assert on_policy_entries(4, 2, 8) == [True, True, False, False]
-    assert on_policy_entries(3, 2, 3) == [True, False, False]  # generated in the middle of an optimizer step
-    assert on_policy_entries(4, 2, 2) == [False, False, True, True]  # a resume at the second step lost the buffer
+    def entries(steps_per_generation, accumulation, step):
+        args = SimpleNamespace(steps_per_generation=steps_per_generation, gradient_accumulation_steps=accumulation)
+        return entries_trained_on_policy(args, step)
+
+    assert entries(4, 2, 0) == [True, True, False, False]
+    assert entries(4, 2, 8) == [True, True, False, False]
+    assert entries(3, 2, 3) == [True, False, False]  # generated in the middle of an optimizer step
+    assert entries(4, 2, 2) == [False, False, True, True]  # a resume at the second step lost the buffer
 
 
 def test_the_door_leaves_trls_pass_alone_where_it_is_off():
     trainer = _trainer(False)
-    assert not trainer.skip_on_policy_old_logps and trl_access.trl_computes_old_logps(trainer)
+    assert not trainer.pipeline.get("old_logps").skip_on_policy and trl_access.trl_computes_old_logps(trainer)
 
 
 def test_the_recipe_lora_graphed_sets_the_field_and_lora_does_not():
@@ -154,7 +159,7 @@ def test_a_setting_it_cannot_apply_under_is_refused_when_the_user_set_it(overrid
 def test_with_two_iterations_from_the_recipe_trls_pass_runs():
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     trainer = _trainer(False, num_iterations=2, speed_recipe="lora_graphed", peft_config=lora)
-    assert trainer.args.skip_on_policy_old_logps and not trainer.skip_on_policy_old_logps
+    assert trainer.args.skip_on_policy_old_logps and not trainer.pipeline.get("old_logps").skip_on_policy
     buffer = _buffer(trainer)
     assert all(OLD_LOGPS in batch for batch in buffer)
     assert metric_values(trainer)[ROWS] == [float(BATCH_ROWS)]

@@ -223,7 +223,7 @@ def test_old_routers_recorded_and_current_routers_captured_in_the_loss_forward()
 
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():
-        for router in trainer._routers:
+        for router in trainer.pipeline.get("router").routers:
             router.module.weight.add_(0.5 * torch.randn(router.module.weight.shape, generator=generator))
     trainer.compute_loss(trainer.model, micro_batch)
     assert len(forwards) == 2
@@ -256,7 +256,7 @@ def test_off_policy_training_damps_reused_batches_and_respects_the_floor():
         num_iterations=2, max_steps=2, learning_rate=5e-2, rspo_gamma_min=0.7, gradient_checkpointing=True
     )
     trainer.train()
-    for router in trainer._routers:  # the recorder's hooks live only while a forward is recorded
+    for router in trainer.pipeline.get("router").routers:  # the recorder's hooks live only while a forward is recorded
         assert not [
             hook for hook in router.module._forward_hooks.values() if "RouterLogpsRecorder" in hook.__qualname__
         ]
@@ -279,7 +279,7 @@ def test_lora_policy_routers_found_and_damped():
         max_steps=2,
         learning_rate=1e-1,
     )
-    names = [router.name for router in trainer._routers]
+    names = [router.name for router in trainer.pipeline.get("router").routers]
     assert names == [f"base_model.model.model.layers.{layer}.mlp.gate" for layer in range(NUM_LAYERS)]
     trainer.train()
     logs = [log for log in trainer.state.log_history if "rspo/gamma_mean" in log]

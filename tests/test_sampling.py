@@ -140,11 +140,11 @@ def test_reweight_zeroes_zero_spread_groups_and_scales_the_rest():
         max_completion_length=6,
     )
     inputs = first_generation_batch(trainer)
-    sampler = trainer.sampler
-    trainer.sampler = None  # TRL's batch
+    sampler = trainer.pipeline.get("dynamic_sampling").sampler
+    trainer.pipeline.get("dynamic_sampling").sampler = None  # TRL's batch
     torch.manual_seed(1)
     plain = generate_and_score(trainer, [dict(row) for row in inputs])
-    trainer.sampler = sampler
+    trainer.pipeline.get("dynamic_sampling").sampler = sampler
     torch.manual_seed(1)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="dynamic_sampling")  # reweight never generates more, never warns

@@ -222,7 +222,8 @@ def test_teacher_composes_with_losses(loss_type):
 
 def test_self_teacher_without_peft_is_the_reference_model():
     trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, teacher_model="self", beta=0.1)
-    assert trainer.teacher is trainer.ref_model and trainer.teacher is not None
+    teacher = trainer.pipeline.get("teacher").teacher
+    assert teacher is trainer.ref_model and teacher is not None
 
 
 @pytest.mark.parametrize("option", [dict(length_bucketing=True), dict(skip_zero_advantage=True),

@@ -180,7 +180,7 @@ def test_skip_zero_advantage_keeps_loss_and_gradients_on_the_vllm_path(monkeypat
         skip_zero_advantage=True, num_iterations=2, gradient_accumulation_steps=2, max_completion_length=6,
         vllm_importance_sampling_mode="token_truncate",
     )
-    assert trainer.skip_zero_advantage
+    assert trainer.pipeline.get("zero_advantage_skip").active
     torch.manual_seed(0)
     trainer.model.train()
     batch = generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
@@ -198,7 +198,7 @@ def test_skip_zero_advantage_keeps_loss_and_gradients_on_the_vllm_path(monkeypat
 
     results = {}
     for skip in (False, True):
-        trainer.skip_zero_advantage = skip
+        trainer.pipeline.get("zero_advantage_skip").active = skip
         trainer.model.zero_grad()
         forwarded.clear()
         loss = 0.0
@@ -226,7 +226,7 @@ def test_critic_trains_on_the_vllm_path(stand_in, critic_model):
         trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, "colocate", advantage_estimator="gae", critic_model=critic_model,
         peft_config=peft_config,
     )
-    head = {name: p.detach().clone() for name, p in trainer.value_head.named_parameters()}
+    head = {name: p.detach().clone() for name, p in trainer.critic.value_head.named_parameters()}
     trainer.train()
     assert stand_in.generate_calls == 2 and stand_in.weight_syncs == 2
     # vLLM receives the policy's parameters only, under the names of the served model (no value head, no adapter)
@@ -234,7 +234,7 @@ def test_critic_trains_on_the_vllm_path(stand_in, critic_model):
     assert stand_in.loaded_tensors == 2 * served
     value_losses = logged(trainer, "critic/value_loss")
     assert len(value_losses) == 2 and all(math.isfinite(value) and value > 0 for value in value_losses)
-    assert any(not torch.equal(p, head[name]) for name, p in trainer.value_head.named_parameters())
+    assert any(not torch.equal(p, head[name]) for name, p in trainer.critic.value_head.named_parameters())
     assert max(logged(trainer, "sampling/sampling_logp_difference/max")) < 1e-4
 
 

@@ -1,52 +1,27 @@
 """`GRPOTrainer`: TRL's trainer with the policy term taken from the loss table.
 
-Everything but the loss is TRL's: generation, rewards, PEFT, accelerate, logging, checkpoints. The class is a
-composition of one-concept layers, each overriding a seam cooperatively through `super()`: a seam of ours, or the
-seam `_zoo_<name>` to which `TRLSeams`, the one override of TRL's private methods, forwards TRL's `_<name>`. Its bases
-are the method resolution order, outermost first; this is the one place it is written:
+Everything but the loss is TRL's: generation, rewards, PEFT, accelerate, logging, checkpoints. trl_zoo's features are
+components (hooks/component.py) of one pipeline, whose file, hooks/pipeline.py, says which hook points each takes part
+in and in what order; the trainer builds them once TRL's constructor has run and calls the hook points. Its classes,
+outermost first:
 
-    ResumableStateMixin      checkpoints carry trl_zoo's state                      hooks/resume.py
-    OldLogpsMixin            old log-probs only for micro-batches of later          hooks/old_logps.py
-                             optimizer steps (`skip_on_policy_old_logps`)
-    LengthBucketingMixin     TRL's buffered micro-batches re-cut by length and      hooks/length_bucketing.py
-                             trimmed (`_zoo_prepare_inputs`)
-    RouterStatsMixin         MoE router statistics (old: per generation batch,      hooks/router.py
-                             current: around `_policy_forward`)
-    DynamicSamplingMixin     generation rounds and regrouping                       hooks/sampling.py
-    ZeroAdvantageSkipMixin   `_policy_forward` over the rows with Â ≠ 0             hooks/skip_zero_advantage.py
-    CriticMixin              the critic (`critic_component.py`) at the hook         hooks/critic.py
-                             points: value passes, value loss, its optimizer group
-    TeacherSignalMixin       a teacher's λ·(log π_T − log π_old) added per token    hooks/teacher.py
-                             to the advantages (`_after_advantages`)
-    AdvantageMixin           advantage estimators replace TRL's advantages          hooks/advantages.py
-    KLControlMixin           KL in the reward, adaptive β, reference resets         hooks/kl_control.py
-    RewardsMixin             the reward call `_scored_rewards`: shaping, NaN/±inf    hooks/rewards.py
-                             checks, per-function rewards, task and total sums
-    PolicyLossStep           the loss step: `_policy_forward`, loss table, metrics  hooks/loss_step.py
-    PromptLengthMixin        prompt + completion within the model's positions       hooks/prompt_length.py
-    ModelObjectMixin         a policy object with no loadable name: tokenizer       hooks/model_object.py
-                             check, reference built as a frozen copy
-    GenerationMixin          the generation seam: the one override of TRL's         hooks/generation.py
-                             `_generate_and_score_completions` and `_calculate_rewards`; typed rounds
-                             (`ScoredRound`) handed to ordered hook points
-    GenerationSpeedMixin     TRL's decoding with the LoRA adapter merged, under     hooks/generation_speed.py
-                             autocast, compiled (`merge_adapter_for_generation`, `generation_autocast`,
-                             `compile_generation`)
-    TRLSeams                 the door: TRL's private methods forwarded to seams;    hooks/trl_access.py
+    GRPOTrainer              construction; TRL's seams to the pipeline's hook points    trainer.py
+    PolicyLossStep           the loss step: `_policy_forward`, loss table, metrics,     hooks/loss_step.py
+                             the optimizer-step points
+    GenerationMixin          the generation seam: a generation batch of rounds,         hooks/generation.py
+                             each a typed `ScoredRound` through the round's hook points
+    TRLSeams                 the door: TRL's private methods forwarded to seams;        hooks/trl_access.py
                              what trl_zoo relies on, checked against the installed TRL
     trl.GRPOTrainer
 
-The layers above the generation seam override its hook points, never TRL's generation: per round the reward call
-(rewards), values before the advantages (critic), the advantages (estimator), value targets after (critic); per
-generation batch the rounds (dynamic sampling) and the whole-batch entries (old routers). Length bucketing
-wraps `_zoo_prepare_inputs`: it re-cuts the buffer TRL built from the batch every generation layer has finished; the
-old-log-prob layer then adds old log-probs to the re-cut micro-batches of later optimizer steps (before any
-per-micro-batch transformation of the loss step), and the resume layer saves that buffer. See
-docs/architecture.md for the pipeline of one step.
+Construction, in order: the config made trl_zoo's and the loss, aggregation and KL entries looked up; the training
+set checked; the reward functions checked and reward shaping's added (hooks/rewards.py); TRL's constructor, in the
+context a policy object with no loadable name needs (hooks/model_object.py); the pipeline's components, in their
+declared order; the weights checked finite. See docs/architecture.md for the pipeline of one step.
 
-Tests: tests/test_trainer_layers.py (the layer table is the real MRO), tests/test_parity.py (a drop-in for TRL's),
-tests/test_model_card.py (`training_method`), tests/test_dataset_values.py (`check_train_dataset`),
-tests/test_bad_input_more.py (non-finite weights).
+Tests: tests/test_trainer_layers.py (the class table is the real MRO), tests/test_pipeline.py, tests/test_parity.py (a
+drop-in for TRL's), tests/test_model_card.py (`training_method`), tests/test_dataset_values.py
+(`check_train_dataset`), tests/test_bad_input_more.py (non-finite weights).
 """
 
 from __future__ import annotations
@@ -60,22 +35,11 @@ from trl.trainer.utils import get_config_model_id
 
 from .config import GRPOConfig, to_zoo_config
 from .dataset_values import check_one_format, check_prompts
-from .hooks.advantages import AdvantageMixin
-from .hooks.critic import CriticMixin
+from .hooks import pipeline
 from .hooks.generation import GenerationMixin
-from .hooks.generation_speed import GenerationSpeedMixin
-from .hooks.kl_control import KLControlMixin
-from .hooks.length_bucketing import LengthBucketingMixin
 from .hooks.loss_step import PolicyLossStep
-from .hooks.model_object import ModelObjectMixin
-from .hooks.old_logps import OldLogpsMixin
-from .hooks.prompt_length import PromptLengthMixin
-from .hooks.resume import ResumableStateMixin
-from .hooks.rewards import RewardsMixin
-from .hooks.router import RouterStatsMixin
-from .hooks.sampling import DynamicSamplingMixin
-from .hooks.skip_zero_advantage import ZeroAdvantageSkipMixin
-from .hooks.teacher import TeacherSignalMixin
+from .hooks.model_object import reference_for_model_object
+from .hooks.rewards import shaped_reward_funcs
 from .hooks.trl_access import TRLSeams, check_installed_trl, set_training_method
 from .io.gguf_checkpoint import policy_path
 from .numerics import nonfinite_names
@@ -164,26 +128,11 @@ def dense_policy(model, args):
     return path
 
 
-class GRPOTrainer(
-    ResumableStateMixin,
-    OldLogpsMixin,
-    LengthBucketingMixin,
-    RouterStatsMixin,
-    DynamicSamplingMixin,
-    ZeroAdvantageSkipMixin,
-    CriticMixin,
-    TeacherSignalMixin,
-    AdvantageMixin,
-    KLControlMixin,
-    RewardsMixin,
-    PolicyLossStep,
-    PromptLengthMixin,
-    ModelObjectMixin,
-    GenerationMixin,
-    GenerationSpeedMixin,
-    TRLSeams,
-):
+class GRPOTrainer(PolicyLossStep, GenerationMixin, TRLSeams):
     """Drop-in `trl.GRPOTrainer`: same constructor, `loss_type` from the plugin table (see `trl-zoo list`)."""
+
+    pipeline = pipeline.EMPTY  # while TRL's constructor runs; the trainer's own once it has
+    interrupt_notice = True  # Ctrl-C during train() writes one line to stderr before the KeyboardInterrupt goes on
 
     def __init__(self, model, reward_funcs=None, args: GRPOConfig | None = None, *positional, **kwargs):
         check_installed_trl(use_vllm=bool(getattr(args, "use_vllm", False)))
@@ -198,6 +147,49 @@ class GRPOTrainer(
         given = _TRL_INIT.bind_partial(self, model, reward_funcs, args, *positional, **kwargs).arguments
         check_train_dataset(given.get("train_dataset"), args, given.get("environment_factory"))
         self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints
-        super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        reward_funcs, args, positional, kwargs = shaped_reward_funcs(reward_funcs, args, positional, kwargs)
+        with reference_for_model_object(model, args, given):
+            super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        self.pipeline = pipeline.Pipeline(self)
         check_finite_parameters(self.model)
         set_training_method(self, *training_method(self.args))  # what TRL's model card names and cites
+
+    @property
+    def critic(self):
+        """The critic (`hooks/critic_component.Critic`: value adapter or head, passes, loss), None without one."""
+        component = self.pipeline.get("critic")
+        return None if component is None else component.critic
+
+    # ------------------------------------------------------------------ TRL's seams → the pipeline's hook points
+    def train(self, *args, **kwargs):
+        return self.pipeline.wrap("train", super().train)(*args, **kwargs)
+
+    def create_optimizer(self, *args, **kwargs):
+        return self.pipeline.wrap("create_optimizer", super().create_optimizer)(*args, **kwargs)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        return self.pipeline.wrap("compute_loss", super().compute_loss)(model, inputs, return_outputs,
+                                                                       num_items_in_batch)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        return self.pipeline.wrap("save_model", super().save_model)(output_dir, _internal_call)
+
+    def _zoo_prepare_inputs(self, generation_batch):
+        return self.pipeline.wrap("prepare_inputs", super()._zoo_prepare_inputs)(generation_batch)
+
+    def _zoo_generate(self, prompts):
+        return self.pipeline.wrap("generate", super()._zoo_generate)(prompts)
+
+    def _zoo_tokenize_prompts(self, prompts):
+        return self.pipeline.wrap("tokenize_prompts", super()._zoo_tokenize_prompts)(prompts)
+
+    def _zoo_generate_single_turn(self, *args, **kwargs):
+        return self.pipeline.wrap("generate_single_turn", super()._zoo_generate_single_turn)(*args, **kwargs)
+
+    def _zoo_save_checkpoint(self, model, trial):
+        return self.pipeline.wrap("save_checkpoint", super()._zoo_save_checkpoint)(model, trial)
+
+    def _zoo_load_optimizer_and_scheduler(self, checkpoint):
+        return self.pipeline.wrap("load_optimizer_and_scheduler", super()._zoo_load_optimizer_and_scheduler)(
+            checkpoint
+        )

@@ -230,7 +230,7 @@ def checksum(parameters) -> dict:
 
 def process_record(trainer, timer: StepTimer) -> dict:
     """This process's costs and state after training (see the module docstring)."""
-    critic = list(getattr(trainer, "critic_parameters", None) or [])
+    critic = [] if trainer.critic is None else list(trainer.critic.parameters)
     critic_ids = {id(parameter) for parameter in critic}
     policy = [p for p in trainer.model.parameters() if p.requires_grad and id(p) not in critic_ids]
     return {

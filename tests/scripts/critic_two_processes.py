@@ -61,12 +61,12 @@ def main(output_path: str, critic_model: str):
         max_completion_length=6,
     )
     policy = [
-        p for p in trainer.model.parameters() if p.requires_grad and all(p is not c for c in trainer.critic_parameters)
+        p for p in trainer.model.parameters() if p.requires_grad and all(p is not c for c in trainer.critic.parameters)
     ]
-    trainer.record = {"critic_before": flat(trainer.critic_parameters), "policy_before": flat(policy)}
+    trainer.record = {"critic_before": flat(trainer.critic.parameters), "policy_before": flat(policy)}
     record_first_averaging(trainer.critic, trainer.record)
     trainer.train()
-    trainer.record["critic_after"] = flat(trainer.critic_parameters)
+    trainer.record["critic_after"] = flat(trainer.critic.parameters)
     trainer.record["policy_after"] = flat(policy)
     trainer.record["value_losses"] = [
         row["critic/value_loss"] for row in trainer.state.log_history if "critic/value_loss" in row

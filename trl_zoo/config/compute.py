@@ -1,5 +1,5 @@
 """The compute switches `skip_zero_advantage` and `length_bucketing`: same loss and gradients, less compute. Their
-fields and the config-time checks of when that holds (what the trainer's hooks do: `hooks/skip_zero_advantage.py`,
+fields and the config-time checks of when that holds (what the trainer's components do: `hooks/skip_zero_advantage.py`,
 `hooks/length_bucketing.py`, whose docstrings derive the conditions).
 
 Tests: tests/test_skip_zero_advantage.py, tests/test_length_bucketing.py.

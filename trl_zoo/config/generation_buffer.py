@@ -32,6 +32,19 @@ def buffer_entry(args, micro_step: int) -> int:
     return micro_step % args.steps_per_generation
 
 
+def entries_trained_on_policy(args, micro_step: int) -> list[bool]:
+    """Per buffer entry of a buffer built at training micro-step `micro_step`: whether it is trained in that
+    micro-step's optimizer step (micro-step s ≥ `micro_step` trains on entry `buffer_entry(args, s)`, one a
+    micro-step, and optimizer step s // gradient_accumulation_steps)."""
+    first = buffer_entry(args, micro_step)
+    accumulation = args.gradient_accumulation_steps
+    step_of_generation = micro_step // accumulation
+    return [
+        entry >= first and (micro_step + entry - first) // accumulation == step_of_generation
+        for entry in range(args.steps_per_generation)
+    ]
+
+
 def generation_on_policy(args) -> bool:
     """Whether every micro-batch is trained by the weights that generated it: gradient_accumulation_steps a multiple of
     the generation cycle (TRL: the generation falls at the end of a full optimizer step)."""

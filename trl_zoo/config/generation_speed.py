@@ -1,7 +1,7 @@
 """The generation-speed axis: the LoRA adapter merged while TRL generates, generation under autocast, compiled
 decoding, and `speed_recipe`, which sets them together (config/speed_recipe.py). Their fields and what each cannot
 work with, refused when the config is built (naming the recipe that set the field, if one did); what needs the
-model (a PEFT adapter, a quantized base, ZeRO-3, FSDP) is refused by the trainer's hooks.
+model (a PEFT adapter, a quantized base, ZeRO-3, FSDP) is refused by the trainer's components.
 
 Tests: tests/test_autocast_generation.py, tests/test_speed_recipe.py.
 """

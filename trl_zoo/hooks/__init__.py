@@ -1,4 +1,4 @@
-"""Trainer mixins, one concept each, composed by `trl_zoo.GRPOTrainer` (its bases, in `trl_zoo/trainer.py`, are the
-method resolution order). Each overrides a seam and calls `super()`: one of ours (the generation seam's hook points,
-the loss step's), or the seam `_zoo_<name>` of a TRL method, to which the door (`trl_access.py`, the only module that
-touches TRL's private names) forwards TRL's `_<name>`."""
+"""The trainer's pipeline (`pipeline.py`: which component takes part in which hook point, in what order), its
+components (`Component`, one feature a file), the two seams the trainer builds on (`generation.py`, a generation
+batch of rounds; `loss_step.py`, the loss of a micro-batch), and the door (`trl_access.py`, the only module that
+touches TRL's private names, forwarding TRL's `_<name>` to the seam `_zoo_<name>`)."""

@@ -1,14 +1,14 @@
-"""Trainer hook: advantage estimators from the advantage table replace TRL's advantages.
+"""Component: advantage estimators from the advantage table replace TRL's advantages.
 
 TRL computes the advantages inside `_generate_and_score_completions` from the rewards of the whole generation
 batch (all processes) and keeps this process's slice. With `advantage_estimator` set (or `kl_placement="reward"`,
-which needs the rewards before the baseline; the estimator is then "grpo", TRL's own), this hook
+which needs the rewards before the baseline; the estimator is then "grpo", TRL's own), this component
 
-1. receives each generation round scored by TRL (the generation seam's `_replace_advantages(scored)`,
+1. receives each generation round scored by TRL (the pipeline's `replace_advantages(scored)`,
    `hooks/generation.py`);
 2. takes the rewards TRL used from the round (`ScoredRound.total_rewards()`): R_i = Σ_k w_k R_{i,k} over the whole
    batch (all processes, reward shaping included; NaN where every function returned None), subtracts β Σ_t KL_t for
-   `kl_placement="reward"` (`KLControlMixin.reward_kl_penalty`), gathers the extras the estimator declares
+   `kl_placement="reward"` (`kl_control.reward_kl_penalty`), gathers the extras the estimator declares
    (completion mask, per-token penalty, ‖s‖² for `optimal_baseline`) over processes, runs the estimator on the
    global batch and keeps this process's rows as TRL does (process index × local batch size). Per-token (N, T)
    advantages are padded to the longest completion across processes and trimmed back to the local length;
@@ -40,53 +40,57 @@ from trl.trainer.utils import add_fused_lm_head
 from ..advantages import AdvantageInputs, reward_decoupled_advantages
 from ..advantages.optimal_baseline import score_sq_norms
 from ..registry import ADVANTAGES
+from .component import Component
 from .generation import ScoredRound, row_chunks
+from .kl_control import reward_kl_penalty
 from .model_inputs import forward_inputs, is_multimodal, loss_mask
 from .trl_access import log_metric, replace_logged_advantages, restored, swapped
 
 _FUSED_OUTPUTS_WITH_SQUARES = ("log_probs", "entropy", "log_sum_sq_probs")
 
 
-class AdvantageMixin:
+class Advantages(Component):
     """Replace TRL's advantages by the configured estimator's, computed over the global generation batch."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        name = self.args.advantage_estimator
-        if name is None and self.args.kl_placement == "reward":
+    name = "advantages"
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        name = trainer.args.advantage_estimator
+        if name is None and trainer.args.kl_placement == "reward":
             name = "grpo"  # TRL's advantages, on the penalised rewards
-        self.advantage_entry = ADVANTAGES.get(name) if name is not None else None
-        if self.advantage_entry is None:
-            return
-        if "score_sq_norms" in self.advantage_entry.spec.needs:
+        self.entry = ADVANTAGES.get(name) if name is not None else None
+        self.active = self.entry is not None
+        if self.active and "score_sq_norms" in self.entry.spec.needs:
             self._squares_forward = self._fused_forward_with_squares()
 
     def _fused_forward_with_squares(self):
         """TRL's fused LM head with `log_sum_sq_probs` on, as a forward kept aside (the model keeps TRL's)."""
+        trainer = self.trainer
         target = self._lm_head_owner()
         with restored(target, "forward"):  # add_fused_lm_head sets it
             add_fused_lm_head(
                 target,
-                temperature=self.temperature,
-                cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32,
+                temperature=trainer.temperature,
+                cast_lm_head_to_fp32=trainer.args.cast_lm_head_to_fp32,
                 outputs=_FUSED_OUTPUTS_WITH_SQUARES,
             )
             return target.forward
 
     def _lm_head_owner(self):
-        model = self.accelerator.unwrap_model(self.model)
+        trainer = self.trainer
+        model = trainer.accelerator.unwrap_model(trainer.model)
         return model.get_base_model() if is_peft_model(model) else model
 
-    def _replace_advantages(self, scored: ScoredRound) -> None:
-        super()._replace_advantages(scored)
-        if self.advantage_entry is not None:
-            scored.batch["advantages"] = self._estimated_advantages(scored)
+    def replace_advantages(self, scored: ScoredRound) -> None:
+        scored.batch["advantages"] = self._estimated_advantages(scored)
 
     # ------------------------------------------------------------------ estimation
     def _estimated_advantages(self, scored: ScoredRound) -> torch.Tensor:
+        trainer = self.trainer
         output = scored.batch
-        mode = "train" if self.model.training else "eval"
-        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        mode = "train" if trainer.model.training else "eval"
+        num_generations = trainer.num_generations if mode == "train" else trainer.num_generations_eval
         mask = loss_mask(output)
         local_rows, local_length = mask.shape
 
@@ -95,23 +99,23 @@ class AdvantageMixin:
 
         policy_logps = output.get("old_per_token_logps")
         norms = None
-        if "score_sq_norms" in self.advantage_entry.spec.needs:
+        if "score_sq_norms" in self.entry.spec.needs:
             pass_logps, norms = self._score_norm_pass(output, mask)
             policy_logps = pass_logps if policy_logps is None else policy_logps
-            norms = self.accelerator.gather(norms)
+            norms = trainer.accelerator.gather(norms)
 
         penalty = None
-        if self.args.kl_placement == "reward" and output.get("ref_per_token_logps") is not None:
+        if trainer.args.kl_placement == "reward" and output.get("ref_per_token_logps") is not None:
             if policy_logps is None:
                 policy_logps = self._policy_logps(output)
-            penalty = self._gather_padded(self.reward_kl_penalty(output, policy_logps))
+            penalty = self._gather_padded(reward_kl_penalty(trainer, output, policy_logps))
             sequence_penalty = penalty.sum(-1)
             rewards = rewards - sequence_penalty
-            log_metric(self, "kl_reward/penalty", sequence_penalty[~unscorable].mean().item(), mode)
+            log_metric(trainer, "kl_reward/penalty", sequence_penalty[~unscorable].mean().item(), mode)
 
         global_mask = self._gather_padded(mask)
         values = None
-        if "values" in self.advantage_entry.spec.needs:
+        if "values" in self.entry.spec.needs:
             values = self._gather_padded(output["old_values"])  # set by the critic hook (hooks/critic.py)
         estimator_inputs = AdvantageInputs(
             rewards=rewards,
@@ -122,32 +126,42 @@ class AdvantageMixin:
             values=values,
         )
         scored.advantage_inputs = estimator_inputs  # global; the critic derives its value targets from it
-        if self.multi_objective_aggregation == "normalize_then_sum":  # GDPO: the estimator per reward function
-            weights = scored.reward_weights.to(rewards.device)
-            advantages = reward_decoupled_advantages(
-                self.advantage_entry, estimator_inputs, scored.rewards_per_func, weights, self.args
-            )
-        else:
-            advantages = self.advantage_entry.fn(estimator_inputs, self.args)
-        advantages = torch.nan_to_num(advantages, nan=0.0)
-        if advantages.dim() == 2:
-            advantages = advantages * global_mask
+        per_reward = None
+        if trainer.multi_objective_aggregation == "normalize_then_sum":  # GDPO: the estimator per reward function
+            per_reward = (scored.rewards_per_func, scored.reward_weights.to(rewards.device))
+        advantages = self.estimate(estimator_inputs, per_reward)
         self._log_advantages(advantages, global_mask, unscorable, mode)
 
-        start = self.accelerator.process_index * local_rows
+        start = trainer.accelerator.process_index * local_rows
         local = advantages[start : start + local_rows]
         return local[:, :local_length] if local.dim() == 2 else local
 
+    def estimate(self, inputs: AdvantageInputs, per_reward: tuple | None = None) -> torch.Tensor:
+        """Â over the global `inputs` by the configured estimator (TRL's grpo when none is set), NaN (a row with no
+        baseline) as 0 and per-token advantages masked; with `per_reward` = (R_{i,k}, w_k), GDPO's form
+        (`reward_decoupled_advantages`). The one place an estimator is called: the rounds' advantages and dynamic
+        sampling's regrouped batches (`hooks/sampling.py`) both come from here."""
+        args = self.trainer.args
+        entry = self.entry or ADVANTAGES.get("grpo")
+        if per_reward is not None:
+            advantages = reward_decoupled_advantages(entry, inputs, *per_reward, args)
+        else:
+            advantages = entry.fn(inputs, args)
+        advantages = torch.nan_to_num(advantages, nan=0.0)
+        return advantages * inputs.mask if advantages.dim() == 2 else advantages
+
     def _gather_padded(self, values: torch.Tensor) -> torch.Tensor:
         """Gather (B, T) rows of every process, padding T with zeros to the longest."""
-        return self.accelerator.gather(self.accelerator.pad_across_processes(values, dim=1, pad_index=0))
+        trainer = self.trainer
+        return trainer.accelerator.gather(trainer.accelerator.pad_across_processes(values, dim=1, pad_index=0))
 
     def _policy_logps(self, output: dict) -> torch.Tensor:
         """log π(y_t) of the sampled tokens under the current policy, no grad (TRL's own log-prob pass)."""
+        trainer = self.trainer
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(output)
-        with self._generation_pass("reward_kl_logps") as chunk:
-            logps, _, _ = self._zoo_get_per_token_logps_and_entropies(
-                self.model,
+        with trainer._generation_pass("reward_kl_logps") as chunk:
+            logps, _, _ = trainer._zoo_get_per_token_logps_and_entropies(
+                trainer.model,
                 input_ids,
                 attention_mask,
                 logits_to_keep,
@@ -158,6 +172,7 @@ class AdvantageMixin:
 
     def _score_norm_pass(self, output: dict, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(log π(y_t) (B, T), ‖s_i‖² (B,)) from one no-grad pass through TRL's fused LM head."""
+        trainer = self.trainer
         if is_multimodal(output):
             raise NotImplementedError("advantage_estimator='optimal_baseline' supports text-only models.")
         input_ids, attention_mask, length, _ = forward_inputs(output)
@@ -166,10 +181,10 @@ class AdvantageMixin:
 
         logps, log_squares = [], []
         target = self._lm_head_owner()
-        with swapped(target, "forward", self._squares_forward), self._generation_pass("score_sq_norms") as chunk:
+        with swapped(target, "forward", self._squares_forward), trainer._generation_pass("score_sq_norms") as chunk:
             for rows in row_chunks(input_ids.size(0), chunk):  # the swap lasts for this pass only
-                with self.accelerator.autocast():
-                    fused = self.model(
+                with trainer.accelerator.autocast():
+                    fused = trainer.model(
                         input_ids=input_ids[rows], attention_mask=attention_mask[rows], labels=labels[rows],
                         fused_lm_head=True,
                     )
@@ -180,6 +195,7 @@ class AdvantageMixin:
 
     # ------------------------------------------------------------------ logging
     def _log_advantages(self, advantages: torch.Tensor, mask: torch.Tensor, unscorable: torch.Tensor, mode: str):
+        trainer = self.trainer
         if advantages.dim() == 2:
             values = advantages[(mask * (~unscorable).unsqueeze(1)).bool()]
             per_completion = (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)
@@ -187,8 +203,8 @@ class AdvantageMixin:
             values = advantages[~unscorable]
             per_completion = advantages
         if values.numel():
-            log_metric(self, "advantages/mean", values.mean().item(), mode)
-            log_metric(self, "advantages/std", values.std(unbiased=False).item(), mode)
-            log_metric(self, "advantages/abs_max", values.abs().max().item(), mode)
+            log_metric(trainer, "advantages/mean", values.mean().item(), mode)
+            log_metric(trainer, "advantages/std", values.std(unbiased=False).item(), mode)
+            log_metric(trainer, "advantages/abs_max", values.abs().max().item(), mode)
         # TRL logged its own advantages for the completions table: show ours instead
-        replace_logged_advantages(self, per_completion.tolist())
+        replace_logged_advantages(trainer, per_completion.tolist())

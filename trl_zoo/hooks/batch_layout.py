@@ -6,7 +6,7 @@ or re-cut micro-batches (length bucketing) need, for every entry of the batch, i
 - ``left``: one column per prompt token (``prompt_ids``, ``prompt_mask``), padding first;
 - ``right``: one column per completion token (``completion_ids``, ``completion_mask``, ``tool_mask``, old,
   reference and sampling log-probs, per-token advantages or importance-sampling ratios, the critic's per-token
-  values and targets, the router hook's old experts), padding last;
+  values and targets, the router component's old experts), padding last;
 - ``row``: one value (or a fixed-width vector) per completion.
 
 An entry not named here is per-token iff it is as wide as the completions in every batch on every process (one

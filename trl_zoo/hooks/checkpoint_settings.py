@@ -46,7 +46,7 @@ def layout_settings(trainer) -> dict:
     return {
         "peft_config": _adapter(trainer.accelerator.unwrap_model(trainer.model)),
         "advantage_estimator": args.advantage_estimator,
-        "critic_model": trainer.critic_mode,
+        "critic_model": None if trainer.critic is None else trainer.critic.mode,
         "steps_per_generation": args.steps_per_generation,
         "num_iterations": args.num_iterations,
     }

@@ -45,7 +45,7 @@ step, before clipping (`average_gradients`). DeepSpeed and FSDP shard the parame
 Logged: ``critic/value_loss``, ``critic/clip_fraction``, ``critic/value_mean`` (per micro-batch), and per generation
 round ``critic/explained_variance`` (1 − Var(R̂ − V_old)/Var(R̂), the critic before this batch against its new
 targets), ``critic/return_mean``, ``critic/gae_mean`` and ``critic/gae_std`` (token advantages before whitening;
-the advantage hook logs them after), ``critic/value_warmup`` (1 during value pre-training), and
+the advantages component logs them after), ``critic/value_warmup`` (1 during value pre-training), and
 ``vapo/positive_nll``, ``vapo/positive_fraction`` with the positive-example loss.
 
 Tests: tests/test_critic.py (value passes, targets, the clipped value loss, gradient separation, critic.pt),

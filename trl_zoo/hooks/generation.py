@@ -1,23 +1,23 @@
-"""Trainer hook: the generation seam, the one override of TRL's `_generate_and_score_completions` and
-`_calculate_rewards` (through their seams in `hooks/trl_access.py`, `_zoo_generate_and_score_completions` and
-`_zoo_calculate_rewards`), just above TRL's trainer.
+"""The generation seam: the one override of TRL's `_generate_and_score_completions` and `_calculate_rewards` (through
+their seams in `hooks/trl_access.py`, `_zoo_generate_and_score_completions` and `_zoo_calculate_rewards`), just above
+TRL's door.
 
 A generation batch is built from one generation round or more; each round is TRL's generation and scoring of some
-prompts, handed to the layers above as a typed `ScoredRound` (TRL's batch dict and the rewards of every reward
-function over every process). The layers override these hook points, which run in this order:
+prompts, handed to the components as a typed `ScoredRound` (TRL's batch dict and the rewards of every reward function
+over every process). The seam calls the pipeline's hook points (hooks/pipeline.py says which components take part):
 
-    per round (`_scored_round`):
-      _generated_round(inputs) -> batch                              TRL's round               OldLogpsMixin
-        _scored_rewards(inputs, prompts, completions, ids) -> (N, K) the reward call, in it    RewardsMixin
-      _before_advantages(scored)                                     values V_old              CriticMixin
-      _replace_advantages(scored)                                    the estimator's Â         AdvantageMixin
-      _after_advantages(scored)                                      value targets             CriticMixin
     per generation batch (`_zoo_generate_and_score_completions`):
-      _generation_batch(inputs) -> batch                             rounds → one batch        DynamicSamplingMixin
-      _on_generation_batch(batch) -> batch                           old routers               RouterStatsMixin
+      generation_batch(inputs) -> batch                     WRAP   rounds → one batch; innermost `_one_round`
+      on_generation_batch(batch)                            EVENT  the batch is assembled
+    per round (`_scored_round`):
+      generated_round(inputs) -> batch                      WRAP   TRL's generation and scoring of the round
+        scored_rewards(inputs, prompts, completions, ids)   WRAP   TRL's reward call, inside it: (N, K) rewards
+      before_advantages(scored)                             EVENT  TRL's advantages are in `scored.batch`
+      replace_advantages(scored)                            EVENT  the estimator's Â in place of TRL's
+      after_advantages(scored)                              EVENT  the round's advantages are final
 
-Each override calls `super()`; nothing a round produced is kept on the trainer after the round (the one window:
-`_round_rewards`, written by TRL's reward call and read back as soon as TRL returns).
+Nothing a round produced is kept on the trainer after the round (the one window: `_round_rewards`, written by TRL's
+reward call and read back as soon as TRL returns).
 
 Extra no-grad passes over a generation batch (old routers, log-probs for the reward KL, ‖s‖², V_old) go through
 `_generation_pass`: one chunking rule (the per-device train or eval batch size), gradient checkpointing off, no grad,
@@ -75,58 +75,41 @@ class ScoredRound:
 
 
 class GenerationMixin:
-    """The generation seam (see the module docstring); the layer just above TRL."""
+    """The generation seam (see the module docstring); the class just above TRL's door."""
 
     _round_rewards: torch.Tensor | None = None  # the window between TRL's reward call and the end of its round
 
     # ------------------------------------------------------------------ TRL's methods' seams, overridden here only
     def _zoo_generate_and_score_completions(self, inputs):
-        return self._on_generation_batch(self._generation_batch(inputs))
-
-    def _zoo_calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        self._round_rewards = self._scored_rewards(inputs, prompts, completions, completion_ids_list)
-        return self._round_rewards
-
-    # ------------------------------------------------------------------ hook points
-    def _generated_round(self, inputs) -> dict:
-        """TRL's generation and scoring of `inputs`, its batch dict (the old-log-prob layer skips TRL's pass in it)."""
-        return super()._zoo_generate_and_score_completions(inputs)
-
-    def _scored_rewards(self, inputs, prompts, completions, completion_ids_list) -> torch.Tensor:
-        """R_{i,k} of one round over every process: TRL's reward call (the reward seam overrides it)."""
-        return super()._zoo_calculate_rewards(inputs, prompts, completions, completion_ids_list)
-
-    def _before_advantages(self, scored: ScoredRound) -> None:
-        """A round is scored; TRL's advantages are in `scored.batch`."""
-
-    def _replace_advantages(self, scored: ScoredRound) -> None:
-        """Replace `scored.batch["advantages"]` (TRL's) by another estimator's."""
-
-    def _after_advantages(self, scored: ScoredRound) -> None:
-        """The round's advantages are final."""
-
-    def _generation_batch(self, inputs) -> dict:
-        """The generation batch trained on: here one round of `inputs` (dynamic sampling generates more)."""
-        return self._scored_round(inputs).batch
-
-    def _on_generation_batch(self, batch: dict) -> dict:
-        """The generation batch is assembled; entries that describe the whole batch may be added."""
+        """A generation batch: the rounds (`generation_batch`), then `on_generation_batch`."""
+        batch = self.pipeline.wrap("generation_batch", self._one_round)(inputs)
+        self.pipeline.event("on_generation_batch", batch)
         return batch
 
+    def _zoo_calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        inner = super()._zoo_calculate_rewards
+        self._round_rewards = self.pipeline.wrap("scored_rewards", inner)(inputs, prompts, completions,
+                                                                          completion_ids_list)
+        return self._round_rewards
+
     # ------------------------------------------------------------------ one round
+    def _one_round(self, inputs) -> dict:
+        """The generation batch of one round of `inputs` (dynamic sampling generates more)."""
+        return self._scored_round(inputs).batch
+
     def _scored_round(self, inputs) -> ScoredRound:
-        """TRL's generation and scoring of `inputs`, then the per-round hook points in order."""
+        """TRL's generation and scoring of `inputs` (`generated_round`), then the round's hook points in order."""
         self._round_rewards = None
         try:
-            batch = self._generated_round(inputs)
+            batch = self.pipeline.wrap("generated_round", super()._zoo_generate_and_score_completions)(inputs)
             rewards = self._round_rewards
         finally:
             self._round_rewards = None
         task_columns = [k for k, fn in enumerate(self.reward_funcs) if not is_reward_shaping(fn)]
         scored = ScoredRound(batch, rewards, self.reward_weights, task_columns, inputs=inputs)
-        self._before_advantages(scored)
-        self._replace_advantages(scored)
-        self._after_advantages(scored)
+        self.pipeline.event("before_advantages", scored)
+        self.pipeline.event("replace_advantages", scored)
+        self.pipeline.event("after_advantages", scored)
         return scored
 
     # ------------------------------------------------------------------ extra passes

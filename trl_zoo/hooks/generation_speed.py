@@ -1,4 +1,4 @@
-"""Trainer hook: the generation-speed layer, three switches around TRL's decoding (`GenerationSpeedMixin`), each off by
+"""Component: the generation-speed component, three switches around TRL's decoding (`GenerationSpeed`), each off by
 default and each independent of the others:
 
     merge_adapter_for_generation   the LoRA adapter merged into the base weights while TRL generates with
@@ -44,7 +44,7 @@ TRL computes the old log-probs and the loss under accelerate's autocast (`_get_p
 generates outside it: `Trainer.training_step` calls `_prepare_inputs` before its autocast context, and accelerate's
 autocast wrapper sits on the wrapped model's `forward`, which `model.generate` does not call. With float32 weights
 (TRL's default `ModelConfig.dtype`) every decoding matmul therefore runs in fp32, while every other forward of the
-step runs in bf16 (or fp16). With the field on, the layer runs TRL's `_generate_single_turn` inside
+step runs in bf16 (or fp16). With the field on, the component runs TRL's `_generate_single_turn` inside
 `accelerator.autocast()`:
 
     decoding:  fp32 weights, fp32 matmuls   →   fp32 weights, bf16 matmuls (the training forward's precision)
@@ -75,7 +75,7 @@ unless the generation config says `disable_compile` (`GenerationMixin._valid_aut
 `CompileConfig` defaults to inductor with `mode="reduce-overhead"`, i.e. generated kernels and CUDA graphs, which
 replace the kernel launches that dominate the decoding of a small model. TRL 1.16 builds its generation config with
 `disable_compile=True` (`GRPOTrainer.__init__`), so the `model.generate` path never compiles, and passing
-`generation_kwargs={"disable_compile": False}` is a duplicate keyword there. With the field on, the layer sets, on
+`generation_kwargs={"disable_compile": False}` is a duplicate keyword there. With the field on, the component sets, on
 the generation config TRL built (`switch_on_compiled_decoding`, `hooks/trl_access.py`):
 
     disable_compile = False,  cache_implementation = "static" (when unset),  compile_config = CompileConfig()
@@ -95,7 +95,8 @@ remove the launches, inductor's fused kernels most of the rest.
 
 The prefill stays eager; the decode forward is compiled once and again for a new shape (after that torch marks the
 length dynamic), so the first generation batches pay the compile. On a CPU transformers compiles only with
-the compile config's `_compile_all_devices`, which the layer sets there too (tests run it; it is no speed lever there).
+the compile config's `_compile_all_devices`, which the component sets there too (tests run it; it is no speed lever
+there).
 The LoRA layers, merged or not (`merge_adapter_for_generation`), are compiled with the rest; the weights are read
 at every call, so optimizer updates and the merge reach the compiled decoding.
 
@@ -118,6 +119,7 @@ from transformers.utils import logging
 
 from ..config.speed_recipe import refusal_words, set_by_recipe
 from . import decode_graph, merge_residue
+from .component import Component
 from .trl_access import switch_on_compiled_decoding
 
 logger = logging.get_logger(__name__)
@@ -228,43 +230,50 @@ def merged_adapter(peft_model) -> Iterator[None]:
                 merge_residue.restore(layer.get_base_layer().weight, delta_weight(layer), residue)
 
 
-class GenerationSpeedMixin:
+class GenerationSpeed(Component):
     """The generation-speed switches (module docstring): `merge_adapter_for_generation` and `generation_autocast`
     around TRL's `_generate_single_turn`, `compile_generation` in the generation config TRL built."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._zoo_graphed_decoding = None
-        dropped = fields_a_quantized_base_drops(self.model, self.args, self.accelerator)
+    name = "generation_speed"
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        args = trainer.args
+        self.graphed_decoding = None
+        dropped = fields_a_quantized_base_drops(trainer.model, args, trainer.accelerator)
         for field in dropped:
-            setattr(self.args, field, False)
+            setattr(args, field, False)
         if dropped:
             logger.warning(
-                f"speed_recipe={self.args.speed_recipe!r}: the base model is quantized, so {' and '.join(dropped)} "
+                f"speed_recipe={args.speed_recipe!r}: the base model is quantized, so {' and '.join(dropped)} "
                 "do not apply (a merge into quantized weights is lossy; transformers does not compile its decoding); "
                 "the recipe's other fields do."
             )
-        if getattr(self.args, "compile_generation", False):
-            refusal = compile_refusal(self.model, self.args, self.accelerator)
+        if getattr(args, "compile_generation", False):
+            refusal = compile_refusal(trainer.model, args, trainer.accelerator)
             if refusal:
                 raise ValueError(refusal)
-            backend = getattr(self.args, "compile_generation_backend", "inductor")
+            backend = getattr(args, "compile_generation_backend", "inductor")
             graphed = backend == "cuda_graph"
             default_config = backend == "inductor" or graphed  # cuda_graph: transformers only needs a config
             switch_on_compiled_decoding(
-                self, CompileConfig() if default_config else CompileConfig(backend=backend, mode=None)
+                trainer, CompileConfig() if default_config else CompileConfig(backend=backend, mode=None)
             )
             if graphed:
-                self._zoo_graphed_decoding = decode_graph.install(self.accelerator.unwrap_model(self.model))
-        if getattr(self.args, "merge_adapter_for_generation", False):
-            refusal = merge_refusal(self.model, self.args, self.accelerator)
+                self.graphed_decoding = decode_graph.install(trainer.accelerator.unwrap_model(trainer.model))
+        self.merge = bool(getattr(args, "merge_adapter_for_generation", False))
+        if self.merge:
+            refusal = merge_refusal(trainer.model, args, trainer.accelerator)
             if refusal:
                 raise ValueError(refusal)
+        self.autocast = bool(getattr(args, "generation_autocast", False))
+        self.active = self.merge or self.autocast
 
-    def _zoo_generate_single_turn(self, *args, **kwargs):
+    def generate_single_turn(self, inner, *args, **kwargs):
+        trainer = self.trainer
         with ExitStack() as stack:
-            if getattr(self.args, "merge_adapter_for_generation", False):
-                stack.enter_context(merged_adapter(self.accelerator.unwrap_model(self.model)))
-            if getattr(self.args, "generation_autocast", False):
-                stack.enter_context(self.accelerator.autocast())
-            return super()._zoo_generate_single_turn(*args, **kwargs)
+            if self.merge:
+                stack.enter_context(merged_adapter(trainer.accelerator.unwrap_model(trainer.model)))
+            if self.autocast:
+                stack.enter_context(trainer.accelerator.autocast())
+            return inner(*args, **kwargs)

@@ -1,10 +1,10 @@
-"""Trainer hook: KL in the reward, adaptive KL coefficient and reference resets.
+"""Component: KL in the reward, adaptive KL coefficient and reference resets.
 
 - ``kl_placement="reward"`` (classic RLHF, RLOO): per completion R' = R − β Σ_t KL_t, with KL_t the configured
   estimator (`kl_estimator`) of log π_old(y_t) − log π_ref(y_t) at generation time. ``reward_kl_penalty`` gives
-  the per-token β·KL_t; the advantage hook subtracts it from the rewards before the estimator, so the penalty passes
-  through the baseline, and the trainer adds no KL term to the loss. TRL computes the reference log-probs because
-  β ≠ 0.
+  the per-token β·KL_t; the advantages component subtracts it from the rewards before the estimator, so the penalty
+  passes through the baseline, and the trainer adds no KL term to the loss. TRL computes the reference log-probs
+  because β ≠ 0.
 - ``kl_target`` (adaptive β): after each optimizer step, with KL the token mean of the KL the loss step measured over
   that step's micro-batches and processes (`StepMeans`), the rule ``kl_controller`` names:
   "doubling" β ← 2β if KL > 1.5·target, β ← β/2 if KL < target/1.5; "proportional" β ← β·(1 + K·clip(KL/target
@@ -18,7 +18,7 @@
   ``ref_reset_optimizer=True`` also clears the optimizer state, as ProRL does. A generation batch already sampled
   keeps the reference log-probs it was scored with: the new reference takes effect from the next generation.
 
-Per-step work runs in the loss step's per-optimizer-step seam `_on_optimizer_step` at its UPDATED point (once after
+Per-step work runs at the pipeline's `on_optimizer_step` hook point, its UPDATED point (once after
 every optimizer step, after the loss entry's own rule, before that step's log), so its result is logged with the
 step.
 
@@ -35,6 +35,7 @@ from torch.distributed.tensor import DTensor
 from trl.trainer.callbacks import SyncRefModelCallback
 
 from ..kl import adaptive_kl_coefficient, proportional_kl_coefficient
+from .component import Component
 from .loss_step import OptimizerStep, StepPhase
 from .model_inputs import loss_mask
 from .trl_access import log_metric
@@ -42,67 +43,73 @@ from .trl_access import log_metric
 REF_ADAPTER = "ref"  # the adapter name TRL's reference pass looks for
 
 
-class KLControlMixin:
-    """KL penalty in the reward, adaptive β and ProRL reference resets (see the module docstring)."""
+def reward_kl_penalty(trainer, output: dict, policy_logps: torch.Tensor) -> torch.Tensor | None:
+    """β·KL_t per completion token (zero elsewhere), (B, T), for kl_placement="reward"; None otherwise."""
+    ref_logps = output.get("ref_per_token_logps")
+    if trainer.args.kl_placement != "reward" or ref_logps is None:
+        return None
+    per_token_kl = trainer.kl_estimator(policy_logps, ref_logps)
+    return trainer.kl_coefficient * per_token_kl * loss_mask(output)
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._validate_kl_options()
-        if self.args.kl_target is not None:
-            self.zoo_state["kl_coef"] = float(self.beta)
 
-    def _validate_kl_options(self):
-        """What needs the launch: a PEFT reference adapter under ZeRO-3 (the config's own contradictions, such as
-        beta = 0 with a KL option, are refused when the GRPOConfig is built)."""
-        args = self.args
+class KLControl(Component):
+    """Adaptive β and ProRL reference resets (see the module docstring); the KL in the reward is
+    `reward_kl_penalty`, which the advantages read."""
+
+    name = "kl_control"
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        args = trainer.args
+        self.active = args.kl_target is not None or args.ref_reset_steps is not None
         if args.ref_reset_steps is not None:
-            deepspeed_plugin = AcceleratorState().deepspeed_plugin
-            if self.ref_model is None and deepspeed_plugin is not None and deepspeed_plugin.zero_stage == 3:
-                raise NotImplementedError(
-                    "ref_reset_steps: the PEFT reference adapter cannot be created and copied under DeepSpeed ZeRO-3, "
-                    "which partitions it across processes; use ZeRO-2, FSDP2 (configs/accelerate/fsdp2.yaml) or DDP."
-                )
-
-    # ------------------------------------------------------------------ KL in the reward
-    def reward_kl_penalty(self, output: dict, policy_logps: torch.Tensor) -> torch.Tensor | None:
-        """β·KL_t per completion token (zero elsewhere), (B, T), for kl_placement="reward"; None otherwise."""
-        ref_logps = output.get("ref_per_token_logps")
-        if self.args.kl_placement != "reward" or ref_logps is None:
-            return None
-        per_token_kl = self.kl_estimator(policy_logps, ref_logps)
-        return self.kl_coefficient * per_token_kl * loss_mask(output)
+            check_reference_resets(trainer)
+        if args.kl_target is not None:
+            trainer.zoo_state["kl_coef"] = float(trainer.beta)
 
     # ------------------------------------------------------------------ after each optimizer step
-    def _on_optimizer_step(self, step: OptimizerStep):
-        super()._on_optimizer_step(step)
+    def on_optimizer_step(self, step: OptimizerStep):
         if step.phase is not StepPhase.UPDATED:
             return
-        global_step, step_means = step.global_step, step.means
-        if self.args.kl_target is not None:
+        trainer, args = self.trainer, self.trainer.args
+        zoo_state, global_step, step_means = trainer.zoo_state, step.global_step, step.means
+        if args.kl_target is not None:
             if "kl" in step_means:  # the loss step's KL(π_θ ‖ π_ref), token mean over the step
-                beta, kl, target = self.zoo_state["kl_coef"], step_means["kl"], self.args.kl_target
-                if self.args.kl_controller == "proportional":
-                    beta = proportional_kl_coefficient(beta, kl, target, self.args.kl_controller_gain)
+                beta, kl, target = zoo_state["kl_coef"], step_means["kl"], args.kl_target
+                if args.kl_controller == "proportional":
+                    beta = proportional_kl_coefficient(beta, kl, target, args.kl_controller_gain)
                 else:
                     beta = adaptive_kl_coefficient(beta, kl, target)
-                self.zoo_state["kl_coef"] = beta
-            log_metric(self, "kl_coef", self.zoo_state["kl_coef"])
-        if self.args.ref_reset_steps is not None and global_step % self.args.ref_reset_steps == 0:
-            self.reset_reference()
-            self.zoo_state["ref_resets"] = self.zoo_state.get("ref_resets", 0) + 1
-            log_metric(self, "ref_resets", float(self.zoo_state["ref_resets"]))
+                zoo_state["kl_coef"] = beta
+            log_metric(trainer, "kl_coef", zoo_state["kl_coef"])
+        if args.ref_reset_steps is not None and global_step % args.ref_reset_steps == 0:
+            reset_reference(trainer)
+            zoo_state["ref_resets"] = zoo_state.get("ref_resets", 0) + 1
+            log_metric(trainer, "ref_resets", float(zoo_state["ref_resets"]))
 
-    def reset_reference(self):
-        """Make the reference the current policy (and clear the optimizer state if `ref_reset_optimizer`)."""
-        model = self.accelerator.unwrap_model(self.model)
-        if self.ref_model is not None:
-            SyncRefModelCallback.sync_target_model(model, self.ref_model, alpha=1.0)
-        elif is_peft_model(model):
-            _copy_active_adapter_to_ref(model)
-        else:
-            raise RuntimeError("reset_reference: no reference model and no PEFT adapter to reset (is beta = 0?).")
-        if self.args.ref_reset_optimizer and self.optimizer is not None:
-            getattr(self.optimizer, "optimizer", self.optimizer).state.clear()
+
+def check_reference_resets(trainer) -> None:
+    """What needs the launch: a PEFT reference adapter under ZeRO-3 (the config's own contradictions, such as beta = 0
+    with a KL option, are refused when the GRPOConfig is built)."""
+    deepspeed_plugin = AcceleratorState().deepspeed_plugin
+    if trainer.ref_model is None and deepspeed_plugin is not None and deepspeed_plugin.zero_stage == 3:
+        raise NotImplementedError(
+            "ref_reset_steps: the PEFT reference adapter cannot be created and copied under DeepSpeed ZeRO-3, "
+            "which partitions it across processes; use ZeRO-2, FSDP2 (configs/accelerate/fsdp2.yaml) or DDP."
+        )
+
+
+def reset_reference(trainer):
+    """Make the reference the current policy (and clear the optimizer state if `ref_reset_optimizer`)."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if trainer.ref_model is not None:
+        SyncRefModelCallback.sync_target_model(model, trainer.ref_model, alpha=1.0)
+    elif is_peft_model(model):
+        _copy_active_adapter_to_ref(model)
+    else:
+        raise RuntimeError("reset_reference: no reference model and no PEFT adapter to reset (is beta = 0?).")
+    if trainer.args.ref_reset_optimizer and trainer.optimizer is not None:
+        getattr(trainer.optimizer, "optimizer", trainer.optimizer).state.clear()
 
 
 def _copy_active_adapter_to_ref(model):

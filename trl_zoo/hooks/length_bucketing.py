@@ -1,8 +1,8 @@
-"""Trainer hook: `length_bucketing`, micro-batches of similar lengths that carry only their own padding.
+"""Component: `length_bucketing`, micro-batches of similar lengths that carry only their own padding.
 
 TRL's `_prepare_inputs` pads the whole generation batch to its longest prompt and completion, shuffles the rows
 and cuts them into `steps_per_generation` micro-batches, so every micro-batch is as wide as the widest row of the
-whole batch. Right after TRL has built that buffer, this hook re-cuts it:
+whole batch. Right after TRL has built that buffer, this component re-cuts it:
 
 1. TRL's random assignment of rows to optimizer steps is kept. The buffer is taken in blocks of
    g = gcd(steps_per_generation, gradient_accumulation_steps) consecutive micro-batches: micro-step k uses buffer
@@ -56,6 +56,7 @@ import math
 import torch
 
 from .batch_layout import batch_layouts, trim_padding
+from .component import Component
 from .trl_access import (
     buffered_micro_batch,
     generation_buffer,
@@ -69,41 +70,40 @@ SLOTS = "length_bucketing/padded_token_slots"
 SLOTS_UNBUCKETED = "length_bucketing/padded_token_slots_unbucketed"
 
 
-class LengthBucketingMixin:
+class LengthBucketing(Component):
     """`length_bucketing` (see the module docstring)."""
 
-    length_bucketing = False
+    name = "length_bucketing"
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.length_bucketing = bool(self.args.length_bucketing) and self._check_length_bucketing()
-
-    def _check_length_bucketing(self) -> bool:
-        """The one condition that needs the model (every other one is checked when the config is built,
-        `check_length_bucketing`): a MoE router auxiliary loss is a mean per micro-batch."""
-        if self.aux_loss_enabled:
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.active = bool(trainer.args.length_bucketing)
+        if self.active and trainer.aux_loss_enabled:
+            # the one condition that needs the model (the others are checked in the config: `check_length_bucketing`)
             raise ValueError(
                 "length_bucketing: the MoE router auxiliary loss (per micro-batch) would change when rows are "
                 "re-grouped; set length_bucketing=False or router_aux_loss_coef=0."
             )
-        return True
 
-    def _zoo_prepare_inputs(self, generation_batch):
-        new_buffer = self.model.training and generation_due(self)
-        inputs = super()._zoo_prepare_inputs(generation_batch)
-        if not (self.length_bucketing and new_buffer):
+    def prepare_inputs(self, inner, generation_batch):
+        trainer = self.trainer
+        new_buffer = trainer.model.training and generation_due(trainer)
+        inputs = inner(generation_batch)
+        if not new_buffer:
             return inputs
-        unbucketed = token_slots(generation_buffer(self))
-        buffer = self._bucketed(generation_buffer(self))
-        set_generation_buffer(self, buffer)
-        counts = torch.tensor([token_slots(buffer), unbucketed], device=self.accelerator.device)
-        bucketed_total, unbucketed_total = self.accelerator.reduce(counts, reduction="sum").tolist()
-        log_metric(self, SLOTS, float(bucketed_total))
-        log_metric(self, SLOTS_UNBUCKETED, float(unbucketed_total))
-        return buffered_micro_batch(self)
+        unbucketed = token_slots(generation_buffer(trainer))
+        buffer = self.bucketed(generation_buffer(trainer))
+        set_generation_buffer(trainer, buffer)
+        counts = torch.tensor([token_slots(buffer), unbucketed], device=trainer.accelerator.device)
+        bucketed_total, unbucketed_total = trainer.accelerator.reduce(counts, reduction="sum").tolist()
+        log_metric(trainer, SLOTS, float(bucketed_total))
+        log_metric(trainer, SLOTS_UNBUCKETED, float(unbucketed_total))
+        return buffered_micro_batch(trainer)
 
-    def _bucketed(self, micro_batches: list[dict]) -> list[dict]:
-        pad_token = pad_token_id(self)
+    def bucketed(self, micro_batches: list[dict]) -> list[dict]:
+        """`micro_batches` re-cut by length and trimmed (`bucket_micro_batches`)."""
+        trainer = self.trainer
+        pad_token = pad_token_id(trainer)
         # every entry but scalars (num_items_in_batch) and None moves with its rows; a list is refused by its layout
         keys = [
             key
@@ -115,11 +115,11 @@ class LengthBucketingMixin:
             keys,
             micro_batches[0]["completion_ids"].size(0),
             pad_token,
-            self.vllm_importance_sampling_mode.startswith("token"),
+            trainer.vllm_importance_sampling_mode.startswith("token"),
             ("length_bucketing cannot re-cut", "set length_bucketing=False"),
         )
-        block = math.gcd(self.args.steps_per_generation, self.args.gradient_accumulation_steps)
-        return bucket_micro_batches(micro_batches, block, layouts, pad_token, self.pad_to_multiple_of)
+        block = math.gcd(trainer.args.steps_per_generation, trainer.args.gradient_accumulation_steps)
+        return bucket_micro_batches(micro_batches, block, layouts, pad_token, trainer.pad_to_multiple_of)
 
 
 def bucket_micro_batches(micro_batches: list[dict], block: int, layouts: dict, pad_token: int, multiple) -> list[dict]:

@@ -1,22 +1,21 @@
 """The loss step: one micro-batch's policy forward, loss term, masks, KL, aggregation and metrics.
 
-`PolicyLossStep` is the layer of `trl_zoo.GRPOTrainer` that takes TRL's loss of a micro-batch (TRL's `compute_loss`
-calls `_compute_loss`, whose seam is `_zoo_compute_loss`, `hooks/trl_access.py`). It calls TRL's own methods (the
-log-prob pass `_zoo_get_per_token_logps_and_entropies`, `get_high_entropy_mask`, `get_off_policy_mask`) and then, in
-TRL's order:
+`PolicyLossStep`, a base of `trl_zoo.GRPOTrainer`, takes TRL's loss of a micro-batch (TRL's `compute_loss` calls
+`_compute_loss`, whose seam is `_zoo_compute_loss`, `hooks/trl_access.py`). It calls TRL's own methods (the log-prob
+pass `_zoo_get_per_token_logps_and_entropies`, `get_high_entropy_mask`, `get_off_policy_mask`) and then, in TRL's
+order:
 
     term   = LOSSES[loss_type](PolicyBatch, args)          per-token (B, T) or per-sequence (B, 1)
     term  *= off-policy mask · entropy mask · vLLM IS ratio (when enabled)
     term  += β · KL_estimator(log π_θ, log π_ref)           (kl_placement="loss", β ≠ 0)
     loss   = AGGREGATIONS[aggregation](term, mask)  − entropy bonus  + MoE aux loss
 
-Its seams for the hooks above it (`hooks/`): `_policy_forward(model, inputs) -> PolicyForward`, the one policy
-forward of the loss, returning a typed result that hooks extend (router statistics, zero-advantage skipping and the
-critic's hidden states override it; none writes into `inputs`), `_policy_loss(model, inputs) -> (loss,
-PolicyForward)`, the policy loss with the forward it came from (the critic adds its terms from it), `_policy_batch`,
-and `_on_optimizer_step(step: OptimizerStep)`, the one per-optimizer-step seam. It runs at three points of every
-optimizer step, in this order, and within a point the base first, then the layers from the innermost out (each
-override calls `super()` first):
+It calls two of the pipeline's hook points (hooks/pipeline.py): `policy_forward` around `_log_prob_forward`, the one
+policy forward of the loss (`_policy_forward(model, inputs) -> PolicyForward`, a typed result that components extend:
+router statistics, zero-advantage skipping and the critic's hidden states; none writes into `inputs`), and
+`on_optimizer_step(step: OptimizerStep)` after its own work at each of three points of every optimizer step, in this
+order. `_policy_loss(model, inputs) -> (loss, PolicyForward)` is the policy loss with the forward it came from (the
+critic adds its terms from it).
 
     GRADIENTS   the step's gradients are accumulated, before clipping      the critic averages its gradients (DDP)
     CLIPPED     after clipping, before optimizer.step()                     the non-finite guard (may drop the update)
@@ -93,7 +92,7 @@ class OptimizerStep:
 
 
 class PolicyLossStep:
-    """The loss of one micro-batch from the loss table (see the module docstring); the layer just above TRL."""
+    """The loss of one micro-batch from the loss table (see the module docstring)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -104,10 +103,10 @@ class PolicyLossStep:
 
     # ------------------------------------------------------------------ the per-optimizer-step seam
     def _on_optimizer_step(self, step: OptimizerStep) -> None:
-        """Once at each point of every optimizer step (`StepPhase`; the order is in the module docstring). Layers
-        override it, call `super()` first and act on `step.phase`. Here: the non-finite guard (CLIPPED); TRL's
-        adaptive entropy coefficient and the loss entry's own `on_optimizer_step(state, args, means) -> metrics`,
-        whose numbers are logged with the step (UPDATED)."""
+        """Once at each point of every optimizer step (`StepPhase`; the order is in the module docstring): the loss
+        step's own work, then the pipeline's `on_optimizer_step` hook point, whose components act on `step.phase`.
+        Here: the non-finite guard (CLIPPED); TRL's adaptive entropy coefficient and the loss entry's own
+        `on_optimizer_step(state, args, means) -> metrics`, whose numbers are logged with the step (UPDATED)."""
         if step.phase is StepPhase.CLIPPED:
             self._guard_nonfinite_step(step.model, step.grad_norm)
         elif step.phase is StepPhase.UPDATED:
@@ -116,6 +115,7 @@ class PolicyLossStep:
             if on_optimizer_step is not None:
                 for name, value in (on_optimizer_step(self.zoo_state, self.args, step.means) or {}).items():
                     log_metric(self, name, value)
+        self.pipeline.event("on_optimizer_step", step)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
@@ -173,9 +173,13 @@ class PolicyLossStep:
 
     # ------------------------------------------------------------------ loss
     def _policy_forward(self, model, inputs, compute_entropy: bool = True) -> PolicyForward:
-        """The policy forward of the micro-batch `inputs` with TRL's log-prob pass. The seam
-        of every hook that needs the loss's forward: it may slice the rows, or return what else the forward produced
-        in the result (`PolicyForward`); `inputs` is never written."""
+        """The policy forward of the micro-batch `inputs`: the pipeline's `policy_forward` hook point around TRL's
+        log-prob pass (`_log_prob_forward`). A component there may slice the rows, or return what else the forward
+        produced in the result (`PolicyForward`); `inputs` is never written."""
+        return self.pipeline.wrap("policy_forward", self._log_prob_forward)(model, inputs, compute_entropy)
+
+    def _log_prob_forward(self, model, inputs, compute_entropy: bool = True) -> PolicyForward:
+        """TRL's log-prob pass over the micro-batch `inputs`."""
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(inputs)
         logps, entropies, aux_loss = self._zoo_get_per_token_logps_and_entropies(
             model,

@@ -1,8 +1,9 @@
-"""Trainer hook: a policy passed as a model object that has no loadable name (built in memory).
+"""A policy passed as a model object that has no loadable name (built in memory).
 
 TRL loads two things by the policy's ``config._name_or_path``: the tokenizer when ``processing_class`` is None, and,
 when ``beta`` ≠ 0 without PEFT, the reference model π_ref. For a model built in memory that name is empty (or a
-folder that no longer exists) and TRL crashes deep inside the hub client. This hook:
+folder that no longer exists) and TRL crashes deep inside the hub client. `reference_for_model_object`, the
+context of TRL's constructor:
 
 - raises one line naming ``processing_class`` when the tokenizer would have to be loaded from such a name;
 - builds the reference as a frozen deep copy of the policy, taken before TRL's constructor touches it, with a
@@ -11,7 +12,7 @@ folder that no longer exists) and TRL crashes deep inside the hub client. This h
   name (TRL keeps a separate reference whenever beta ≠ 0 without PEFT); gradients are never allocated for it.
 
 TRL builds its reference inline in its constructor with ``create_model_from_path(name, ...)``; for the duration of
-that constructor, this hook answers that one call, for the policy's own unloadable name only, with the copy. With
+that constructor, this context answers that one call, for the policy's own unloadable name only, with the copy. With
 PEFT (``peft_config`` or a PEFT model), with ``beta=0`` or with a loadable name nothing changes: TRL's reference is
 the base with adapters disabled, none, or the model loaded by name.
 
@@ -21,6 +22,7 @@ undone).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import re
@@ -44,34 +46,26 @@ def is_loadable_name(name: str) -> bool:
     return _HUB_ID.fullmatch(name) is not None and not name.startswith(".")
 
 
-class ModelObjectMixin:
-    """Tokenizer check and in-memory reference for a policy object without a loadable name (module docstring)."""
-
-    def __init__(self, model, reward_funcs=None, args=None, *positional, **kwargs):
-        name = None if isinstance(model, str) else get_config_model_id(model.config)
-        if name is None or is_loadable_name(name):
-            super().__init__(model, reward_funcs, args, *positional, **kwargs)
-            return
-        positional_names = (
-            "train_dataset", "eval_dataset", "processing_class", "reward_processing_classes", "callbacks",
-            "optimizers", "quantization_config", "peft_config",
+def reference_for_model_object(model, args, given: dict) -> contextlib.AbstractContextManager:
+    """The context TRL's constructor runs in (module docstring): for a policy object with no loadable name, a frozen
+    copy answers TRL's load of the reference by that name; `given` holds TRL's constructor's other arguments by name.
+    Nothing otherwise."""
+    name = None if isinstance(model, str) else get_config_model_id(model.config)
+    if name is None or is_loadable_name(name):
+        return contextlib.nullcontext()
+    if given.get("processing_class") is None:
+        raise ValueError(
+            f"processing_class: the model was passed as an object whose name_or_path ({name!r}) cannot be "
+            f"loaded, so neither can its tokenizer; pass processing_class=tokenizer."
         )
-        given = {**dict(zip(positional_names, positional)), **kwargs}
-        if given.get("processing_class") is None:
-            raise ValueError(
-                f"processing_class: the model was passed as an object whose name_or_path ({name!r}) cannot be "
-                f"loaded, so neither can its tokenizer; pass processing_class=tokenizer."
-            )
-        uses_peft = given.get("peft_config") is not None or is_peft_model(model)
-        if args.beta == 0.0 or uses_peft:
-            super().__init__(model, reward_funcs, args, *positional, **kwargs)
-            return
-        reference = copy.deepcopy(model).requires_grad_(False).eval()
-        warnings.warn(
-            f"beta={args.beta}: the model was passed as an object whose name_or_path ({name!r}) cannot be loaded, so "
-            f"the reference model is a frozen copy of it in memory (as much memory as loading it by name); pass the "
-            f"model's name or folder to load the reference instead.",
-            stacklevel=3,
-        )
-        with reference_loaded_from(name, reference):  # a swap of TRL's module attribute, hooks/trl_access.py
-            super().__init__(model, reward_funcs, args, *positional, **kwargs)
+    uses_peft = given.get("peft_config") is not None or is_peft_model(model)
+    if args.beta == 0.0 or uses_peft:
+        return contextlib.nullcontext()
+    reference = copy.deepcopy(model).requires_grad_(False).eval()
+    warnings.warn(
+        f"beta={args.beta}: the model was passed as an object whose name_or_path ({name!r}) cannot be loaded, so "
+        f"the reference model is a frozen copy of it in memory (as much memory as loading it by name); pass the "
+        f"model's name or folder to load the reference instead.",
+        stacklevel=3,
+    )
+    return reference_loaded_from(name, reference)  # a swap of TRL's module attribute, hooks/trl_access.py

@@ -1,4 +1,4 @@
-"""Trainer hook: `skip_on_policy_old_logps`, old log-probs only where they differ from the policy's own.
+"""Component: `skip_on_policy_old_logps`, old log-probs only where they differ from the policy's own.
 
 TRL computes old log-probs log π_old(y_t) of the whole generation batch in one no-grad forward inside
 `_generate_and_score_completions` whenever gradient_accumulation_steps is not a multiple of steps_per_generation ×
@@ -9,13 +9,13 @@ log-probs are the policy's own, detached, which is what TRL's loss and `hooks/lo
 carries none (ratio 1). Only the later entries need old log-probs.
 
 With the field on and applicable (`old_logps_skip_applies`, config/generation_speed.py), TRL's pass is not run at
-generation (`old_logps_pass_skipped`, the door, around each training round's `_generated_round`, the generation
-seam's hook point of TRL's round); right after TRL's `_prepare_inputs` built (and length bucketing re-cut) the buffer
+generation (`old_logps_pass_skipped`, the door, around each training round's `generated_round`, the pipeline's
+hook point of TRL's round); right after TRL's `_prepare_inputs` built (and length bucketing re-cut) the buffer
 of micro-batches, before any optimizer update on it, each micro-batch of a later optimizer step gets
 `old_per_token_logps` from the same forward TRL uses (`_zoo_get_per_token_logps_and_entropies` on prompt + completion
 ids and masks, chunked by the per-device batch size, under `_generation_pass("old_logps")`: no grad, gradient
 checkpointing off, outside autocast as TRL's pass). Computed on the re-cut micro-batches, they are the log-probs of
-exactly the rows and padding the loss forward sees. The buffer then goes to the resume layer, which saves it with
+exactly the rows and padding the loss forward sees. The buffer then goes to the resume component, which saves it with
 them. Entries not used before the next generation (only after a resume that lost the buffer) get them too.
 
 Where it does not apply, TRL's behaviour is unchanged: eval, a multimodal batch (TRL's pass then runs in full), and
@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import torch
 
+from ..config.generation_buffer import entries_trained_on_policy
 from ..config.generation_speed import old_logps_skip_applies
+from .component import Component
 from .generation import ScoredRound
 from .model_inputs import forward_inputs, is_multimodal
 from .trl_access import (
@@ -53,66 +55,60 @@ ROWS = "old_logps/rows"
 OLD_LOGPS = "old_per_token_logps"
 
 
-def on_policy_entries(steps_per_generation: int, accumulation: int, step: int) -> list[bool]:
-    """Per buffer entry: whether it is trained in the optimizer step of the generation, at micro-step `step` (the
-    buffer then serves entries `step % steps_per_generation` onward, one a micro-step)."""
-    first = step % steps_per_generation
-    optimizer_step = step // accumulation
-    return [j >= first and (step + j - first) // accumulation == optimizer_step for j in range(steps_per_generation)]
+class OldLogps(Component):
+    """`skip_on_policy_old_logps`, and the count of rows through old-log-prob passes (see the module docstring)."""
 
+    name = "old_logps"
 
-class OldLogpsMixin:
-    """`skip_on_policy_old_logps` (see the module docstring)."""
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.rows = 0  # rows through an old-log-prob pass in the current generation batch, this process
+        # the field applies: TRL's pass is skipped at generation (`old_logps_pass_skipped`)
+        self.skip_on_policy = old_logps_skip_applies(trainer.args, bool(trainer.loss_entry.spec.requires_moe))
 
-    _old_logps_rows = 0  # rows through an old-log-prob pass in the current generation batch, this process
-    skip_on_policy_old_logps = False  # the field applies: TRL's pass skipped at generation (`old_logps_pass_skipped`)
+    def generated_round(self, inner, inputs) -> dict:
+        if self.skip_on_policy and self.trainer.model.training:
+            with old_logps_pass_skipped(self.trainer):
+                return inner(inputs)
+        return inner(inputs)
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.skip_on_policy_old_logps = old_logps_skip_applies(self.args, bool(self.loss_entry.spec.requires_moe))
-
-    def _generated_round(self, inputs) -> dict:
-        if self.skip_on_policy_old_logps and self.model.training:
-            with old_logps_pass_skipped(self):
-                return super()._generated_round(inputs)
-        return super()._generated_round(inputs)
-
-    def _before_advantages(self, scored: ScoredRound) -> None:
-        super()._before_advantages(scored)
+    def before_advantages(self, scored: ScoredRound) -> None:
         old = scored.batch.get(OLD_LOGPS)
-        if old is not None and self.model.training:
-            self._old_logps_rows += old.size(0)  # TRL's pass over this round
+        if old is not None and self.trainer.model.training:
+            self.rows += old.size(0)  # TRL's pass over this round
 
-    def _zoo_prepare_inputs(self, generation_batch):
-        step = micro_step(self)
-        new_buffer = self.model.training and generation_due(self)
+    def prepare_inputs(self, inner, generation_batch):
+        trainer = self.trainer
+        step = micro_step(trainer)
+        new_buffer = trainer.model.training and generation_due(trainer)
         if new_buffer:
-            self._old_logps_rows = 0
-        inputs = super()._zoo_prepare_inputs(generation_batch)
+            self.rows = 0
+        inputs = inner(generation_batch)
         if not new_buffer:
             return inputs
-        if self.skip_on_policy_old_logps:
-            buffer = self._with_old_logps(generation_buffer(self), step)
-            set_generation_buffer(self, buffer)
-            inputs = buffered_micro_batch(self)
-        if trl_computes_old_logps(self):
-            rows = torch.tensor(float(self._old_logps_rows), device=self.accelerator.device)
-            log_metric(self, ROWS, self.accelerator.reduce(rows, reduction="sum").item())
+        if self.skip_on_policy:
+            buffer = self._with_old_logps(generation_buffer(trainer), step)
+            set_generation_buffer(trainer, buffer)
+            inputs = buffered_micro_batch(trainer)
+        if trl_computes_old_logps(trainer):
+            rows = torch.tensor(float(self.rows), device=trainer.accelerator.device)
+            log_metric(trainer, ROWS, trainer.accelerator.reduce(rows, reduction="sum").item())
         return inputs
 
     def _with_old_logps(self, micro_batches: list[dict], step: int) -> list[dict]:
         """`micro_batches` with `old_per_token_logps` in each one not trained in the generation's optimizer step."""
-        on_policy = on_policy_entries(len(micro_batches), self.args.gradient_accumulation_steps, step)
+        trainer = self.trainer
+        on_policy = entries_trained_on_policy(trainer.args, step)
         result = []
-        with self._generation_pass("old_logps") as chunk:
+        with trainer._generation_pass("old_logps") as chunk:
             for micro_batch, own in zip(micro_batches, on_policy):
                 if own or OLD_LOGPS in micro_batch or is_multimodal(micro_batch):
                     result.append(micro_batch)
                     continue
                 input_ids, attention_mask, logits_to_keep, _ = forward_inputs(micro_batch)
-                old, _, _ = self._zoo_get_per_token_logps_and_entropies(
-                    self.model, input_ids, attention_mask, logits_to_keep, batch_size=chunk
+                old, _, _ = trainer._zoo_get_per_token_logps_and_entropies(
+                    trainer.model, input_ids, attention_mask, logits_to_keep, batch_size=chunk
                 )
                 result.append({**micro_batch, OLD_LOGPS: old})
-                self._old_logps_rows += input_ids.size(0)
+                self.rows += input_ids.size(0)
         return result

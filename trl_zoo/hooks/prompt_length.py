@@ -1,4 +1,4 @@
-"""Trainer hook: a prompt that, with its completion, does not fit in the model's positions is an error.
+"""Component: a prompt that, with its completion, does not fit in the model's positions is an error.
 
 TRL 1.16 has no ``max_prompt_length``: it tokenizes every prompt whole and generates ``max_completion_length``
 tokens after it. A model with a position limit (``config.max_position_embeddings``) then either crashes in its
@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 
 from ..dataset_values import check_batch_prompts
+from .component import Component
 
 
 class PromptTooLongError(ValueError):
@@ -91,17 +92,20 @@ def check_prompt_characters(prompts, max_completion_length: int, limit: int | No
             )
 
 
-class PromptLengthMixin:
+class PromptLength(Component):
     """Checks each generation batch's prompt lengths against the model's positions (see the module docstring)."""
 
-    def _zoo_tokenize_prompts(self, prompts: list):
+    name = "prompt_length"
+
+    def tokenize_prompts(self, inner, prompts: list):
+        trainer = self.trainer
+        limit = position_limit(trainer.model)
         check_batch_prompts(prompts)  # a streamed dataset's rows are first seen here
-        check_prompt_characters(prompts, self.max_completion_length, position_limit(self.model),
-                                self.prompt_characters_per_token)
-        prompt_ids, images, multimodal_fields = super()._zoo_tokenize_prompts(prompts)
-        check_prompt_lengths(prompt_ids, self.max_completion_length, position_limit(self.model))
+        check_prompt_characters(prompts, trainer.max_completion_length, limit, self.characters_per_token)
+        prompt_ids, images, multimodal_fields = inner(prompts)
+        check_prompt_lengths(prompt_ids, trainer.max_completion_length, limit)
         return prompt_ids, images, multimodal_fields
 
     @functools.cached_property
-    def prompt_characters_per_token(self) -> int:
-        return characters_per_token(self.processing_class)
+    def characters_per_token(self) -> int:
+        return characters_per_token(self.trainer.processing_class)

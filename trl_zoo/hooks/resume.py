@@ -1,8 +1,8 @@
-"""Trainer hook: checkpoints carry trl_zoo's state, so a resumed run continues exactly where the saved one stopped.
+"""Component: checkpoints carry trl_zoo's state, so a resumed run continues exactly where the saved one stopped.
 
 transformers saves the model (every PEFT adapter, the frozen reference adapter "ref" included, and loads them all
 back), the optimizer, the scheduler and the RNG states; TRL adds its entropy controller. What neither saves, and
-this hook does, in the checkpoint folder:
+this component does, in the checkpoint folder:
 
 - ``trl_zoo_state.pt``: ``zoo_state``, the algorithm state every hook keeps there (adaptive KL coefficient
   ``kl_coef``, ppo_kl's β, the reference-reset count, the dynamic-sampling prompt-stream position, greso's prompt
@@ -23,7 +23,7 @@ starts from its initial values.
 
 Resuming from "the last checkpoint" (``train(resume_from_checkpoint=True)``, the CLI's ``--resume_from_checkpoint
 true``) takes the newest *complete* ``checkpoint-N`` folder: transformers' ``_save_checkpoint`` writes
-``trainer_state.json`` last (after the model, optimizer, scheduler and RNG states; this hook's files come before
+``trainer_state.json`` last (after the model, optimizer, scheduler and RNG states; this component's files come before
 them all), so a folder without it is a save that was interrupted; it is skipped with a one-line warning.
 
 Before transformers loads anything, the checkpoint's files are checked for truncation and for the optimizer's and
@@ -58,6 +58,7 @@ from .checkpoint_integrity import (
     missing_rng_state,
 )
 from .checkpoint_settings import check_same_settings, layout_settings
+from .component import Component
 from .trl_access import generation_buffer, generation_due, micro_step, set_generation_buffer
 
 STATE_FILE = "trl_zoo_state.pt"
@@ -97,55 +98,60 @@ def interrupted_message(step: int, output_dir: str, resume_with: str = "train(re
     return f"interrupted at step {step}; last checkpoint: {last}; resume with {resume_with}."
 
 
-class ResumableStateMixin:
+class ResumableState(Component):
     """Saves and restores trl_zoo's state with every checkpoint (see the module docstring)."""
 
-    interrupt_notice = True  # Ctrl-C during train() writes one line to stderr before the KeyboardInterrupt goes on
+    name = "resume"
 
-    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+    def train(self, inner, resume_from_checkpoint=None, *args, **kwargs):
+        trainer = self.trainer
         if resume_from_checkpoint is True:  # transformers would take the highest checkpoint-N, finished or not
             resume_from_checkpoint = last_complete_checkpoint(
-                self.args.output_dir, lambda line: warnings.warn(line, stacklevel=3)
+                trainer.args.output_dir, lambda line: warnings.warn(line, stacklevel=3)
             )
             if resume_from_checkpoint is None:
                 raise ValueError(
                     f"resume_from_checkpoint: no complete checkpoint-N folder (one with {TRAINER_STATE_NAME}) in "
-                    f"{self.args.output_dir}; train without resume_from_checkpoint or point it at a checkpoint."
+                    f"{trainer.args.output_dir}; train without resume_from_checkpoint or point it at a checkpoint."
                 )
         if isinstance(resume_from_checkpoint, str):
             self._check_checkpoint(resume_from_checkpoint)
         try:
-            return super().train(resume_from_checkpoint, *args, **kwargs)
+            return inner(resume_from_checkpoint, *args, **kwargs)
         except KeyboardInterrupt:
-            if self.interrupt_notice:
-                print(f"trl_zoo: {interrupted_message(self.state.global_step, self.args.output_dir)}", file=sys.stderr)
+            if trainer.interrupt_notice:
+                print(f"trl_zoo: {interrupted_message(trainer.state.global_step, trainer.args.output_dir)}",
+                      file=sys.stderr)
             raise
 
-    def _zoo_save_checkpoint(self, model, trial):
-        folder = os.path.join(self._zoo_get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+    def save_checkpoint(self, inner, model, trial):
+        trainer = self.trainer
+        checkpoint_name = f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
+        folder = os.path.join(trainer._zoo_get_output_dir(trial), checkpoint_name)
         os.makedirs(folder, exist_ok=True)
-        if self.args.should_save:
+        if trainer.args.should_save:
             state = {
-                "zoo_state": dict(self.zoo_state),
-                "trl_step": micro_step(self),
-                "settings": layout_settings(self),
+                "zoo_state": dict(trainer.zoo_state),
+                "trl_step": micro_step(trainer),
+                "settings": layout_settings(trainer),
             }
             torch.save(state, os.path.join(folder, STATE_FILE))
             if self._reference_has_moved():
-                reference = self.accelerator.unwrap_model(self.ref_model)
+                reference = trainer.accelerator.unwrap_model(trainer.ref_model)
                 torch.save(reference.state_dict(), os.path.join(folder, REFERENCE_FILE))
-        if not generation_due(self):  # the next micro-steps train on TRL's buffer
-            buffer_path = os.path.join(folder, BUFFER_FILE.format(process=self.accelerator.process_index))
-            torch.save(generation_buffer(self), buffer_path)
-        super()._zoo_save_checkpoint(model, trial)
+        if not generation_due(trainer):  # the next micro-steps train on TRL's buffer
+            buffer_path = os.path.join(folder, BUFFER_FILE.format(process=trainer.accelerator.process_index))
+            torch.save(generation_buffer(trainer), buffer_path)
+        inner(model, trial)
 
     def _check_checkpoint(self, checkpoint: str) -> None:
         """The checks that need no loaded state: truncated files, the optimizer's and scheduler's files (DeepSpeed
         keeps its own), the layout settings."""
+        trainer = self.trainer
         check_checkpoint(checkpoint)
-        if not self.is_deepspeed_enabled:
+        if not trainer.is_deepspeed_enabled:
             check_training_state(checkpoint)
-        rng_state = missing_rng_state(checkpoint, self.args.process_index, self.args.world_size)
+        rng_state = missing_rng_state(checkpoint, trainer.args.process_index, trainer.args.world_size)
         if rng_state is not None:
             warnings.warn(
                 f"resume_from_checkpoint: {rng_state} is missing (the process that wrote it may have been on another "
@@ -156,14 +162,15 @@ class ResumableStateMixin:
         state_path = os.path.join(checkpoint, STATE_FILE)
         if os.path.isfile(state_path):
             saved = torch.load(state_path, map_location="cpu", weights_only=True).get("settings", {})
-            check_same_settings(checkpoint, saved, layout_settings(self), self.args.speed_recipe)
+            check_same_settings(checkpoint, saved, layout_settings(trainer), trainer.args.speed_recipe)
 
-    def _zoo_load_optimizer_and_scheduler(self, checkpoint):
-        super()._zoo_load_optimizer_and_scheduler(checkpoint)
+    def load_optimizer_and_scheduler(self, inner, checkpoint):
+        trainer = self.trainer
+        inner(checkpoint)
         if checkpoint is None:
             return
-        if not self.is_deepspeed_enabled:
-            check_finite_state(checkpoint, self.accelerator.unwrap_model(self.model), self.optimizer)
+        if not trainer.is_deepspeed_enabled:
+            check_finite_state(checkpoint, trainer.accelerator.unwrap_model(trainer.model), trainer.optimizer)
         state_path = os.path.join(checkpoint, STATE_FILE)
         if not os.path.isfile(state_path):
             warnings.warn(
@@ -172,24 +179,25 @@ class ResumableStateMixin:
                 stacklevel=2,
             )
             return
-        saved = torch.load(state_path, map_location=self.accelerator.device, weights_only=True)
-        self.zoo_state.update(saved["zoo_state"])
-        set_generation_buffer(self, generation_buffer(self), step=saved["trl_step"])
-        buffer_path = os.path.join(checkpoint, BUFFER_FILE.format(process=self.accelerator.process_index))
-        if inside_generation_cycle(self.args, micro_step(self)):
+        saved = torch.load(state_path, map_location=trainer.accelerator.device, weights_only=True)
+        trainer.zoo_state.update(saved["zoo_state"])
+        set_generation_buffer(trainer, generation_buffer(trainer), step=saved["trl_step"])
+        buffer_path = os.path.join(checkpoint, BUFFER_FILE.format(process=trainer.accelerator.process_index))
+        if inside_generation_cycle(trainer.args, micro_step(trainer)):
             if not os.path.isfile(buffer_path):
                 raise CheckpointError(
                     f"resume_from_checkpoint: {checkpoint} was saved inside a generation cycle but has no "
                     f"{os.path.basename(buffer_path)} for this process; resume with the same number of processes, "
                     f"and copy the file in if the process that wrote it ran on another machine."
                 )
-            buffer = torch.load(buffer_path, map_location=self.accelerator.device, weights_only=True)
-            set_generation_buffer(self, buffer)
+            buffer = torch.load(buffer_path, map_location=trainer.accelerator.device, weights_only=True)
+            set_generation_buffer(trainer, buffer)
         reference_path = os.path.join(checkpoint, REFERENCE_FILE)
-        if self.ref_model is not None and os.path.isfile(reference_path):
-            weights = torch.load(reference_path, map_location=self.accelerator.device, weights_only=True)
-            self.accelerator.unwrap_model(self.ref_model).load_state_dict(weights)
+        if trainer.ref_model is not None and os.path.isfile(reference_path):
+            weights = torch.load(reference_path, map_location=trainer.accelerator.device, weights_only=True)
+            trainer.accelerator.unwrap_model(trainer.ref_model).load_state_dict(weights)
 
     def _reference_has_moved(self) -> bool:
-        moved = self.zoo_state.get("ref_resets", 0) > 0 or self.args.sync_ref_model
-        return moved and self.ref_model is not None
+        trainer = self.trainer
+        moved = trainer.zoo_state.get("ref_resets", 0) > 0 or trainer.args.sync_ref_model
+        return moved and trainer.ref_model is not None

@@ -1,4 +1,4 @@
-"""Trainer hook: the reward seam, the generation seam's `_scored_rewards` (its call of TRL's `_calculate_rewards`).
+"""Component: the reward seam, the pipeline's `scored_rewards` hook point (TRL's `_calculate_rewards`).
 
 - Reward shaping: the soft overlong punishment (`trl_zoo/reward_shaping.py`) is appended to the reward functions
   before TRL's constructor runs.
@@ -50,6 +50,7 @@ from trl.trainer.utils import is_async_callable
 
 from ..numerics import short_repr
 from ..reward_shaping import with_soft_overlong_punishment
+from .component import Component
 from .reward_watchdog import watched
 from .trl_access import log_metric, swapped
 
@@ -61,41 +62,46 @@ class RewardOutputError(ValueError):
     """A reward function's output is not a reward (see the module docstring): bad input, one line."""
 
 
-class RewardsMixin:
-    """Reward shaping and the NaN and ±inf checks of the reward call (see the module docstring)."""
+def shaped_reward_funcs(reward_funcs, args, positional: tuple, kwargs: dict):
+    """The reward functions TRL's constructor is given: the user's, checked, and reward shaping's (`reward_shaping.py`)
+    added; returns `(reward_funcs, args, positional, kwargs)` as `with_soft_overlong_punishment` does."""
+    _check_reward_funcs(reward_funcs)
+    return with_soft_overlong_punishment(reward_funcs, args, positional, kwargs)
 
-    def __init__(self, model, reward_funcs=None, args=None, *positional, **kwargs):
-        _check_reward_funcs(reward_funcs)
-        reward_funcs, args, positional, kwargs = with_soft_overlong_punishment(reward_funcs, args, positional, kwargs)
-        super().__init__(model, reward_funcs, args, *positional, **kwargs)
 
-    def _scored_rewards(self, inputs, prompts, completions, completion_ids_list):
-        reward_funcs = self.reward_funcs
-        findings = torch.zeros(len(prompts), len(reward_funcs), dtype=torch.uint8, device=self.accelerator.device)
+class RewardChecks(Component):
+    """The NaN and ±inf checks of the reward call (see the module docstring)."""
+
+    name = "rewards"
+
+    def scored_rewards(self, inner, inputs, prompts, completions, completion_ids_list):
+        trainer = self.trainer
+        reward_funcs = trainer.reward_funcs
+        findings = torch.zeros(len(prompts), len(reward_funcs), dtype=torch.uint8, device=trainer.accelerator.device)
         examples: dict[int, str] = {}
-        names = self.reward_func_names
-        seconds = self.args.reward_timeout_warning  # a line names a reward still running then (reward_watchdog.py)
+        names = trainer.reward_func_names
+        seconds = trainer.args.reward_timeout_warning  # a line names a reward still running then (reward_watchdog.py)
         recording = [
             fn if isinstance(fn, nn.Module)
             else watched(_recording(fn, names[column], column, findings, examples), names[column], seconds)
             for column, fn in enumerate(reward_funcs)
         ]
-        with swapped(self, "reward_funcs", recording):  # for TRL's reward call only (hooks/trl_access.py)
-            rewards_per_func = super()._scored_rewards(inputs, prompts, completions, completion_ids_list)
-        found = self.accelerator.gather(findings).bool()  # rows in the order of TRL's gathered rewards
+        with swapped(trainer, "reward_funcs", recording):  # for TRL's reward call only (hooks/trl_access.py)
+            rewards_per_func = inner(inputs, prompts, completions, completion_ids_list)
+        found = trainer.accelerator.gather(findings).bool()  # rows in the order of TRL's gathered rewards
         for column, fn in enumerate(reward_funcs):
             if isinstance(fn, nn.Module):
                 found[:, column] |= ~torch.isfinite(rewards_per_func[:, column])
                 largest = rewards_per_func[:, column].nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).abs().max()
-                _check_magnitude(self.reward_func_names[column], float(largest))
-        mode = "train" if self.model.training else "eval"
-        if self.args.nan_rewards == "drop":
-            log_metric(self, "rewards/nonfinite_dropped", float(found.any(dim=1).sum()), mode)
+                _check_magnitude(trainer.reward_func_names[column], float(largest))
+        mode = "train" if trainer.model.training else "eval"
+        if trainer.args.nan_rewards == "drop":
+            log_metric(trainer, "rewards/nonfinite_dropped", float(found.any(dim=1).sum()), mode)
         unscorable = torch.isnan(rewards_per_func).all(dim=1) & ~found.any(dim=1)  # every function returned None
         any_found, all_unscorable = torch.stack([found.any(), unscorable.all()]).tolist()  # one host sync
         if all_unscorable:
             warnings.warn(
-                f"reward_funcs: every reward function ({', '.join(self.reward_func_names)}) returned None for all "
+                f"reward_funcs: every reward function ({', '.join(trainer.reward_func_names)}) returned None for all "
                 f"{found.size(0)} completions of this generation batch, so none is scored and nothing is learned from "
                 f"it; check that the rewards receive the dataset columns they need (None means 'cannot score').",
                 stacklevel=2,
@@ -104,11 +110,11 @@ class RewardsMixin:
             return rewards_per_func
         counts = found.sum(dim=0).tolist()
         culprits = ", ".join(
-            _culprit(self.reward_func_names[column], count, found.size(0), examples.get(column))
+            _culprit(trainer.reward_func_names[column], count, found.size(0), examples.get(column))
             for column, count in enumerate(counts)
             if count
         )
-        _on_nonfinite(self.args.nan_rewards, culprits, "zero advantage")
+        _on_nonfinite(trainer.args.nan_rewards, culprits, "zero advantage")
         rewards_per_func = rewards_per_func.clone()
         rewards_per_func[found.any(dim=1)] = torch.nan
         return rewards_per_func

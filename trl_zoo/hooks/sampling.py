@@ -1,6 +1,6 @@
-"""Trainer hook: dynamic sampling (`dynamic_sampling`, formulas in `trl_zoo/samplers/`).
+"""Component: dynamic sampling (`dynamic_sampling`, formulas in `trl_zoo/samplers/`).
 
-The generation seam's `_generation_batch` (`hooks/generation.py`) hands the inputs TRL drew to the sampler from the
+The pipeline's `generation_batch` hook point (`hooks/generation.py`) hands the inputs TRL drew to the sampler from the
 sampler table through a session that generates lazily: reading its rounds lets TRL generate and score those inputs
 (`_scored_round`, with the per-round hook points: values, advantages); a sampler that filters prompts before
 generation (`greso`) instead draws prompt batches (gathered from all processes) and picks the rows of each round
@@ -21,7 +21,7 @@ regrouped yet (use `reweight`).
 
 A sampler that assembles its batch row by row (`adaptive_budget`: a prompt's completions come from several rounds)
 calls `assemble_rows` and returns the batch's group structure (`SampledBatch.regrouped`); its advantages are then
-computed again here over those groups of unequal size (`_regrouped_advantages`: the estimator of
+computed again here over those groups of unequal size (`regrouped_advantages`: the estimator of
 `advantage_estimator`, TRL's grpo when None, on the rows' total rewards with `AdvantageInputs.group_sizes`, 0 for
 filler rows), replacing those of the rounds, whose groups of G consecutive rows were not the prompts' groups (what
 the rounds logged of their advantages and reward spread is theirs).
@@ -40,89 +40,92 @@ from datasets import IterableDataset
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
 from ..advantages import AdvantageInputs
-from ..registry import ADVANTAGES, SAMPLERS
+from ..registry import SAMPLERS
 from ..samplers.base import Regrouped, Round, group_reward_spread, sampling_metrics
 from .batch_layout import batch_layouts, trim_padding
+from .component import Component
 from .model_inputs import loss_mask
 from .trl_access import log_metric, pad_token_id
 
 PROMPT_BATCHES_DRAWN = "dynamic_sampling/prompt_batches_drawn"  # zoo_state key: position in the prompt stream
 
 
-class DynamicSamplingMixin:
-    """`dynamic_sampling` (see the module docstring)."""
+class DynamicSampling(Component):
+    """`dynamic_sampling` (see the module docstring); without a sampler, the sampling metrics of TRL's one round."""
 
-    sampler = None  # the sampler table's function, or None
-    _prompt_stream = None  # the sampler's own generation batches, made on first use
+    name = "dynamic_sampling"
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.sampler = SAMPLERS.get(self.args.dynamic_sampling).fn if self.args.dynamic_sampling else None
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        name = trainer.args.dynamic_sampling
+        self.sampler = SAMPLERS.get(name).fn if name else None  # the sampler table's function, or None
+        self._prompt_stream = None  # the sampler's own generation batches, made on first use
 
     # ------------------------------------------------------------------ dynamic sampling
-    def _generation_batch(self, inputs) -> dict:
-        if not self.model.training:
-            return super()._generation_batch(inputs)
+    def generation_batch(self, inner, inputs) -> dict:
+        trainer = self.trainer
+        if not trainer.model.training:
+            return inner(inputs)
         if self.sampler is None:
-            scored = self._scored_round(inputs)
-            spread = group_reward_spread(scored.task_rewards(), self.num_generations)
+            scored = trainer._scored_round(inputs)
+            spread = group_reward_spread(scored.task_rewards(), trainer.num_generations)
             groups, informative = spread.numel(), int(spread.sum())
-            for name, value in sampling_metrics(groups, informative, informative, self.num_generations).items():
-                log_metric(self, name, value)
+            for name, value in sampling_metrics(groups, informative, informative, trainer.num_generations).items():
+                log_metric(trainer, name, value)
             return scored.batch
-        session = TrainerSamplingSession(self, self._scored_round, inputs)
-        sampled = self.sampler(session, self.args)
+        session = TrainerSamplingSession(trainer, self, inputs)
+        sampled = self.sampler(session, trainer.args)
         if sampled.regrouped is not None:
-            sampled.batch["advantages"] = self._regrouped_advantages(sampled.batch, sampled.regrouped)
+            sampled.batch["advantages"] = self.regrouped_advantages(sampled.batch, sampled.regrouped)
         for name, value in sampled.metrics.items():
-            log_metric(self, name, value)
+            log_metric(trainer, name, value)
         return sampled.batch
 
-    def _regrouped_advantages(self, batch: dict, regrouped: Regrouped) -> torch.Tensor:
+    def regrouped_advantages(self, batch: dict, regrouped: Regrouped) -> torch.Tensor:
         """This process's advantages of a batch regrouped row by row: the estimator (`advantage_estimator`, TRL's
         grpo when None) over the trained rows and their groups of unequal size, 0 for the fillers."""
-        name = self.args.advantage_estimator or "grpo"
+        trainer = self.trainer
         mask = loss_mask(batch)
         local_rows, local_length = mask.shape
-        global_mask = self.accelerator.gather(self.accelerator.pad_across_processes(mask, dim=1, pad_index=0))
+        global_mask = trainer.accelerator.gather(trainer.accelerator.pad_across_processes(mask, dim=1, pad_index=0))
         trained = regrouped.trained.to(global_mask.device)
         if not bool(trained.any()):  # fillers only: nothing is trained on
             return torch.zeros(local_rows, device=mask.device)
         inputs = AdvantageInputs(
             rewards=regrouped.rewards.to(global_mask.device)[trained],
-            num_generations=self.num_generations,
+            num_generations=trainer.num_generations,
             mask=global_mask[trained],
             group_sizes=regrouped.group_sizes,
         )
-        estimated = torch.nan_to_num(ADVANTAGES.get(name).fn(inputs, self.args), nan=0.0)
+        estimated = trainer.pipeline.get("advantages").estimate(inputs)
         advantages = estimated.new_zeros((global_mask.size(0), *estimated.shape[1:]))
         advantages[trained] = estimated
-        if advantages.dim() == 2:
-            advantages = advantages * global_mask
-        start = self.accelerator.process_index * local_rows
+        start = trainer.accelerator.process_index * local_rows
         local = advantages[start : start + local_rows]
         return local[:, :local_length] if local.dim() == 2 else local
 
     def next_prompt_batch(self) -> list:
         """This process's slice of the next generation batch of the sampler's own prompt stream."""
-        drawn = self.zoo_state.get(PROMPT_BATCHES_DRAWN, 0)
+        trainer = self.trainer
+        drawn = trainer.zoo_state.get(PROMPT_BATCHES_DRAWN, 0)
         if self._prompt_stream is None:  # a resumed run skips what the checkpointed run drew (zoo_state is saved)
             self._prompt_stream = self._local_generation_batches(skip=drawn)
-        self.zoo_state[PROMPT_BATCHES_DRAWN] = drawn + 1
+        trainer.zoo_state[PROMPT_BATCHES_DRAWN] = drawn + 1
         return [dict(row) if isinstance(row, dict) else row for row in next(self._prompt_stream)]
 
     def _local_generation_batches(self, skip: int = 0):
-        dataset = self.train_dataset
-        size = self.args.generation_batch_size
-        local = size // self.accelerator.num_processes
-        start = self.accelerator.process_index * local
-        prompts_per_batch = size // self.num_generations
+        trainer = self.trainer
+        dataset = trainer.train_dataset
+        size = trainer.args.generation_batch_size
+        local = size // trainer.accelerator.num_processes
+        start = trainer.accelerator.process_index * local
+        prompts_per_batch = size // trainer.num_generations
         if isinstance(dataset, IterableDataset):
-            source = dataset.shuffle(seed=self.args.seed + 1) if self.shuffle_dataset else dataset
+            source = dataset.shuffle(seed=trainer.args.seed + 1) if trainer.shuffle_dataset else dataset
             for epoch in itertools.count():
                 if hasattr(source, "set_epoch"):
                     source.set_epoch(epoch)
-                repeated = repeat_iterable_dataset(source, self.num_generations, prompts_per_batch, repeat_count=1)
+                repeated = repeat_iterable_dataset(source, trainer.num_generations, prompts_per_batch, repeat_count=1)
                 rows, produced = [], False
                 for row in repeated:
                     rows.append(row)
@@ -136,14 +139,14 @@ class DynamicSamplingMixin:
                 if not produced:
                     raise ValueError(_too_small_message(prompts_per_batch))
         if hasattr(dataset, "column_names"):
-            dataset = self._zoo_remove_unused_columns(dataset, description="Training")
+            dataset = trainer._zoo_remove_unused_columns(dataset, description="Training")
         sampler = RepeatSampler(
             dataset,
-            mini_repeat_count=self.num_generations,
+            mini_repeat_count=trainer.num_generations,
             batch_size=prompts_per_batch,
             repeat_count=1,
-            shuffle=self.shuffle_dataset,
-            seed=self.args.seed + 1,
+            shuffle=trainer.shuffle_dataset,
+            seed=trainer.args.seed + 1,
         )
         while True:
             indices = list(sampler)  # one epoch; the sampler's generator reshuffles on every pass
@@ -168,10 +171,11 @@ def _too_small_message(prompts_per_batch: int) -> str:
 class TrainerSamplingSession:
     """The `SamplingSession` of one training generation batch (see `trl_zoo.samplers.base.SamplingSession`)."""
 
-    def __init__(self, trainer, generate, first_inputs):
+    def __init__(self, trainer, sampling: DynamicSampling, first_inputs):
         self.trainer = trainer
         self.accelerator = trainer.accelerator
-        self._score_round = generate
+        self._score_round = trainer._scored_round
+        self._prompt_batches = sampling.next_prompt_batch
         self.group_size = trainer.num_generations
         self.num_groups = trainer.args.generation_batch_size // self.group_size
         self.state = trainer.zoo_state
@@ -196,7 +200,7 @@ class TrainerSamplingSession:
 
     def _next_local_inputs(self) -> list:
         inputs, self._first_inputs = self._first_inputs, None
-        return inputs if inputs is not None else self.trainer.next_prompt_batch()
+        return inputs if inputs is not None else self._prompt_batches()
 
     def _score(self, inputs) -> Round:
         scored = self._score_round(inputs)

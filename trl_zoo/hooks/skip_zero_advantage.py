@@ -1,4 +1,4 @@
-"""Trainer hook: `skip_zero_advantage`, leave sequences whose advantages are all 0 out of the loss forward.
+"""Component: `skip_zero_advantage`, leave sequences whose advantages are all 0 out of the loss forward.
 
 A sequence whose advantages are all exactly 0 adds nothing to the loss or its gradient when its term is 0 by
 construction (every term proportional to Â), β = 0 and there is no entropy bonus, high-entropy mask or MoE
@@ -20,45 +20,42 @@ from dataclasses import replace
 
 import torch
 
+from .component import Component
 from .model_inputs import is_multimodal
 
 _FORWARD_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")  # what the text forward reads
 
 
-class ZeroAdvantageSkipMixin:
+class ZeroAdvantageSkip(Component):
     """`skip_zero_advantage` (see the module docstring)."""
 
-    skip_zero_advantage = False
+    name = "zero_advantage_skip"
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.skip_zero_advantage = bool(self.args.skip_zero_advantage) and self._check_zero_advantage_skip()
-
-    def _check_zero_advantage_skip(self) -> bool:
-        """The one condition that needs the model (every other one is checked when the config is built,
-        `check_zero_advantage_skip`): a MoE router auxiliary loss spans every row."""
-        if self.aux_loss_enabled:
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.active = bool(trainer.args.skip_zero_advantage)
+        if self.active and trainer.aux_loss_enabled:
+            # the one condition that needs the model (the config checks the others: `check_zero_advantage_skip`)
             raise ValueError(
                 "skip_zero_advantage: sequences with Â = 0 still contribute through the MoE router auxiliary loss "
                 "(router_aux_loss_coef); set skip_zero_advantage=False or router_aux_loss_coef=0."
             )
-        return True
 
-    def _policy_forward(self, model, inputs, compute_entropy: bool = True):
-        if not self.skip_zero_advantage or not self.model.training or "advantages" not in inputs:
-            return super()._policy_forward(model, inputs, compute_entropy)
+    def policy_forward(self, inner, model, inputs, compute_entropy: bool = True):
+        if not self.trainer.model.training or "advantages" not in inputs:
+            return inner(model, inputs, compute_entropy)
         if is_multimodal(inputs):
             warnings.warn("skip_zero_advantage: multimodal inputs are not sliced by row; running the full forward.")
-            return super()._policy_forward(model, inputs, compute_entropy)
+            return inner(model, inputs, compute_entropy)
         advantages = inputs["advantages"]
         batch_size = advantages.size(0)
         rows = (advantages != 0).reshape(batch_size, -1).any(dim=1).nonzero().flatten()  # the one host sync
         if rows.numel() == batch_size:
-            return super()._policy_forward(model, inputs, compute_entropy)
+            return inner(model, inputs, compute_entropy)
         if rows.numel() == 0:
             rows = rows.new_zeros(1)  # a forward on every process keeps DDP / ZeRO in step; the row adds 0 anyway
         active_inputs = {key: inputs[key][rows] for key in _FORWARD_KEYS}
-        forward = super()._policy_forward(model, active_inputs, compute_entropy)
+        forward = inner(model, active_inputs, compute_entropy)
         logps, entropies = forward.logps, forward.entropies
         old = inputs.get("old_per_token_logps")
         # on-policy batches have no old log-probs: the trainer then uses sg(log π_θ), so any value gives ratio 1

@@ -1,7 +1,7 @@
-"""Trainer hook: a teacher's per-token signal added to the advantages (on-policy distillation inside the RL loss).
+"""Component: a teacher's per-token signal added to the advantages (on-policy distillation inside the RL loss).
 
 With `teacher_model` set, after the estimator has produced the reward advantages Â_i (or Â_{i,t}) of a round, the
-generation seam's `_after_advantages` makes them per token:
+pipeline's `after_advantages` hook point makes them per token:
 
     Â_{i,t} ← Â_{i,t} + λ · (log π_T(y_{i,t} | x_i, y_{i,<t}) − log π_old(y_{i,t} | x_i, y_{i,<t}))
                                                                                                    (teacher_only=False)
@@ -33,7 +33,7 @@ Identity: the teacher "self" with no template is the reference π_ref (the PEFT 
 the reward placement puts on every token of sequence i the sum the teacher spreads over its tokens one by one.
 (grpo's std normalisation makes the reward placement non-linear: no such identity.)
 
-Composition: the hook sits just outside the estimator, so every estimator and loss sees the sum (a sequence-level
+Composition: the component sits just outside the estimator, so every estimator and loss sees the sum (a sequence-level
 loss takes its masked mean per sequence). A critic's value targets come from the rewards alone (the teacher term is
 not in V). With "self" under PEFT and `ref_reset_steps`, the teacher stays the base weights (disable_adapter), not
 the reset "ref" adapter; without PEFT it is TRL's reference model, which resets and `sync_ref_model` move.
@@ -52,6 +52,7 @@ from trl.models import prepare_deepspeed, prepare_fsdp
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path, disable_dropout_in_model
 
 from ..config.teacher import template_columns
+from .component import Component
 from .generation import ScoredRound
 from .model_inputs import forward_inputs, loss_mask
 from .trl_access import log_metric, pad_token_id
@@ -59,32 +60,36 @@ from .trl_access import log_metric, pad_token_id
 SELF_TEACHER = "self"
 
 
-class TeacherSignalMixin:
+class TeacherSignal(Component):
     """Adds λ·(log π_T − log π_old) per token to the advantages after the estimator (see the module docstring)."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    name = "teacher"
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
         self.teacher = None  # a separate teacher model; None with "self" under PEFT (the base under disable_adapter)
-        name = self.args.teacher_model
+        name = trainer.args.teacher_model
+        self.active = name is not None
         if name is None:
             return
         self._check_template_columns()
-        policy = self.accelerator.unwrap_model(self.model)
+        policy = trainer.accelerator.unwrap_model(trainer.model)
         if name == SELF_TEACHER:
             if is_peft_model(policy):
                 return
-            if self.ref_model is None:
+            if trainer.ref_model is None:
                 raise ValueError(
                     "teacher_model: 'self' means the policy's base weights, which exist only with a PEFT adapter (or "
                     "a reference model, beta > 0); pass peft_config, set beta > 0, or name a teacher model."
                 )
-            self.teacher = self.ref_model  # the initial weights TRL keeps as the reference
+            self.teacher = trainer.ref_model  # the initial weights TRL keeps as the reference
             return
         self.teacher = self._load_teacher(name)
 
     def _check_template_columns(self):
-        template = self.args.teacher_prompt_template
-        columns = getattr(self.train_dataset, "column_names", None)
+        trainer = self.trainer
+        template = trainer.args.teacher_prompt_template
+        columns = getattr(trainer.train_dataset, "column_names", None)
         if template is None or columns is None:
             return
         missing = sorted(set(template_columns(template)) - set(columns))
@@ -95,62 +100,65 @@ class TeacherSignalMixin:
             )
 
     def _load_teacher(self, name: str):
-        check_same_tokenizer(name, self.processing_class)
-        init_kwargs = dict(self.args.model_init_kwargs or {})
-        init_kwargs.setdefault("dtype", self.accelerator.unwrap_model(self.model).dtype)
-        init_kwargs.setdefault("trust_remote_code", self.args.trust_remote_code)
+        trainer = self.trainer
+        check_same_tokenizer(name, trainer.processing_class)
+        init_kwargs = dict(trainer.args.model_init_kwargs or {})
+        init_kwargs.setdefault("dtype", trainer.accelerator.unwrap_model(trainer.model).dtype)
+        init_kwargs.setdefault("trust_remote_code", trainer.args.trust_remote_code)
         teacher = create_model_from_path(name, **init_kwargs)
-        if self.args.disable_dropout:
+        if trainer.args.disable_dropout:
             disable_dropout_in_model(teacher)
         teacher.requires_grad_(False)
         teacher.eval()
-        add_fused_lm_head(teacher, temperature=self.temperature, cast_lm_head_to_fp32=self.args.cast_lm_head_to_fp32)
-        if self.is_deepspeed_enabled:
-            return prepare_deepspeed(teacher, self.accelerator)
-        if self.is_fsdp_enabled:
-            return prepare_fsdp(teacher, self.accelerator)
-        return self.accelerator.prepare_model(teacher, evaluation_mode=True)
+        add_fused_lm_head(
+            teacher, temperature=trainer.temperature, cast_lm_head_to_fp32=trainer.args.cast_lm_head_to_fp32
+        )
+        if trainer.is_deepspeed_enabled:
+            return prepare_deepspeed(teacher, trainer.accelerator)
+        if trainer.is_fsdp_enabled:
+            return prepare_fsdp(teacher, trainer.accelerator)
+        return trainer.accelerator.prepare_model(teacher, evaluation_mode=True)
 
     # ------------------------------------------------------------------ the signal
-    def _after_advantages(self, scored: ScoredRound) -> None:
-        super()._after_advantages(scored)
-        if self.args.teacher_model is None:
-            return
+    def after_advantages(self, scored: ScoredRound) -> None:
+        trainer = self.trainer
         output = scored.batch
         mask = loss_mask(output).to(torch.float32)
         policy_logps = output.get("old_per_token_logps")
         if policy_logps is None:
-            policy_logps = self._logps_under(self.model, "teacher_policy_logps", output)
+            policy_logps = self._logps_under(trainer.model, "teacher_policy_logps", output)
         teacher_logps = self._teacher_logps(scored)
         log_ratio = (teacher_logps - policy_logps) * mask
-        signal = self.args.teacher_coef * log_ratio
+        signal = trainer.args.teacher_coef * log_ratio
         advantages = output["advantages"]
         if advantages.dim() == 1:
             advantages = advantages.unsqueeze(1)
-        output["advantages"] = signal if self.args.teacher_only else (advantages * mask + signal)
-        mode = "train" if self.model.training else "eval"
-        sums = self.accelerator.gather(torch.stack([log_ratio.sum(), mask.sum()]).reshape(1, 2)).sum(0)
-        log_metric(self, "teacher/log_ratio", (sums[0] / sums[1].clamp(min=1)).item(), mode)
+        output["advantages"] = signal if trainer.args.teacher_only else (advantages * mask + signal)
+        mode = "train" if trainer.model.training else "eval"
+        sums = trainer.accelerator.gather(torch.stack([log_ratio.sum(), mask.sum()]).reshape(1, 2)).sum(0)
+        log_metric(trainer, "teacher/log_ratio", (sums[0] / sums[1].clamp(min=1)).item(), mode)
 
     def _teacher_logps(self, scored: ScoredRound) -> torch.Tensor:
         """log π_T(y_t) of the sampled tokens after the teacher's prompt, no grad."""
+        trainer = self.trainer
         output = scored.batch
-        if self.args.teacher_prompt_template is not None:
+        if trainer.args.teacher_prompt_template is not None:
             output = self._with_teacher_prompts(output, scored.inputs)
         if self.teacher is not None:
             return self._logps_under(self.teacher, "teacher_logps", output)
-        with self.accelerator.unwrap_model(self.model).disable_adapter():
-            return self._logps_under(self.model, "teacher_logps", output)
+        with trainer.accelerator.unwrap_model(trainer.model).disable_adapter():
+            return self._logps_under(trainer.model, "teacher_logps", output)
 
     def _with_teacher_prompts(self, output: dict, inputs: list) -> dict:
         """The batch's completions after the templated prompts, left-padded as TRL pads prompts (a shallow copy)."""
+        trainer = self.trainer
         if inputs is None or len(inputs) != output["completion_ids"].size(0):
             raise RuntimeError("teacher_prompt_template: the round's input rows do not match its completions.")
-        prompts = [teacher_prompt(self.args.teacher_prompt_template, row) for row in inputs]
-        prompt_ids, _, _ = self._zoo_tokenize_prompts(prompts)
+        prompts = [teacher_prompt(trainer.args.teacher_prompt_template, row) for row in inputs]
+        prompt_ids, _, _ = trainer._zoo_tokenize_prompts(prompts)
         device = output["prompt_ids"].device
         width = max(len(ids) for ids in prompt_ids)
-        pad = pad_token_id(self)
+        pad = pad_token_id(trainer)
         padded = torch.full((len(prompt_ids), width), pad, dtype=output["prompt_ids"].dtype, device=device)
         mask = torch.zeros((len(prompt_ids), width), dtype=output["prompt_mask"].dtype, device=device)
         for row, ids in enumerate(prompt_ids):
@@ -160,9 +168,10 @@ class TeacherSignalMixin:
         return {**output, "prompt_ids": padded, "prompt_mask": mask}
 
     def _logps_under(self, model, name: str, output: dict) -> torch.Tensor:
+        trainer = self.trainer
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(output)
-        with self._generation_pass(name) as chunk:
-            logps, _, _ = self._zoo_get_per_token_logps_and_entropies(
+        with trainer._generation_pass(name) as chunk:
+            logps, _, _ = trainer._zoo_get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=chunk, **multimodal
             )
         return logps

@@ -1,0 +1,26 @@
+"""`Component`: one feature of trl_zoo's training step (dynamic sampling, the critic, length bucketing, ...).
+
+A component is built once TRL's trainer is, in the order `hooks/pipeline.py` declares, and reaches the trainer as
+`self.trainer`; what it keeps is its own (`self`), and what it needs of another component it asks the trainer's
+pipeline for by name (`trainer.pipeline.get(name)`), never through state another constructor left on the trainer.
+It takes part in a hook point by defining a method of the hook point's name; the pipeline calls it there, in the
+declared order, while the component is `active` (a feature that is off sets it False once built, and then takes part
+in no hook point).
+
+Tests: tests/test_pipeline.py (the declared order is the order of the calls; every hook method is declared).
+"""
+
+from __future__ import annotations
+
+
+class Component:
+    """One feature of the step (module docstring). `name` is its name in the pipeline."""
+
+    name: str = ""
+    active: bool = True
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name!r}{'' if self.active else ' (off)'}>"
