@@ -1,9 +1,10 @@
-"""The generation-speed axis: the LoRA adapter merged while TRL generates, generation under autocast, compiled
-decoding, and `speed_recipe`, which sets them together (config/speed_recipe.py). Their fields and what each cannot
-work with, refused when the config is built (naming the recipe that set the field, if one did); what needs the
-model (a PEFT adapter, a quantized base, ZeRO-3, FSDP) is refused by the trainer's components.
+"""The generation-speed axis: the LoRA adapter merged while TRL generates, generation under autocast or from a bf16
+copy of the weights (hooks/decode_precision.py), compiled decoding, and `speed_recipe`, which sets them together
+(config/speed_recipe.py). Their fields and what each cannot work with, refused when the config is built (naming the
+recipe that set the field, if one did); what needs the model (a PEFT adapter, a quantized base, ZeRO-3, FSDP) is
+refused by the trainer's components.
 
-Tests: tests/test_autocast_generation.py, tests/test_speed_recipe.py.
+Tests: tests/test_autocast_generation.py, tests/test_speed_recipe.py, tests/test_decode_precision.py.
 """
 
 from __future__ import annotations
@@ -89,6 +90,14 @@ class GenerationSpeedFields:
         ">= 5.24.",
         False,
     )
+    generation_bf16_copy: bool = help_field(
+        "Generate from a bf16 copy of the weights, made when TRL starts generating and freed when it returns (with "
+        "merge_adapter_for_generation, the adapter merged into the copy); the training weights are not written. "
+        "TRL generates from float32 weights by default (its dtype field) while the rest of a bf16 step runs in bf16. "
+        "Costs 2 bytes a weight while generating; needs bf16; not with vLLM or continuous batching; no quantized "
+        "base, ZeRO-3 or FSDP (trl_zoo/hooks/decode_precision.py).",
+        False,
+    )
     compile_generation: bool = help_field(
         "Compile the decoding of TRL's model.generate with a static KV cache (transformers' compiled decoding, CUDA "
         "graphs on a GPU), which TRL turns off (disable_compile=True). The first generation batch pays the compile "
@@ -150,6 +159,13 @@ class GenerationSpeedFields:
                  and static_cache_fails_on_mixed_dtypes(),
                  f"transformers < {MIXED_DTYPE_STATIC_CACHE_SINCE} allocates autocast's bf16 values in the fp32 keys' "
                  f"dtype and fails in index_copy_; upgrade transformers to >= {MIXED_DTYPE_STATIC_CACHE_SINCE}"),
+            ))
+        if self.generation_bf16_copy:
+            refuse_conflicts(self, "generation_bf16_copy", (
+                ("bf16=False", not self.bf16, "the copy decodes in the bf16 step's precision"),
+                ("use_vllm", self.use_vllm, "vLLM generates in its own dtype"),
+                ("use_transformers_continuous_batching", self.use_transformers_continuous_batching,
+                 "TRL casts the model for continuous batching itself"),
             ))
         if self.merge_adapter_for_generation and self.use_vllm:
             label, fix = refusal_words(self, "merge_adapter_for_generation", fix="set one of them False")

@@ -105,7 +105,7 @@ batching (its own `transformers_continuous_batching_config` has the compile opti
 implementation other than "static" (the others are not compileable).
 
 Tests: tests/test_merged_generation.py, tests/test_autocast_generation.py, tests/test_compiled_generation.py,
-tests/test_speed_recipe.py.
+tests/test_speed_recipe.py, tests/test_decode_precision.py.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ from transformers import CompileConfig
 from transformers.utils import logging
 
 from ..config.speed_recipe import refusal_words, set_by_recipe
-from . import decode_graph, merge_residue
+from . import decode_graph, decode_precision, merge_residue
 from .component import Component
 from .trl_access import switch_on_compiled_decoding
 
@@ -266,14 +266,22 @@ class GenerationSpeed(Component):
             refusal = merge_refusal(trainer.model, args, trainer.accelerator)
             if refusal:
                 raise ValueError(refusal)
+        self.bf16_copy = bool(getattr(args, decode_precision.FIELD, False))
+        copy_refusal = self.bf16_copy and decode_precision.refusal(trainer.model, trainer.accelerator)
+        if copy_refusal:
+            raise ValueError(copy_refusal)
         self.autocast = bool(getattr(args, "generation_autocast", False))
-        self.active = self.merge or self.autocast
+        self.active = self.merge or self.autocast or self.bf16_copy
 
     def generate_single_turn(self, inner, *args, **kwargs):
         trainer = self.trainer
         with ExitStack() as stack:
-            if self.merge:
-                stack.enter_context(merged_adapter(trainer.accelerator.unwrap_model(trainer.model)))
+            unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+            if self.bf16_copy:  # a bf16 copy (the adapter merged into it)
+                merged = adapted_layers(unwrapped) if self.merge else ()
+                stack.enter_context(decode_precision.decoding_copy(unwrapped, merged, delta_weight))
+            elif self.merge:
+                stack.enter_context(merged_adapter(unwrapped))
             if self.autocast:
                 stack.enter_context(trainer.accelerator.autocast())
             return inner(*args, **kwargs)
