@@ -31,6 +31,10 @@ base is rounded to bf16 first and the adapter's update added to it in bf16, two 
 differ in their last bit. The old log-probs and the loss are computed after the restore, from the float32 weights
 under autocast, as without the field.
 
+Each generation batch decodes from new tensors. trl_zoo's graphed decode step (`compile_generation_backend=
+"cuda_graph"`) records once per `generate` call anyway; torch.compile's backends see new weight addresses at every
+batch, which their CUDA graphs record again (not yet measured).
+
 Refused (one line) where it cannot work: in the config, without bf16, with vLLM or TRL's continuous batching (their
 own dtypes); in the trainer (`refusal`), a quantized base, DeepSpeed ZeRO-3 or FSDP (sharded weights).
 
