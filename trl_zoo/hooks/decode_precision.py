@@ -33,7 +33,7 @@ under autocast, as without the field.
 
 Each generation batch decodes from new tensors. trl_zoo's graphed decode step (`compile_generation_backend=
 "cuda_graph"`) records once per `generate` call anyway; torch.compile's backends see new weight addresses at every
-batch, which their CUDA graphs record again (not yet measured).
+batch, which their CUDA graphs may record again each time (not checked).
 
 Refused (one line) where it cannot work: in the config, without bf16, with vLLM or TRL's continuous batching (their
 own dtypes); in the trainer (`refusal`), a quantized base, DeepSpeed ZeRO-3 or FSDP (sharded weights).
