@@ -406,7 +406,7 @@ def per_step(record: dict, warmup_cycles: int = 1) -> tuple[list[int], dict[str,
         "merge_or_copy": summed(seams, "merge_or_copy"),
         # TRL's pass inside `_prepare_inputs`; skip_on_policy_old_logps's after it, outside TRL's blocks
         "old_logps": summed(blocks, "_prepare_inputs > _get_per_token_logps_and_entropies")
-        + summed(blocks, "_get_per_token_logps_and_entropies"),
+        + summed(blocks, "old_logps"),
         "reward": summed(blocks, "_prepare_inputs > _calculate_rewards"),
         "loss_forward": summed(blocks, "compute_loss"),
         "backward": summed(seams, "backward"),

@@ -120,6 +120,7 @@ STUDIES: dict[str, tuple[str, list[str]]] = {
                                                                         "graph_kept_alive/summary.md"),
     "2026-11-27-h100x4-time-to-target-lora-graphed": time_to_target_study(),
     "2026-11-28-h200-size-ladder": ("README.md", ["ladder.jsonl"]),
+    "2026-11-29-h200-step-profile": ("README.md", ["profile.jsonl"]),
 }
 
 
