@@ -361,7 +361,7 @@ RUNS = [
 def test_short_lora_training_run(name, placement):
     trainer = make_trainer(
         trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), advantage_estimator=name, kl_placement=placement,
-        beta=0.05, per_device_train_batch_size=4, max_completion_length=6,
+        beta=0.05, per_device_train_batch_size=4, max_completion_length=6, passk_k=2,  # passk: k below the group's 4
     )
     initial = {k: v.clone() for k, v in trainer.model.named_parameters() if v.requires_grad}
     trainer.train()

@@ -31,8 +31,10 @@ DECLARED_BY = {
 }
 # the estimators' (gae's, VAPO's options among them) and the samplers' (resample's round cap is also greso's)
 ESTIMATOR_FIELDS = {
-    name: ["gae"] for name in ("gae_gamma", "gae_lambda", "gae_lambda_critic", "gae_whiten", "vapo_value_warmup_steps",
-                               "vapo_length_alpha", "vapo_positive_nll_coef", "vapo_positive_reward_threshold")
+    **{name: ["gae"] for name in ("gae_gamma", "gae_lambda", "gae_lambda_critic", "gae_whiten",
+                                  "vapo_value_warmup_steps", "vapo_length_alpha", "vapo_positive_nll_coef",
+                                  "vapo_positive_reward_threshold")},
+    "passk_k": ["passk"],
 }
 SAMPLER_FIELDS = {
     "dynamic_sampling_max_rounds": ["adaptive_budget", "greso", "resample"],

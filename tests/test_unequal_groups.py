@@ -20,6 +20,7 @@ ARGS = SimpleNamespace(
     gae_lambda_critic=None,
     gae_whiten=False,
     vapo_length_alpha=None,
+    passk_k=3,
 )
 GROUPS = [[1.0, 0.0], [0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]]
 SIZES = [len(group) for group in GROUPS]
@@ -28,7 +29,7 @@ LENGTHS = [3, 5, 2, 4, 6, 1, 3, 7, 2, 5, 4, 6, 1, 2]  # l_i ≤ T = 7
 NORMS = [0.5, 2.0, 1.0, 3.0, 0.25, 2.0, 1.5, 0.5, 1.0, 4.0, 2.0, 0.75, 3.0, 1.0]
 T = 7
 # per-group estimators: the estimator on the batch equals the estimator on each group alone
-PER_GROUP = ["grpo", "dr_grpo", "rloo", "maxrl", "opo", "optimal_baseline", "reinforce", "gae"]
+PER_GROUP = ["grpo", "dr_grpo", "rloo", "maxrl", "opo", "optimal_baseline", "reinforce", "gae", "passk", "grpo_passk"]
 
 
 def extras(rows):
