@@ -1,6 +1,8 @@
-"""Reward shaping: DAPO's soft overlong punishment (arXiv:2503.14476, eq. 13).
+"""Reward shaping for length: DAPO's soft overlong punishment (arXiv:2503.14476, eq. 13), added to the task reward,
+and DLER's truncation penalty (arXiv:2510.15110), which scales it.
 
-With L_max the overlong max length and L_cache the buffer before it, a completion of |y| tokens gets
+Soft overlong punishment. With L_max the overlong max length and L_cache the buffer before it, a completion of |y|
+tokens gets
 
     R_length(y) = 0                                   if |y| ≤ L_max − L_cache
                 = ((L_max − L_cache) − |y|) / L_cache  if L_max − L_cache < |y| ≤ L_max
@@ -15,13 +17,30 @@ The trainer adds it as one more reward function named `soft_overlong_punishment`
 before TRL's constructor runs), so TRL logs it on its own (`rewards/soft_overlong_punishment/mean`) and sums it with
 the task rewards (weight 1). It is not a task reward: dynamic sampling and VAPO's positive examples leave it out.
 
+Truncation penalty (DLER). With L = `truncation_length` (default max_completion_length) and c = `truncation_penalty`,
+every task reward of a completion is multiplied by
+
+    s(y) = 1   if y ended within L tokens: its last token is an end-of-sequence (or padding) token and |y| ≤ L
+         = c   otherwise (cut at L, or still running past it)
+
+|y| counted as above, so a completion whose end-of-sequence token is its L-th token has ended within L (the tie).
+The paper's truncation penalty is c = 0: a completion longer than the budget L gets reward 0, whatever its answer,
+and its runs stop generating at L (L = max_completion_length here: truncated = cut). The authors' released recipe
+(NVlabs/DLER, `stop_properly_penalty.penalty_coef`) multiplies by c = 0.1 instead, at L = 4000 tokens; both are
+this rule. It multiplies the task rewards, not the shaping terms (a soft overlong punishment keeps its value), so
+dynamic sampling sees the penalised rewards, as in DLER's recipe; an unscorable (None) reward stays unscorable. The
+reward hook applies it to the rewards of every process's completions (`truncation_penalized`).
+
 Tests: tests/test_overlong.py (the ramp at its boundaries, its wiring as a reward), tests/test_sampling.py (not a task
-reward).
+reward), tests/test_truncation_penalty.py (the truncation rule at its boundaries, its settings, its wiring).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+
+import torch
 
 
 def soft_overlong_punishment(length: int, max_length: int, buffer_length: int, factor: float = 1.0) -> float:
@@ -95,3 +114,28 @@ def with_soft_overlong_punishment(reward_funcs, args, positional: tuple, kwargs:
         else:
             kwargs = {**kwargs, "reward_processing_classes": classes}
     return [*funcs, punishment], args, tuple(positional), kwargs
+
+
+def truncation_penalty(length: int, ended: bool, max_length: int, factor: float = 0.0) -> float:
+    """s(y), the factor of a completion's task rewards (module docstring): 1 when it `ended` (its last token an
+    end-of-sequence token) within `max_length` tokens, `factor` otherwise."""
+    return 1.0 if ended and length <= max_length else factor
+
+
+def truncation_penalized(
+    rewards_per_func: torch.Tensor, completion_ids, end_ids, reward_funcs, args, gather: Callable
+) -> torch.Tensor:
+    """The rewards (rows of every process, one column per reward function) with each task reward column multiplied by
+    its completion's s(y) when `args.truncation_penalty` is set; the same tensor otherwise. `completion_ids` are this
+    process's completions (token ids, the end-of-sequence token included), `end_ids` the token ids that end one, and
+    `gather` collects a per-row tensor from every process in the rewards' row order."""
+    factor = getattr(args, "truncation_penalty", None)
+    if factor is None:
+        return rewards_per_func
+    max_length = args.truncation_length or args.max_completion_length
+    device = rewards_per_func.device
+    scales = [truncation_penalty(len(ids), len(ids) > 0 and ids[-1] in end_ids, max_length, factor)
+              for ids in completion_ids]
+    scales = gather(torch.tensor(scales, dtype=rewards_per_func.dtype, device=device))
+    task = torch.tensor([not is_reward_shaping(fn) for fn in reward_funcs], device=device)
+    return torch.where(task, rewards_per_func * scales.unsqueeze(1), rewards_per_func)

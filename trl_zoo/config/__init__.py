@@ -11,7 +11,8 @@ One file a concern, each a dataclass of its fields with the checks of those fiel
                           ref_reset_*; what an estimator cannot take (GDPO's per-reward form, rewards ≥ 0)
     teacher.py            teacher_model, teacher_coef, teacher_prompt_template, teacher_only
     critic.py             critic_model, value_coef, value_clip, value_learning_rate
-    sampling.py           dynamic_sampling; overlong_buffer_length, overlong_max_length, overlong_penalty_factor
+    sampling.py           dynamic_sampling; overlong_buffer_length, overlong_max_length, overlong_penalty_factor;
+                          truncation_penalty, truncation_length (DLER)
     compute.py            skip_zero_advantage, length_bucketing (probes.py: the loss probes they run)
     generation_speed.py   speed_recipe (speed_recipe.py), merge_adapter_for_generation, generation_autocast,
                           compile_generation, compile_generation_backend, skip_on_policy_old_logps (the old

@@ -1,7 +1,7 @@
 """Component: the reward seam, the pipeline's `scored_rewards` hook point (TRL's `_calculate_rewards`).
 
 - Reward shaping: the soft overlong punishment (`trl_zoo/reward_shaping.py`) is appended to the reward functions
-  before TRL's constructor runs.
+  before TRL's constructor runs; DLER's truncation penalty scales the task rewards after TRL's reward call.
 - Checks: a reward function that returns NaN or ±inf is an error (or, on request, its completions drop out); below.
 - The checked rewards, (rows of the generation batch on all processes, reward functions), reach the layers above in
   the round's `ScoredRound` (`hooks/generation.py`), with their weighted sums `total_rewards()` (every function,
@@ -49,10 +49,10 @@ from torch import nn
 from trl.trainer.utils import is_async_callable
 
 from ..numerics import short_repr
-from ..reward_shaping import with_soft_overlong_punishment
+from ..reward_shaping import truncation_penalized, with_soft_overlong_punishment
 from .component import Component
 from .reward_watchdog import watched
-from .trl_access import log_metric, swapped
+from .trl_access import log_metric, pad_token_id, swapped
 
 _FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 MAX_ABS_REWARD = 1e15  # (G·R)² stays far below float32's 3.4e38 in the group mean and std
@@ -88,6 +88,10 @@ class RewardChecks(Component):
         ]
         with swapped(trainer, "reward_funcs", recording):  # for TRL's reward call only (hooks/trl_access.py)
             rewards_per_func = inner(inputs, prompts, completions, completion_ids_list)
+        end_ids = (*trainer.eos_token_ids, pad_token_id(trainer))
+        rewards_per_func = truncation_penalized(
+            rewards_per_func, completion_ids_list, end_ids, reward_funcs, trainer.args, trainer.accelerator.gather
+        )
         found = trainer.accelerator.gather(findings).bool()  # rows in the order of TRL's gathered rewards
         for column, fn in enumerate(reward_funcs):
             if isinstance(fn, nn.Module):
