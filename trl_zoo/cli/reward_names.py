@@ -1,6 +1,9 @@
 """Reward names of `trl-zoo train --reward_funcs`, resolved as `trl grpo` resolves them, plus trl_zoo's own.
 
-    exact_match, final_number            trl_zoo's answer checks (`tasks/rewards.py`)
+    exact_match, final_number,           trl_zoo's answer checks (`tasks/rewards.py`)
+    final_answer
+    majority_vote                        TTRL's label-free reward: agreement with the majority answer of the prompt's
+                                         completions (`tasks/majority_vote.py`); never the held-out scorer
     a name in TRL's reward registry      `trl.rewards.__all__`: a reward function is used as is; a factory
                                          (`get_...`, which returns the reward function) is called with the
                                          arguments `trl grpo` gives it, else with its own defaults when every
@@ -26,8 +29,11 @@ import os
 import sys
 
 from ..numerics import short_repr
-from ..tasks.rewards import REWARDS
+from ..tasks.majority_vote import majority_vote_reward
+from ..tasks.rewards import REWARDS as ANSWER_CHECKS
 from .arguments import ConfigError, one_line
+
+REWARDS = {**ANSWER_CHECKS, "majority_vote": majority_vote_reward}
 
 # The factories `trl grpo` (trl/scripts/grpo.py) builds, with the keyword arguments it passes them.
 TRL_GRPO_FACTORY_ARGUMENTS = {"get_soft_overlong_punishment": {"max_completion_len": 1280, "soft_punish_cache": 256}}
@@ -114,9 +120,10 @@ def check_reward_columns(name: str, function, columns) -> None:
 
 
 def heldout_scorer(functions):
-    """The reward that scores the greedy held-out evaluation: the first that reads the completions, else
-    exact_match."""
-    return next((function for function in functions if reads_completions(function)), REWARDS["exact_match"])
+    """The reward that scores the greedy held-out evaluation: the first that reads the completions and is not
+    label-free (majority_vote scores agreement, not correctness), else exact_match."""
+    checks = (f for f in functions if reads_completions(f) and not getattr(f, "label_free", False))
+    return next(checks, REWARDS["exact_match"])
 
 
 def dotted_reward(path: str):

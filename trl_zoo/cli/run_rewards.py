@@ -5,8 +5,9 @@ greedy held-out evaluation.
 
 As `trl grpo`: the reward model (if any) first, then the reward functions (`--reward_funcs`, resolved by
 `reward_names.py`; by default the built-in task's reward, or exact_match with a dataset). The held-out scorer is the
-first function that reads the completions, else exact_match. A function that reads a column the dataset lacks is
-refused in one line (`check_columns`); the null-reward control shuffles the training rewards (`shuffled`).
+first function that reads the completions (never a label-free one, majority_vote), else exact_match. A function that
+reads a column the dataset lacks is refused in one line (`check_columns`); the null-reward control shuffles the
+training rewards (`shuffled`).
 
 Tests: tests/test_trl_grpo_fields.py (a reward reading a missing column), tests/test_chat_arithmetic.py (the
 null-reward control), tests/test_model_card.py (the held-out scorer named), tests/test_reward_paths.py.
