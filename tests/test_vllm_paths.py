@@ -5,7 +5,9 @@ samples from it with plain torch and reports vLLM's per-token log-probs (optiona
 Checked: loss parity with `trl.GRPOTrainer` through the same stand-in, dynamic sampling's extra rounds going
 through vLLM, TRL's importance-sampling correction reaching the loss and surviving regrouping (each row keeps its
 own ratio, a known number by construction), `skip_zero_advantage` leaving loss and gradients unchanged, and the
-critic and MoE router hooks running.
+critic and MoE router hooks running. Truncated sampling (top_p, top_k, min_p): vLLM's log-probs are those of the
+kept set renormalised, log π − log S_t (huggingface/trl#6789), so the config refuses it where they are read (the
+importance-sampling correction, the off-policy mask), and training with the correction off still runs.
 """
 
 import math
@@ -262,3 +264,105 @@ def test_moe_router_hook_on_the_vllm_path(monkeypatch):
         assert current.shape == old.shape and current.shape[2:] == (NUM_LAYERS, TOP_K)
         torch.testing.assert_close(current, old, rtol=0, atol=1e-5)
     assert logged(trainer, "rspo/gamma_mean") == pytest.approx([1.0, 1.0], abs=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- truncated sampling
+TRUNCATIONS = {  # each keeps part of the tiny model's mass at most steps (its next-token distribution is broad)
+    "top_p": dict(top_p=0.7),
+    "top_k": dict(top_k=3),
+    "min_p in generation_kwargs": dict(generation_kwargs={"min_p": 0.5}),
+}
+
+
+def completion_logits(trainer, batch) -> torch.Tensor:
+    """(B, C, V) the policy's tempered logits at the positions that predict the completion tokens."""
+    input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    length = batch["completion_ids"].size(1)
+    with torch.no_grad():
+        logits = trainer.model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=length + 1).logits
+    return logits[:, :-1].float() / trainer.args.temperature
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("truncation", list(TRUNCATIONS))
+def test_vllms_log_probs_under_truncated_sampling_are_off_by_the_kept_mass(stand_in, mode, truncation):
+    """What the refusal is about: with the correction off the batch still carries vLLM's log-probs, and they exceed
+    the trainer's full-vocabulary ones by −log S_t, S_t the mass of the tokens the truncation kept."""
+    settings = TRUNCATIONS[truncation]
+    trainer = vllm_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, mode, vllm_importance_sampling_correction=False, **settings
+    )
+    trainer.model.train()
+    batch = generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
+    mask = batch["completion_mask"].bool()
+    logits = completion_logits(trainer, batch)
+    effective = {name: value for name, value in settings.items() if name != "generation_kwargs"}
+    effective.update(settings.get("generation_kwargs", {}))
+    kept = vllm_stand_in.Truncation(**effective).kept(logits.flatten(0, 1)).view_as(logits)
+    kept_mass = (torch.softmax(logits, dim=-1) * kept).sum(-1)
+    with torch.no_grad():
+        logps = trainer._policy_forward(trainer.model, batch, compute_entropy=False).logps
+    chosen = batch["completion_ids"].unsqueeze(-1)
+    full_logps = torch.log_softmax(logits, dim=-1).gather(-1, chosen).squeeze(-1)
+    assert (full_logps - logps)[mask].abs().max() < 1e-4  # the same forward as the trainer's
+    assert kept.gather(-1, chosen).squeeze(-1)[mask].all()  # every sampled token was in the kept set
+    offset = batch["sampling_per_token_logps"] - logps
+    assert (offset + kept_mass.log())[mask].abs().max() < 1e-4
+    assert kept_mass[mask].min() < 0.9  # the truncation acted: TRL's ratio would have been ≤ 0.9 there
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_truncated_sampling_trains_with_the_correction_off(stand_in, mode):
+    trainer = vllm_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, mode, vllm_importance_sampling_correction=False, top_p=0.8, top_k=4,
+        generation_kwargs={"min_p": 0.05},
+    )
+    trainer.train()
+    assert stand_in.generate_calls == 2 and stand_in.weight_syncs == 2
+    losses = logged(trainer, "loss")
+    assert len(losses) == 2 and all(math.isfinite(loss) for loss in losses)
+    assert abs(losses[0]) > 0 or abs(losses[1]) > 0
+
+
+def vllm_config(**overrides):
+    return trl_zoo.GRPOConfig(**tiny.config_kwargs(**{"use_vllm": True, **overrides}))
+
+
+@pytest.mark.parametrize(
+    "overrides, named, fix",
+    [
+        (dict(top_p=0.9), "top_p=0.9", "vllm_importance_sampling_correction=False"),
+        (dict(top_k=20), "top_k=20", "vllm_importance_sampling_correction=False"),
+        (dict(min_p=0.05), "min_p=0.05", "vllm_importance_sampling_correction=False"),
+        (dict(generation_kwargs={"top_k": 20}), "generation_kwargs['top_k']=20",
+         "vllm_importance_sampling_correction=False"),
+        (dict(top_p=1.0, generation_kwargs={"top_p": 0.5}), "generation_kwargs['top_p']=0.5",
+         "vllm_importance_sampling_correction=False"),
+        (dict(vllm_importance_sampling_correction=False, off_policy_mask_threshold=0.5, min_p=0.1), "min_p=0.1",
+         "off_policy_mask_threshold=None"),
+        (dict(off_policy_mask_threshold=0.5, top_k=8), "top_k=8",
+         "vllm_importance_sampling_correction=False and off_policy_mask_threshold=None"),
+    ],
+)
+def test_truncated_sampling_is_refused_where_vllms_log_probs_are_read(overrides, named, fix):
+    with pytest.raises(ValueError) as error:
+        vllm_config(**overrides)
+    message = str(error.value)
+    assert message.startswith(named) and f"set {fix}, or sample untruncated" in message
+    assert "huggingface/trl#6789" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(),  # TRL's defaults: top_p 1.0, top_k 0, min_p None
+        dict(top_k=-1, min_p=0.0, top_p=1.0),  # vLLM's own spellings of "off"
+        dict(top_p=0.9, top_k=20, min_p=0.05, vllm_importance_sampling_correction=False),
+        dict(top_p=0.9, generation_kwargs={"top_p": 1.0, "top_k": 0}),  # generation_kwargs override the fields
+        dict(use_vllm=False, top_p=0.9, top_k=20, min_p=0.05),  # transformers' generation: no sampler log-probs
+    ],
+)
+def test_untruncated_sampling_or_no_reader_of_vllms_log_probs_is_accepted(overrides):
+    config = vllm_config(**overrides)
+    assert config.vllm_importance_sampling_correction == overrides.get("vllm_importance_sampling_correction", True)

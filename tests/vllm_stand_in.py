@@ -21,13 +21,18 @@ TRL 1.16 reaches vLLM through `trl.generation.vllm_generation` only:
 - plain-torch ancestral sampling, one prompt at a time (no padding), from p = softmax(logits / temperature),
   with a generator seeded by `LLM(seed=...)` (server: 0), so runs that start from the same weights sample the same
   completions; a completion ends after `<eos>` (kept, as vLLM keeps it) or `max_tokens` tokens;
-- per token, the log-probability vLLM reports with `logprobs_mode="processed_logprobs"`:
-  log softmax(logits / temperature)[token] + `logprob_offset` (a number, or a function of the token id). The
-  offset (0 by default) lets a test make the sampler's log-probs differ from the trainer's by a known amount, so
-  TRL's importance ratio is a known number.
+- truncated sampling as vLLM's sampler does it, on the tempered logits: `top_k` keeps the k most probable tokens
+  (0 or -1: all), then `top_p` the most probable ones whose mass, added in order, first reaches p (the token that
+  crosses p kept), then `min_p` those with probability ≥ min_p · the largest; the token is drawn from the kept set
+  renormalised;
+- per token, the log-probability vLLM reports with `logprobs_mode="processed_logprobs"`: that of the kept set
+  renormalised, log softmax(masked logits / temperature)[token] (log(π(y_t)/S_t), S_t the kept mass; without
+  truncation the full distribution's), + `logprob_offset` (a number, or a function of the token id). The offset
+  (0 by default) lets a test make the sampler's log-probs differ from the trainer's by a known amount, so TRL's
+  importance ratio is a known number.
 
-Only temperature sampling is implemented; top-k, top-p, min-p, repetition penalty, structured outputs and images
-raise NotImplementedError. `StandIn.generate_calls`, `.weight_syncs` and `.engines` count what TRL did.
+Repetition penalty, structured outputs, images and other `generation_kwargs` than top_p, top_k and min_p raise
+NotImplementedError. `StandIn.generate_calls`, `.weight_syncs` and `.engines` count what TRL did.
 """
 
 from __future__ import annotations
@@ -77,8 +82,9 @@ class SamplingParams:
         if unsupported or structured_outputs is not None:
             missing = sorted(unsupported) or "structured outputs"
             raise NotImplementedError(f"the vLLM stand-in does not implement {missing}")
-        _check_temperature_only(top_p, top_k, min_p, repetition_penalty)
+        _check_no_penalty(repetition_penalty)
         self.n, self.temperature, self.max_tokens, self.logprobs = n, temperature, max_tokens, logprobs
+        self.truncation = Truncation(top_p, top_k, min_p)
 
 
 class StructuredOutputsParams:
@@ -86,9 +92,32 @@ class StructuredOutputsParams:
         raise NotImplementedError("the vLLM stand-in does not implement structured outputs")
 
 
-def _check_temperature_only(top_p, top_k, min_p, repetition_penalty):
-    if top_p != 1.0 or top_k not in (0, -1, None) or (min_p or 0.0) != 0.0 or repetition_penalty != 1.0:
-        raise NotImplementedError("the vLLM stand-in samples with temperature only (top_p=1, top_k=0, min_p=0)")
+def _check_no_penalty(repetition_penalty):
+    if repetition_penalty != 1.0:
+        raise NotImplementedError("the vLLM stand-in does not implement repetition_penalty")
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """vLLM's top_k, top_p and min_p (module docstring)."""
+
+    top_p: float = 1.0
+    top_k: int | None = 0
+    min_p: float | None = 0.0
+
+    def kept(self, logits: torch.Tensor) -> torch.Tensor:
+        """(rows, vocab) bool: the tokens sampling may draw from the tempered `logits`."""
+        probs = torch.softmax(logits, dim=-1)
+        keep = torch.ones_like(probs, dtype=torch.bool)
+        if self.top_k not in (0, -1, None):
+            keep &= probs >= probs.topk(self.top_k, dim=-1).values[:, -1:]
+        if self.top_p < 1.0:
+            ordered, order = probs.masked_fill(~keep, 0.0).sort(dim=-1, descending=True)
+            before = ordered.cumsum(-1) - ordered  # the mass of the more probable kept tokens
+            keep &= torch.zeros_like(keep).scatter(-1, order, before < self.top_p * ordered.sum(-1, keepdim=True))
+        if self.min_p:
+            keep &= probs >= self.min_p * probs.amax(-1, keepdim=True)
+        return keep
 
 
 # ---------------------------------------------------------------------------------------------- the engine
@@ -110,14 +139,15 @@ class SamplingEngine:
                 self.stand_in.loaded_tensors += 1
 
     @torch.no_grad()
-    def sample(self, prompt_ids: list[int], n: int, temperature: float, max_tokens: int):
+    def sample(self, prompt_ids: list[int], n: int, temperature: float, max_tokens: int,
+               truncation: Truncation = Truncation()):
         """n completions of one prompt: [(token ids, per-token (log-prob, rank))]."""
         sequences = torch.tensor([prompt_ids] * n)
         finished = torch.zeros(n, dtype=torch.bool)
         tokens, logprobs, ranks = [], [], []
         for _ in range(max_tokens):
-            logits = self.model(input_ids=sequences).logits[:, -1].float()
-            token_logps = torch.log_softmax(logits / temperature, dim=-1)
+            logits = self.model(input_ids=sequences).logits[:, -1].float() / temperature
+            token_logps = torch.log_softmax(logits.masked_fill(~truncation.kept(logits), float("-inf")), dim=-1)
             token = torch.multinomial(token_logps.exp(), 1, generator=self.generator)
             chosen = token_logps.gather(1, token)
             tokens.append(token.squeeze(1))
@@ -167,7 +197,8 @@ class LLM:
                 raise NotImplementedError("the vLLM stand-in does not take images")
             prompt_ids = list(prompt["prompt_token_ids"])
             samples = self._engine.sample(
-                prompt_ids, sampling_params.n, sampling_params.temperature, sampling_params.max_tokens
+                prompt_ids, sampling_params.n, sampling_params.temperature, sampling_params.max_tokens,
+                sampling_params.truncation,
             )
             completions = [
                 CompletionOutput(
@@ -210,13 +241,19 @@ class VLLMClient:
 
     def generate(self, prompts, features=None, n=1, repetition_penalty=1.0, temperature=1.0, top_p=1.0, top_k=0,
                  min_p=0.0, max_tokens=16, logprobs=0, structured_outputs_regex=None, generation_kwargs=None) -> dict:
-        if features is not None or structured_outputs_regex is not None or generation_kwargs:
-            raise NotImplementedError("the vLLM stand-in takes no images, structured outputs or generation_kwargs")
-        _check_temperature_only(top_p, top_k, min_p, repetition_penalty)
+        overrides = dict(generation_kwargs or {})  # the server merges them over the sampling parameters
+        truncation = {"top_p": top_p, "top_k": top_k, "min_p": min_p}
+        truncation.update({name: overrides.pop(name) for name in list(overrides) if name in truncation})
+        if features is not None or structured_outputs_regex is not None or overrides:
+            raise NotImplementedError(
+                "the vLLM stand-in takes no images, structured outputs or generation_kwargs but top_p, top_k, min_p"
+            )
+        _check_no_penalty(repetition_penalty)
         _active.generate_calls += 1
         completion_ids, completion_logprobs, completion_token_ids = [], [], []
         for prompt_ids in prompts:
-            for ids, scores in self._engine.sample(list(prompt_ids), n, temperature, max_tokens):
+            samples = self._engine.sample(list(prompt_ids), n, temperature, max_tokens, Truncation(**truncation))
+            for ids, scores in samples:
                 completion_ids.append(ids)
                 completion_logprobs.append([[logprob] for logprob, _ in scores])
                 completion_token_ids.append([[token] for token in ids])

@@ -21,6 +21,8 @@ One file a concern, each a dataclass of its fields with the checks of those fiel
     run.py                nan_rewards, nonfinite_policy, reward_timeout_warning, plugin_args; the checks of TRL's
                           own fields
     fields.py             the built-in table entries' fields as dataclass groups (`TABLE_FIELDS`)
+    vllm_sampling.py      vLLM's truncated sampling (top_p/top_k/min_p) refused where its log-probs feed the
+                          importance-sampling correction or the off-policy mask (huggingface/trl#6789)
     generation_buffer.py  TRL's generation-buffer rule and old-log-prob condition in the config's numbers (read by
                           generation_speed.py's checks and by the door, hooks/trl_access.py)
 

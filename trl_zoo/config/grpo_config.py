@@ -36,6 +36,7 @@ from .run import TRL_CHOICES, TRL_LOSS_FIELDS, RunFields
 from .sampling import OverlongFields, SamplingFields
 from .speed_recipe import apply_speed_recipe
 from .teacher import TeacherFields
+from .vllm_sampling import check_vllm_truncated_sampling
 
 # The field groups in the order their fields follow TRL's (and show in `trl-zoo train --help`).
 FIELD_GROUPS = (
@@ -127,6 +128,7 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         self._check_kl_combinations()
         self._check_compute_combinations(entry)
         self._check_generation_speed_combinations()
+        check_vllm_truncated_sampling(self)
         self._check_old_logps_skip(bool(entry.spec.requires_moe))
         self._check_estimator_combinations()
 
