@@ -12,7 +12,7 @@ from peft import LoraConfig
 
 import trl_zoo
 import trl_zoo.hooks.rewards
-from tests.tiny import config_kwargs, make_trainer
+from tests.tiny import config_kwargs, make_trainer, prompts_dataset, with_reference_rewards
 from tests.trl_internals import completions_log, generate_and_score
 from trl_zoo.advantages import AdvantageInputs, nan_std, reward_decoupled_advantages
 from trl_zoo.advantages.optimal_baseline import score_sq_norms
@@ -359,9 +359,13 @@ RUNS = [
 
 @pytest.mark.parametrize("name, placement", RUNS)
 def test_short_lora_training_run(name, placement):
+    dataset = prompts_dataset()
+    if "reference_rewards" in trl_zoo.ADVANTAGES.get(name).spec.needs:
+        dataset = with_reference_rewards(dataset)
     trainer = make_trainer(
         trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), advantage_estimator=name, kl_placement=placement,
         beta=0.05, per_device_train_batch_size=4, max_completion_length=6, passk_k=2,  # passk: k below the group's 4
+        dataset=dataset,
     )
     initial = {k: v.clone() for k, v in trainer.model.named_parameters() if v.requires_grad}
     trainer.train()

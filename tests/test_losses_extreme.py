@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import trl_zoo
-from tests.tiny import TEST_OUTPUT_DIR
+from tests.tiny import TEST_OUTPUT_DIR, required_settings
 from trl_zoo.aggregation import AggregationContext
 from trl_zoo.losses.base import PolicyBatch
 from trl_zoo.registry import AGGREGATIONS, LOSSES
@@ -58,7 +58,8 @@ LOSS_NAMES = [name for name in LOSSES.names() if not LOSSES.get(name).spec.requi
 @pytest.mark.parametrize("name", LOSS_NAMES)
 def test_finite_loss_and_gradients(name, case):
     args = trl_zoo.GRPOConfig(
-        output_dir=TEST_OUTPUT_DIR, loss_type=name, bf16=False, use_cpu=True, report_to="none", max_completion_length=5
+        output_dir=TEST_OUTPUT_DIR, loss_type=name, bf16=False, use_cpu=True, report_to="none",
+        max_completion_length=5, **required_settings(name),
     )
     for token_advantages in (False, True):
         batch = make_case(case, token_advantages)
@@ -85,7 +86,8 @@ def test_finite_loss_and_gradients(name, case):
 def test_log_ratios_of_pm100_give_finite_loss_and_gradients(name):
     """Old log-probs far from current (δ = ±100, r = e^{±100} overflows float32): the ratio is capped, never inf."""
     args = trl_zoo.GRPOConfig(
-        output_dir=TEST_OUTPUT_DIR, loss_type=name, bf16=False, use_cpu=True, report_to="none", max_completion_length=5
+        output_dir=TEST_OUTPUT_DIR, loss_type=name, bf16=False, use_cpu=True, report_to="none",
+        max_completion_length=5, **required_settings(name),
     )
     mask = torch.tensor(CASES["log_ratio_pm50"]["mask"], dtype=torch.float)
     for seed in range(3):
@@ -118,7 +120,8 @@ def test_one_token_rows_at_log_ratios_of_pm100_give_finite_loss_and_gradients(na
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             args = trl_zoo.GRPOConfig(output_dir=TEST_OUTPUT_DIR, loss_type=name, bf16=False, use_cpu=True,
-                                      report_to="none", max_completion_length=3, **overrides)
+                                      report_to="none", max_completion_length=3, **overrides,
+                                      **required_settings(name))
         for sign in (1.0, -1.0):
             for token_advantages in (False, True):
                 advantages = sign * torch.tensor([[1.5], [-2.0], [-1.0], [0.7]])

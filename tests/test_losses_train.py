@@ -80,7 +80,8 @@ def test_lora_training_and_adapter_roundtrip(name, tmp_path):
     if trl_zoo.LOSSES.get(name).spec.requires_moe:
         pytest.skip(f"{name} needs a mixture-of-experts model (requires_moe)")
     trainer = make_trainer(
-        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=LoraConfig(**LORA), loss_type=name, num_iterations=2
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=LoraConfig(**LORA), loss_type=name, num_iterations=2,
+        **tiny.required_settings(name),
     )
     trainer.train()
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]

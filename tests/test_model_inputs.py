@@ -11,7 +11,7 @@ import trl
 
 import trl_zoo
 from tests.test_parity import TRL_LOSSES
-from tests.tiny import make_trainer, perturb, relative_error
+from tests.tiny import make_trainer, perturb, relative_error, required_settings
 from tests.trl_internals import generate_and_score
 from trl_zoo.hooks.model_inputs import MULTIMODAL_KEYS, forward_inputs, is_multimodal, loss_mask
 
@@ -101,7 +101,9 @@ def test_behaviour_log_probs_under_the_tool_mask_do_not_reach_the_loss(name):
     if trl_zoo.LOSSES.get(name).spec.requires_moe:
         pytest.skip(f"{name} needs a mixture-of-experts model (requires_moe)")
     cap = {"epsilon_high": 5.0} if name == "cispo" else {}  # the preset's cap: under TRL's default every weight is 0.2
-    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, loss_type=name, num_iterations=2, **cap)
+    trainer = make_trainer(
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, loss_type=name, num_iterations=2, **cap, **required_settings(name)
+    )
     batch = generation_batch(trainer)
     assert batch.get("old_per_token_logps") is not None
     perturb(trainer.model)  # off-policy: ratios leave 1, clips and masks bite

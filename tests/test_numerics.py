@@ -107,7 +107,7 @@ def test_every_loss_stays_finite_under_every_aggregation(name):
     @given(batch=policy_batches(with_router=with_router))
     def check(batch):
         torch.manual_seed(0)
-        term = LOSSES.get(name).fn(batch, config(name))
+        term = LOSSES.get(name).fn(batch, config(name, **tiny.required_settings(name)))
         assert torch.isfinite(term.loss).all()
         for metric in term.metrics.values():
             value = (metric[1] if isinstance(metric, tuple) else metric).detach()
@@ -132,6 +132,8 @@ SEQUENCE_ADVANTAGE_LOSSES = {"gspo", "gmpo", "rspo"}
 def test_on_policy_gradient_is_reinforce_for_every_input(name):
     """docs/formulas.md sanity law: θ = θ_old, β = 0 ⇒ ∇loss = ∇ of −Â·log π under the loss's own aggregation."""
     with_router = bool(LOSSES.get(name).spec.requires_moe)
+    if LOSSES.get(name).spec.applies_kl:
+        pytest.skip(f"{name} regresses onto the KL-regularised optimum, not a policy gradient: its own law is tested")
     args = config(name, **ON_POLICY_ARGS.get(name, {}))
 
     @PROPERTY
@@ -181,7 +183,8 @@ def test_kl_estimators_finite_k1_is_d_and_k2_k3_nonnegative(logps, ref):
 
 # ---------------------------------------------------------------------------------------------------- estimators
 GROUP_CENTRED = ("grpo", "dr_grpo", "rloo")
-BUILDABLE_EXTRAS = {"score_sq_norms", "values"}  # the declared extras (`needs=`) these tests know how to draw
+# the declared extras (`needs=`) these tests know how to draw
+BUILDABLE_EXTRAS = {"score_sq_norms", "values", "reference_rewards"}
 DECLARED_EXTRAS = {need for name in ADVANTAGES.names() for need in ADVANTAGES.get(name).spec.needs}
 WEIGHTED_BASELINES = {"opo": "lengths", "optimal_baseline": "score_sq_norms"}
 
@@ -216,6 +219,10 @@ def reward_batches(draw, dtype=torch.float32):
     if "values" in DECLARED_EXTRAS:
         values = draw(st.lists(st.floats(-1e3, 1e3, width=32), min_size=count * width, max_size=count * width))
         extras["values"] = torch.tensor(values, dtype=dtype).view(count, width)
+    if "reference_rewards" in DECLARED_EXTRAS:
+        samples = draw(st.integers(1, 4))
+        values = draw(st.lists(REWARD, min_size=count * samples, max_size=count * samples))
+        extras["reference_rewards"] = torch.tensor(values, dtype=dtype).view(count, samples)
     return AdvantageInputs(rewards, size, mask=mask, token_penalty=penalty, **extras)
 
 

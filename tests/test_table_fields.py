@@ -35,6 +35,7 @@ ESTIMATOR_FIELDS = {
                                   "vapo_value_warmup_steps", "vapo_length_alpha", "vapo_positive_nll_coef",
                                   "vapo_positive_reward_threshold")},
     "passk_k": ["passk"],
+    "a2po_beta1": ["a2po"],
 }
 SAMPLER_FIELDS = {
     "dynamic_sampling_max_rounds": ["adaptive_budget", "greso", "resample"],

@@ -21,6 +21,7 @@ ARGS = SimpleNamespace(
     gae_whiten=False,
     vapo_length_alpha=None,
     passk_k=3,
+    a2po_beta1=0.5,
 )
 GROUPS = [[1.0, 0.0], [0.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]]
 SIZES = [len(group) for group in GROUPS]
@@ -37,7 +38,9 @@ def extras(rows):
     lengths = torch.tensor([LENGTHS[i] for i in rows])
     mask = (torch.arange(T).expand(len(rows), T) < lengths.unsqueeze(1)).to(torch.float32)
     values = torch.linspace(-0.5, 0.5, T).expand(len(rows), T) * torch.tensor([float(i + 1) for i in rows])[:, None]
-    return dict(mask=mask, score_sq_norms=torch.tensor([NORMS[i] for i in rows]), values=values * mask)
+    reference_rewards = torch.tensor([[NORMS[i], LENGTHS[i] / T, 0.0] for i in rows])
+    return dict(mask=mask, score_sq_norms=torch.tensor([NORMS[i] for i in rows]), values=values * mask,
+                reference_rewards=reference_rewards)
 
 
 def estimate(name, rewards, num_generations, rows, args=ARGS, group_sizes=None):

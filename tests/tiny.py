@@ -10,6 +10,8 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
+from trl_zoo.dataset_values import REFERENCE_REWARDS
+from trl_zoo.registry import LOSSES
 from trl_zoo.tasks.tiny import build_char_tokenizer, build_tiny_causal_lm
 
 TEST_OUTPUT_DIR = os.path.join(tempfile.gettempdir(), "trl_zoo_test_runs")
@@ -36,6 +38,16 @@ def model(seed: int = 0):
 
 def prompts_dataset(n: int = 16) -> Dataset:
     return Dataset.from_dict({"prompt": [f"{a}+{b}=" for a, b in zip(range(10, 10 + n), range(30, 30 + n))]})
+
+
+def with_reference_rewards(dataset: Dataset) -> Dataset:
+    """`dataset` with A*-PO's `reference_rewards` column, three fixed rewards per prompt (advantages/a2po.py)."""
+    return dataset.add_column(REFERENCE_REWARDS, [[0.0, 0.25, 1.0]] * len(dataset))
+
+
+def required_settings(loss_type: str) -> dict:
+    """The settings a loss cannot run without: a KL coefficient for one that holds the KL itself (a2po's β₂)."""
+    return {"beta": 1e-3} if LOSSES.get(loss_type).spec.applies_kl else {}
 
 
 def digit_reward(completions, **kwargs):

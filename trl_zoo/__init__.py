@@ -16,6 +16,7 @@ PUBLIC = {
     **dict.fromkeys(("PolicyBatch", "PolicyTerm"), "losses.base"),
     "GRPOConfig": "config",
     "GRPOTrainer": "trainer",
+    "sample_reference_rewards": "io.reference_rewards",
 }
 
 
@@ -72,4 +73,5 @@ __all__ = [
     "TABLES",
     "available_losses",
     "register_loss",
+    "sample_reference_rewards",
 ]

@@ -5,11 +5,17 @@ parts}); the trainer's prompts are all of one kind, since TRL renders a batch on
 train` makes a mixed file one kind first: cli/training_data.py). A column a reward function reads holds no None:
 exact_match would compare the completion with "None" and score the row 0, silently. A map-style dataset is checked
 whole at construction (the error names the first bad row); a streamed one shows its rows only while it is read, so
-its prompts are checked per generation batch.
+its prompts are checked per generation batch. A*-PO's `reference_rewards` column (`advantages/a2po.py`) holds, per
+prompt, the rewards of the same number of reference samples, each a number (NaN for an unscorable one).
+
+Tests: tests/test_dataset_values.py, tests/test_a2po.py (the reference-rewards column).
 """
 
 from __future__ import annotations
 
+import math
+
+REFERENCE_REWARDS = "reference_rewards"
 FIX = "fix or filter that row, e.g. dataset.filter(lambda row: bool(row['{column}']))"
 
 
@@ -72,3 +78,26 @@ def check_no_none(dataset, column: str, reader: str, where: str = "train_dataset
                 f"{where}: row {row}'s {column!r} is None, which {reader} reads (it would score the row as if the "
                 f"reference were 'None'); {FIX.format(column=column)}."
             )
+
+
+def reference_rewards(rows) -> list[list[float]]:
+    """The `reference_rewards` of each of TRL's input `rows` (dicts of dataset columns), as floats (None: NaN); a
+    one-line ValueError naming the first row without such a list, or whose count differs from the first row's."""
+    fix = "add the column with trl_zoo.sample_reference_rewards(model, tokenizer, dataset, reward_funcs)"
+    values = []
+    for row, example in enumerate(rows):
+        rewards = example.get(REFERENCE_REWARDS) if isinstance(example, dict) else None
+        if not isinstance(rewards, (list, tuple)) or not rewards:
+            raise ValueError(
+                f"{REFERENCE_REWARDS}: row {row} of the batch has {rewards!r}, not a list of the rewards of its "
+                f"prompt's reference samples, which advantage_estimator='a2po' reads; {fix}."
+            )
+        if any(reward is not None and not isinstance(reward, (int, float)) for reward in rewards):
+            raise ValueError(f"{REFERENCE_REWARDS}: row {row} holds {rewards!r}, not numbers; {fix}.")
+        if values and len(rewards) != len(values[0]):
+            raise ValueError(
+                f"{REFERENCE_REWARDS}: row {row} holds {len(rewards)} rewards and row 0 {len(values[0])}; give every "
+                f"prompt the same number of reference samples; {fix}."
+            )
+        values.append([math.nan if reward is None else float(reward) for reward in rewards])
+    return values

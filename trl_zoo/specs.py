@@ -27,7 +27,7 @@ from .numerics import MAX_LOG_RATIO
 
 FIELD_TYPES = (bool, int, float, str)
 # the AdvantageInputs fields an estimator may declare in `needs` (the rewards, G and the mask it always gets)
-ADVANTAGE_NEEDS = ("score_sq_norms", "values", "token_penalty")
+ADVANTAGE_NEEDS = ("score_sq_norms", "values", "token_penalty", "reference_rewards")
 
 
 def no_checks(args) -> None:
@@ -200,6 +200,7 @@ class LossSpec:
     zero_advantage_is_inert: bool | None = None  # rows with Â = 0 add nothing; None: probed for skip_zero_advantage
     requires_moe: bool = False  # needs router statistics (`batch.extras["router_logps"]`, a MoE model)
     applies_sampling_ratio: bool = False  # applies vLLM's importance-sampling ratio itself
+    applies_kl: bool = False  # holds the KL regularisation itself (reads β and log π_ref): the trainer adds no β·KL
     # once after every optimizer step: (persistent state, args, the step's token-mean metrics) -> metrics to log
     on_optimizer_step: Callable[[dict, Any, dict[str, float]], dict[str, float] | None] | None = None
     validate: Callable[[Any], None] = check_clip_range  # raise ValueError for settings this loss cannot use

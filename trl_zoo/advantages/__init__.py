@@ -27,6 +27,8 @@ opo                       R_i − Σ_j l_j R_j / Σ_j l_j                       
 maxrl                     (R_i − mean R) / mean R where mean R > 0, else 0 (R ≥ 0)         MaxRL, arXiv:2602.02710
 optimal_baseline          R_i − Σ_j ‖s_j‖² R_j / Σ_j ‖s_j‖²                                Greensmith et al. 2004
 gae                       Â_{i,t} = GAE(γ, λ)_{i,t} of the critic's V(s_t), whitened         GAE, arXiv:1506.02438
+a2po                      R_i − V*(x_i), V* = β₁ ln mean_k exp(r_k/β₁) over reference      A*-PO, arXiv:2505.20686
+                          samples' rewards r_k (the dataset column reference_rewards)
 ========================  ===============================================================  ==========================
 
 Groups of unequal size: with ``AdvantageInputs.group_sizes`` = (n_1, …, n_P), group p is n_p consecutive rows and

@@ -32,6 +32,7 @@ class AdvantageInputs:
     score_sq_norms: Tensor | None = None  # (N,) ‖s_i‖² in logit space (needs="score_sq_norms")
     values: Tensor | None = None  # (N, T) critic V(s_t) at generation time (needs="values"; trl_zoo.critic)
     group_sizes: Tensor | None = None  # (P,) long n_p ≥ 1, Σ n_p = N: groups of unequal size; None = all G
+    reference_rewards: Tensor | None = None  # (N, K) rewards of K reference samples of each row's prompt (a column)
 
     def __post_init__(self):
         if self.rewards.dim() != 1:

@@ -39,6 +39,7 @@ from trl.trainer.utils import add_fused_lm_head
 
 from ..advantages import AdvantageInputs, reward_decoupled_advantages
 from ..advantages.optimal_baseline import score_sq_norms
+from ..dataset_values import reference_rewards
 from ..registry import ADVANTAGES
 from .component import Component
 from .generation import ScoredRound, row_chunks
@@ -117,6 +118,9 @@ class Advantages(Component):
         values = None
         if "values" in self.entry.spec.needs:
             values = self._gather_padded(output["old_values"])  # set by the critic hook (hooks/critic.py)
+        reference = None
+        if "reference_rewards" in self.advantage_entry.spec.needs:  # a dataset column (advantages/a2po.py)
+            reference = self.accelerator.gather(torch.tensor(reference_rewards(scored.inputs), device=rewards.device))
         estimator_inputs = AdvantageInputs(
             rewards=rewards,
             num_generations=num_generations,
@@ -124,6 +128,7 @@ class Advantages(Component):
             token_penalty=penalty,
             score_sq_norms=norms,
             values=values,
+            reference_rewards=reference,
         )
         scored.advantage_inputs = estimator_inputs  # global; the critic derives its value targets from it
         per_reward = None

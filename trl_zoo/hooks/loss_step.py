@@ -254,7 +254,7 @@ class PolicyLossStep:
             if self.args.use_bias_correction_kl:
                 log_weights = importance_log_weights(batch, self.importance_sampling_level)
                 per_token_kl = per_token_kl * importance_ratio(log_weights)
-            if self.args.kl_placement == "loss":
+            if self.args.kl_placement == "loss" and not self.loss_entry.spec.applies_kl:
                 per_token_loss = per_token_loss + self.kl_coefficient * per_token_kl
 
         context = AggregationContext(
