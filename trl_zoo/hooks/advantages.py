@@ -119,8 +119,9 @@ class Advantages(Component):
         if "values" in self.entry.spec.needs:
             values = self._gather_padded(output["old_values"])  # set by the critic hook (hooks/critic.py)
         reference = None
-        if "reference_rewards" in self.advantage_entry.spec.needs:  # a dataset column (advantages/a2po.py)
-            reference = self.accelerator.gather(torch.tensor(reference_rewards(scored.inputs), device=rewards.device))
+        if "reference_rewards" in self.entry.spec.needs:  # a dataset column (advantages/a2po.py)
+            local = torch.tensor(reference_rewards(scored.inputs), device=rewards.device)
+            reference = trainer.accelerator.gather(local)
         estimator_inputs = AdvantageInputs(
             rewards=rewards,
             num_generations=num_generations,
