@@ -69,7 +69,7 @@ def instrument(trainer, counts: Counts, group_size: int):
     import torch
     from trl import GRPOTrainer as TRLGRPOTrainer
 
-    from trl_zoo.hooks.generation import GenerationMixin
+    from trl_zoo.hooks.generation import GenerationSeam
     from trl_zoo.hooks.loss_step import PolicyLossStep
 
     generate = TRLGRPOTrainer._generate_and_score_completions
@@ -85,7 +85,7 @@ def instrument(trainer, counts: Counts, group_size: int):
             counts.generated += len(inputs)
         return batch
 
-    scored_round = GenerationMixin._scored_round
+    scored_round = GenerationSeam._scored_round
 
     def counted_round(self, inputs):
         scored = scored_round(self, inputs)
@@ -114,7 +114,7 @@ def instrument(trainer, counts: Counts, group_size: int):
         return compute_loss(model, inputs, *args, **kwargs)
 
     TRLGRPOTrainer._generate_and_score_completions = counted_generate
-    GenerationMixin._scored_round = counted_round
+    GenerationSeam._scored_round = counted_round
     PolicyLossStep._policy_forward = counted_forward
     trainer.compute_loss = counted_compute_loss
 

@@ -137,6 +137,17 @@ def test_nan_weights_or_optimizer_state_are_refused_naming_the_file(saved, tmp_p
     )
 
 
+def test_a_nan_critic_is_refused_naming_its_file(saved, tmp_path):
+    out = copy(saved, "gae", tmp_path)
+    path = out / "checkpoint-2" / "critic.pt"
+    state = torch.load(path, weights_only=True)
+    next(iter(state["value_head"].values())).view(-1)[0] = math.nan
+    torch.save(state, path)
+    with pytest.raises(CorruptCheckpointError) as caught:
+        trainer("gae", out).train(resume_from_checkpoint=True)
+    assert str(caught.value).startswith(f"resume_from_checkpoint: {path} holds NaN or ±inf weights (first: ")
+
+
 # ------------------------------------------------------------------------------ the CLI: one line, exit status 2
 
 

@@ -8,7 +8,7 @@ outermost first:
     GRPOTrainer              construction; TRL's seams to the pipeline's hook points    trainer.py
     PolicyLossStep           the loss step: `_policy_forward`, loss table, metrics,     hooks/loss_step.py
                              the optimizer-step points
-    GenerationMixin          the generation seam: a generation batch of rounds,         hooks/generation.py
+    GenerationSeam           the generation seam: a generation batch of rounds,         hooks/generation.py
                              each a typed `ScoredRound` through the round's hook points
     TRLSeams                 the door: TRL's private methods forwarded to seams;        hooks/trl_access.py
                              what trl_zoo relies on, checked against the installed TRL
@@ -36,7 +36,7 @@ from trl.trainer.utils import get_config_model_id
 from .config import GRPOConfig, to_zoo_config
 from .dataset_values import check_one_format, check_prompts
 from .hooks import pipeline
-from .hooks.generation import GenerationMixin
+from .hooks.generation import GenerationSeam
 from .hooks.loss_step import PolicyLossStep
 from .hooks.model_object import reference_for_model_object
 from .hooks.rewards import shaped_reward_funcs
@@ -128,7 +128,7 @@ def dense_policy(model, args):
     return path
 
 
-class GRPOTrainer(PolicyLossStep, GenerationMixin, TRLSeams):
+class GRPOTrainer(PolicyLossStep, GenerationSeam, TRLSeams):
     """Drop-in `trl.GRPOTrainer`: same constructor, `loss_type` from the plugin table (see `trl-zoo list`)."""
 
     pipeline = pipeline.EMPTY  # while TRL's constructor runs; the trainer's own once it has

@@ -182,16 +182,33 @@ def check_training_state(folder: str) -> None:
     )
 
 
+NOT_WEIGHTS = (OPTIMIZER_NAME, SCHEDULER_NAME)
+
+
 def first_nonfinite_file(folder: str) -> str | None:
-    """The first ``*.safetensors`` file of the folder (sub-folders included) holding NaN or ±inf, None if none."""
+    """The first weight file of the folder (sub-folders included) holding NaN or ±inf, None if none: a
+    ``*.safetensors`` file, or a ``*.pt`` file of weights (trl_zoo's critic and moved reference; the optimizer's,
+    scheduler's and random states are not weights)."""
     for root, _, names in sorted(os.walk(folder)):
         for name in sorted(names):
+            path = os.path.join(root, name)
             if name.endswith(".safetensors"):
-                path = os.path.join(root, name)
                 with safe_open(path, framework="pt") as weights:
                     if nonfinite_names((key, weights.get_tensor(key)) for key in weights.keys()):
                         return path
+            elif name.endswith(".pt") and name not in NOT_WEIGHTS and not name.startswith("rng_state"):
+                if nonfinite_names(_named_tensors(torch.load(path, map_location="cpu", weights_only=True))):
+                    return path
     return None
+
+
+def _named_tensors(saved, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
+    """(dotted name, tensor) of every floating-point tensor in a saved nest of dicts."""
+    if torch.is_tensor(saved):
+        return [(prefix, saved)] if saved.is_floating_point() else []
+    if isinstance(saved, dict):
+        return [pair for key, value in saved.items() for pair in _named_tensors(value, f"{prefix}{key}.")]
+    return []
 
 
 def check_finite_state(folder: str, model, optimizer) -> None:

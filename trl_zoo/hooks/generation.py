@@ -74,7 +74,7 @@ class ScoredRound:
         return (rewards * weights).nansum(dim=1).masked_fill(torch.isnan(rewards).all(dim=1), float("nan"))
 
 
-class GenerationMixin:
+class GenerationSeam:
     """The generation seam (see the module docstring); the class just above TRL's door."""
 
     _round_rewards: torch.Tensor | None = None  # the window between TRL's reward call and the end of its round

@@ -104,6 +104,7 @@ RELIED_CLASS_ATTRIBUTES = ("_name", "_paper", "_tag_names")
 RELIED_STATE = (
     "_metrics", "_logs", "_buffered_inputs", "_step", "_tokenizer",
     "_entropy_bonus_enabled", "_entropy_window_stats", "_last_world_entropy",
+    "eos_token_ids",  # public: the truncation penalty reads it (hooks/rewards.py)
 )
 # elsewhere in TRL and transformers: (owner, name, parameters or None for an attribute)
 RELIED_ELSEWHERE = (
