@@ -261,11 +261,10 @@ def test_a_training_step_moves_the_policy_and_logs_the_implicit_reward():
 
 
 def test_a_dataset_without_the_column_is_refused_naming_it():
-    trainer = tiny.make_trainer(
-        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, loss_type="a2po", advantage_estimator="a2po", beta=1e-3,
-    )
-    with pytest.raises(ValueError, match="reference_rewards: row 0 of the batch has None"):
-        trainer.train()
+    with pytest.raises(ValueError, match="^train_dataset: no 'reference_rewards' column, which advantage_estimator="):
+        tiny.make_trainer(
+            trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, loss_type="a2po", advantage_estimator="a2po", beta=1e-3,
+        )
 
 
 # ------------------------------------------------------------------------------------------- refused settings

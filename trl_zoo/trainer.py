@@ -34,7 +34,7 @@ from trl import GRPOTrainer as TRLGRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .config import GRPOConfig, to_zoo_config
-from .dataset_values import check_one_format, check_prompts
+from .dataset_values import REFERENCE_REWARDS, check_one_format, check_prompts
 from .hooks import pipeline
 from .hooks.generation import GenerationSeam
 from .hooks.loss_step import PolicyLossStep
@@ -73,9 +73,9 @@ def check_train_dataset(dataset, args, environment_factory=None) -> None:
     """Raise a one-line ValueError for a training set TRL would train on for 0 steps or crash on deep inside:
     no rows, no `prompt` column, or fewer prompts than one generation batch (TRL's sampler drops an incomplete
     batch, so such a set yields no step at all; of a streamed set only that many rows are read), a prompt that is
-    None, blank or not text, or prompts mixing text and chat messages (`dataset_values.py`). With an
-    `environment_factory` the environments' `reset()` supply the prompts, so, as in TRL, the set needs no `prompt`
-    column (a dict of environments routes rows by their `environment` column)."""
+    None, blank or not text, or prompts mixing text and chat messages (`dataset_values.py`), no column an estimator
+    reads (`reference_rewards`). With an `environment_factory` the environments' `reset()` supply the prompts, so, as
+    in TRL, the set needs no `prompt` column (a dict of environments routes rows by their `environment` column)."""
     if dataset is None:
         return
     columns = getattr(dataset, "column_names", None)
@@ -93,6 +93,14 @@ def check_train_dataset(dataset, args, environment_factory=None) -> None:
         if environment_factory is None and "prompt" in (columns or ()):
             check_prompts(dataset)
             check_one_format(dataset["prompt"])
+    estimator = ADVANTAGES.get(args.advantage_estimator) if args.advantage_estimator else None
+    if estimator is not None and "reference_rewards" in estimator.spec.needs and columns is not None:
+        if REFERENCE_REWARDS not in columns:
+            raise ValueError(
+                f"train_dataset: no '{REFERENCE_REWARDS}' column, which advantage_estimator="
+                f"'{args.advantage_estimator}' reads; add it with trl_zoo.sample_reference_rewards(model, tokenizer, "
+                f"dataset, reward_funcs)."
+            )
     if rows == 0:
         raise ValueError("train_dataset: 0 rows, so there is nothing to train on; give a dataset with prompts.")
     if rows < prompts_per_batch:
