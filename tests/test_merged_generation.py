@@ -20,6 +20,7 @@ from trl_zoo.hooks.generation_speed import (
     merge_refusal,
     merged_adapter,
 )
+from trl_zoo.tasks.tiny import build_tiny_causal_lm
 
 
 def lora():
@@ -205,6 +206,23 @@ def test_the_merge_adds_only_a_small_residue_and_restores_exactly_across_updates
         merge_residue.merge = real_merge
     residue_bytes, weight_bytes = map(sum, zip(*sizes))
     assert residue_bytes < 0.2 * weight_bytes
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU's matmul at the restore is the question")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_merge_restores_the_weights_bit_for_bit_on_a_gpu(dtype):
+    """The restore recomputes Δ = s·BA with the same cuBLAS call as the merge; the weights come back bit for bit for
+    layers of a real model's width (where cuBLAS picks split or tiled kernels), across repeated merges."""
+    base = build_tiny_causal_lm(tiny.tokenizer(), hidden_size=1024, num_layers=2, num_heads=16, seed=0)
+    model = get_peft_model(base.to("cuda", dtype), LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+    nonzero_adapter(model)
+    before = snapshot(model)
+    ids = torch.randint(0, base.config.vocab_size, (4, 32), device="cuda")
+    for _ in range(3):
+        with torch.no_grad(), merged_adapter(model):
+            model(input_ids=ids)
+        for name, parameter in model.named_parameters():
+            assert torch.equal(merge_residue.bits(parameter), merge_residue.bits(before[name])), name
 
 
 def test_dora_is_refused():
