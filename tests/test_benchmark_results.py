@@ -86,7 +86,8 @@ def test_a_link_to_a_packed_or_missing_file_is_reported():
 # --- (b) study folders: page and summaries
 
 def time_to_target_study(*extra: str) -> tuple[str, list[str]]:
-    return "README.md", ["records.jsonl", "summary.md", *extra]
+    """A time-to-target study: its records; the driver's summary table of each records file is in the page."""
+    return "README.md", ["records.jsonl", *extra]
 
 
 # folder -> (its page, relative to the folder or "../NAME.md" beside it; the summary files that page names)
@@ -105,19 +106,17 @@ STUDIES: dict[str, tuple[str, list[str]]] = {
     "2026-11-27-h200x2-multi-gpu-2": ("README.md", ["summary.md", "runs.jsonl"]),
     "2026-11-27-h200x2-multi-gpu-3": ("README.md", ["summary.md", "runs.jsonl"]),
     "2026-11-27-cpu-deepspeed-zero-parity": ("README.md", ["summary.md"]),
-    "2026-11-27-h200x2-compiled-decoding": ("README.md", ["summary.md", "records.jsonl"]),
-    "2026-11-27-h200x2-compiled-decoding-2": ("README.md", ["summary.md", "records.jsonl"]),
+    "2026-11-27-h200x2-compiled-decoding": ("README.md", ["records.jsonl"]),
+    "2026-11-27-h200x2-compiled-decoding-2": ("README.md", ["records.jsonl"]),
     "2026-11-27-h200-step-breakdown": time_to_target_study(),
     "2026-11-27-h200x2-time-to-target": time_to_target_study(),
     "2026-11-27-h200x2-time-to-target-2": time_to_target_study(),
     "2026-11-27-h200x2-time-to-target-3": time_to_target_study(),
     "2026-11-27-h200x2-time-to-target-4": time_to_target_study(),
     "2026-11-27-h200x2-time-to-target-5": time_to_target_study(),
-    "2026-11-27-h200x2-time-to-target-6": time_to_target_study("bf16_weights/records.jsonl",
-                                                               "bf16_weights/summary.md"),
+    "2026-11-27-h200x2-time-to-target-6": time_to_target_study("bf16_weights/records.jsonl"),
     "2026-11-27-h100x4-time-to-target-trl-best": time_to_target_study(),
-    "2026-11-27-h100x4-time-to-target-cuda-graph": time_to_target_study("graph_kept_alive/records.jsonl",
-                                                                        "graph_kept_alive/summary.md"),
+    "2026-11-27-h100x4-time-to-target-cuda-graph": time_to_target_study("graph_kept_alive/records.jsonl"),
     "2026-11-27-h100x4-time-to-target-lora-graphed": time_to_target_study(),
     "2026-11-28-h200-size-ladder": ("README.md", ["ladder.jsonl"]),
     "2026-11-29-h200-step-profile": ("README.md", ["profile.jsonl"]),
@@ -163,14 +162,31 @@ def table_cells(markdown: str) -> list[dict[str, str]]:
     return [dict(zip(header, row)) for row in body]
 
 
-@pytest.mark.parametrize("folder", [f for f in sorted(STUDIES) if "records.jsonl" in STUDIES[f][1]
-                                    and "compiled-decoding" not in f])
-def test_a_time_to_target_summary_is_recomputed_from_its_records(folder):
-    """Every column summary.md shows is what `time_to_target.summary_table` makes of records.jsonl (a later version
-    of the table may add columns)."""
-    records = read_jsonl(RESULTS / folder / "records.jsonl")
-    kept, recomputed = (table_cells(text) for text in
-                        ((RESULTS / folder / "summary.md").read_text(), time_to_target.summary_table(records)))
+def summary_in_page(folder: str, records: str) -> str:
+    """The table the study's page shows under "`...summary_table` of `RECORDS`" (the driver's summary.md, moved into
+    the page): the Markdown table that follows that line."""
+    lines = page_of(folder).read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if f"summary_table` of `{records}`" in line), None)
+    assert start is not None, f"{folder}: its page shows no summary table of {records}"
+    table: list[str] = []
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            table.append(line)
+        elif table:
+            break
+    return "\n".join(table)
+
+
+TIME_TO_TARGET_RECORDS = [(folder, records) for folder in sorted(STUDIES) if "compiled-decoding" not in folder
+                          for records in STUDIES[folder][1] if records.endswith("records.jsonl")]
+
+
+@pytest.mark.parametrize(("folder", "records"), TIME_TO_TARGET_RECORDS)
+def test_a_time_to_target_summary_is_recomputed_from_its_records(folder, records):
+    """Every column of the summary table the page shows is what `time_to_target.summary_table` makes of its records
+    (a later version of the table may add columns)."""
+    kept, recomputed = (table_cells(text) for text in (summary_in_page(folder, records), time_to_target.summary_table(
+        read_jsonl(RESULTS / folder / records))))
     assert [row["run"] for row in kept] == [row["run"] for row in recomputed]
     for shown, again in zip(kept, recomputed):
         assert shown == {column: again[RENAMED_COLUMNS.get(column, column)] for column in shown}
@@ -184,7 +200,7 @@ RENAMED_COLUMNS = {"peak memory GiB, max": "training peak GiB, max"}
 @pytest.mark.parametrize("folder", ["2026-11-27-h200x2-compiled-decoding", "2026-11-27-h200x2-compiled-decoding-2"])
 def test_a_compiled_decoding_summary_is_recomputed_from_its_records(folder):
     records = read_jsonl(RESULTS / folder / "records.jsonl")
-    assert compiled_decoding.summary_table(records) == (RESULTS / folder / "summary.md").read_text().strip()
+    assert compiled_decoding.summary_table(records) == summary_in_page(folder, "records.jsonl")
 
 
 # --- (c) figures
