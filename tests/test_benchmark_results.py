@@ -101,11 +101,12 @@ STUDIES: dict[str, tuple[str, list[str]]] = {
     "2026-11-26-h200-real-model-2": ("README.md", ["summaries.jsonl"]),
     "2026-11-27-h200-real-model-3": ("README.md", ["tables.md", "pass_at_k.jsonl"]),
     "2026-11-27-h200x2-offpolicy-seeds": ("README.md", ["tables.md"]),
-    "2026-11-27-h200x2-teacher": ("README.md", ["tables.md", "cost/summary.md"]),
-    "2026-11-26-h200x2-multi-gpu": ("README.md", ["summary.md", "runs.jsonl"]),
-    "2026-11-27-h200x2-multi-gpu-2": ("README.md", ["summary.md", "runs.jsonl"]),
-    "2026-11-27-h200x2-multi-gpu-3": ("README.md", ["summary.md", "runs.jsonl"]),
-    "2026-11-27-cpu-deepspeed-zero-parity": ("README.md", ["summary.md"]),
+    "2026-11-27-h200x2-teacher": ("README.md", ["tables.md"]),  # cost/summary.md: in the page and raw.tar.xz
+    # the multi-GPU driver's summary.md is in the page, its runs.jsonl in raw.tar.xz
+    "2026-11-26-h200x2-multi-gpu": ("README.md", []),
+    "2026-11-27-h200x2-multi-gpu-2": ("README.md", []),
+    "2026-11-27-h200x2-multi-gpu-3": ("README.md", []),
+    "2026-11-27-cpu-deepspeed-zero-parity": ("README.md", []),  # the driver's summary.md in the page
     "2026-11-27-h200x2-compiled-decoding": ("README.md", ["records.jsonl"]),
     "2026-11-27-h200x2-compiled-decoding-2": ("README.md", ["records.jsonl"]),
     "2026-11-27-h200-step-breakdown": time_to_target_study(),
