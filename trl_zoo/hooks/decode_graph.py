@@ -209,8 +209,8 @@ class GraphedDecodeStep:
         return output
 
     def _side_stream(self) -> torch.cuda.Stream:
-        """One side stream for every warm-up and capture: cuBLAS keeps a workspace per stream (32 MiB on an H100),
-        so a new stream per generation batch would hold one more workspace each time."""
+        """One side stream for every warm-up and capture: cuBLAS keeps a workspace per stream (PyTorch's default: 32
+        MiB on Hopper GPUs), so a new stream per generation batch would hold one more workspace each time."""
         if self._stream is None:
             self._stream = torch.cuda.Stream()
         return self._stream

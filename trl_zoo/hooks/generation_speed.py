@@ -55,15 +55,15 @@ sequences), so the sampled distribution still differs from the one the loss scor
 Compiled decoding (`compile_generation`) traces the decoding under the same autocast.
 
 Measured (docs/benchmarks.md, the sixth time-to-target study and its decoding probe): compiled, the decoding is
-faster in bf16 than in fp32; eager decoding is launch-bound and autocast's casts make it slower (2.17 s against
-2.00 s, SmolLM2-135M, H200), so the field pays only with `compile_generation`.
+faster in bf16 than in fp32; eager decoding is launch-bound and autocast's casts make it slower, so the field pays
+only with `compile_generation`.
 
 Refused when the config is built (`config/`): without bf16 or fp16 (no mixed precision to apply), with vLLM (its
 own dtype), with TRL's continuous batching (TRL casts the model for it itself), and with a static KV cache
 (`compile_generation`, `cache_implementation="static"`) under transformers < 5.24: under autocast the keys leave
 the rotary embedding in fp32 (the fp32 residual stream's cos/sin) while the values stay bf16, and those versions'
-`StaticLayer` allocates both in the keys' dtype, so the first cache update fails in `index_copy_` (measured on an
-H200 with transformers 5.17); 5.24 allocates each in its own dtype.
+`StaticLayer` allocates both in the keys' dtype, so the first cache update fails in `index_copy_` (transformers
+5.17: docs/benchmarks.md, the sixth study's decoding probe); 5.24 allocates each in its own dtype.
 
 The config refuses that pair under such a transformers (`static_cache_fails_on_mixed_dtypes`,
 config/generation_speed.py).

