@@ -36,6 +36,7 @@ ESTIMATOR_FIELDS = {
                                   "vapo_positive_reward_threshold")},
     "passk_k": ["passk"],
     "a2po_beta1": ["a2po"],
+    **{name: ["gigpo"] for name in ("gigpo_step_weight", "gigpo_gamma", "gigpo_mode")},
 }
 SAMPLER_FIELDS = {
     "dynamic_sampling_max_rounds": ["adaptive_budget", "greso", "resample"],

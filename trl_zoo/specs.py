@@ -27,7 +27,7 @@ from .numerics import MAX_LOG_RATIO
 
 FIELD_TYPES = (bool, int, float, str)
 # the AdvantageInputs fields an estimator may declare in `needs` (the rewards, G and the mask it always gets)
-ADVANTAGE_NEEDS = ("score_sq_norms", "values", "token_penalty", "reference_rewards")
+ADVANTAGE_NEEDS = ("score_sq_norms", "values", "token_penalty", "reference_rewards", "turns")
 
 
 def no_checks(args) -> None:

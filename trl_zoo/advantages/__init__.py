@@ -29,6 +29,9 @@ optimal_baseline          R_i − Σ_j ‖s_j‖² R_j / Σ_j ‖s_j‖²       
 gae                       Â_{i,t} = GAE(γ, λ)_{i,t} of the critic's V(s_t), whitened         GAE, arXiv:1506.02438
 a2po                      R_i − V*(x_i), V* = β₁ ln mean_k exp(r_k/β₁) over reference      A*-PO, arXiv:2505.20686
                           samples' rewards r_k (the dataset column reference_rewards)
+gigpo                     Â_{i,t} = Â^E_i + ω Â^S_{i,k(t)}: the group's episode advantage    GiGPO, arXiv:2505.10978
+                          plus that of turn k's discounted return among the group's
+                          turns from the same state (multi-turn rollouts, `Turns`)
 ========================  ===============================================================  ==========================
 
 Groups of unequal size: with ``AdvantageInputs.group_sizes`` = (n_1, …, n_P), group p is n_p consecutive rows and
@@ -52,6 +55,7 @@ import pkgutil
 
 from .base import (
     AdvantageInputs,
+    Turns,
     constant_groups,
     exact_for_constant_groups,
     group_mean,
@@ -65,6 +69,6 @@ for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
-    "AdvantageInputs", "constant_groups", "exact_for_constant_groups", "group_mean", "nan_std",
+    "AdvantageInputs", "Turns", "constant_groups", "exact_for_constant_groups", "group_mean", "nan_std",
     "reward_decoupled_advantages", "weighted_group_baseline", "whiten",
 ]

@@ -1,9 +1,11 @@
 """What every advantage estimator works with: `AdvantageInputs` (the rewards of a generation batch, its groups and
-the extras an estimator declares), the group statistics (NaN-aware std, the group mean and weighted baselines,
-exact for groups of equal rewards), batch whitening, and GDPO's per-reward form of any estimator
-(`reward_decoupled_advantages`). The table's overview is `trl_zoo/advantages/__init__.py`.
+the extras an estimator declares; `Turns`, the model turns of multi-turn rollouts), the group statistics (NaN-aware
+std, the group mean and weighted baselines, exact for groups of equal rewards), batch whitening, and GDPO's
+per-reward form of any estimator (`reward_decoupled_advantages`). The table's overview is
+`trl_zoo/advantages/__init__.py`.
 
-Tests: tests/test_advantages.py, tests/test_unequal_groups.py (group_sizes), tests/test_numerics.py (extreme rewards).
+Tests: tests/test_advantages.py, tests/test_unequal_groups.py (group_sizes), tests/test_numerics.py (extreme rewards),
+tests/test_gigpo.py (turns).
 """
 
 from __future__ import annotations
@@ -13,6 +15,30 @@ from dataclasses import dataclass, replace
 import torch
 
 Tensor = torch.Tensor
+
+
+@dataclass
+class Turns:
+    """The model turns of multi-turn rollouts (TRL's tool and environment loop): a completion is turn 0, a tool reply,
+    turn 1, another reply, … Row i has K_i turns (0 for a row with no trained token); K = max K_i.
+
+    ``states`` says which turns start from the same state: equal ids (within a batch) are identical states, what
+    GiGPO calls an anchor state (`hooks/turns.py` says what a state is in TRL's layout).
+    """
+
+    token_turns: Tensor  # (N, T) long: k of the turn a completion token belongs to; −1 for a tool reply or padding
+    states: Tensor  # (N, K) long ≥ 0: the state turn k starts from; −1 where row i has no turn k
+    rewards: Tensor  # (N, K) the environment's reward of turn k (0 without one); NaN where row i has no turn k
+
+    @property
+    def present(self) -> Tensor:
+        """(N, K) bool: row i has a turn k."""
+        return self.states >= 0
+
+    @property
+    def counts(self) -> Tensor:
+        """K_i, (N,) long."""
+        return self.present.sum(-1)
 
 
 @dataclass
@@ -33,6 +59,7 @@ class AdvantageInputs:
     values: Tensor | None = None  # (N, T) critic V(s_t) at generation time (needs="values"; trl_zoo.critic)
     group_sizes: Tensor | None = None  # (P,) long n_p ≥ 1, Σ n_p = N: groups of unequal size; None = all G
     reference_rewards: Tensor | None = None  # (N, K) rewards of K reference samples of each row's prompt (a column)
+    turns: Turns | None = None  # the rollouts' model turns (needs="turns"); None: every completion is one turn
 
     def __post_init__(self):
         if self.rewards.dim() != 1:

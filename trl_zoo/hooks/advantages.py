@@ -9,9 +9,10 @@ which needs the rewards before the baseline; the estimator is then "grpo", TRL's
 2. takes the rewards TRL used from the round (`ScoredRound.total_rewards()`): R_i = Σ_k w_k R_{i,k} over the whole
    batch (all processes, reward shaping included; NaN where every function returned None), subtracts β Σ_t KL_t for
    `kl_placement="reward"` (`kl_control.reward_kl_penalty`), gathers the extras the estimator declares
-   (completion mask, per-token penalty, ‖s‖² for `optimal_baseline`) over processes, runs the estimator on the
-   global batch and keeps this process's rows as TRL does (process index × local batch size). Per-token (N, T)
-   advantages are padded to the longest completion across processes and trimmed back to the local length;
+   (completion mask, per-token penalty, ‖s‖² for `optimal_baseline`, the rollouts' turns for `gigpo`,
+   `hooks/turns.py`) over processes, runs the estimator on the global batch and keeps this process's rows as TRL
+   does (process index × local batch size). Per-token (N, T) advantages are padded to the longest completion across
+   processes and trimmed back to the local length;
 3. replaces TRL's advantages with them, and keeps what the estimator saw in `scored.advantage_inputs` (the critic
    derives its value targets from it).
 
@@ -46,6 +47,7 @@ from .generation import ScoredRound, row_chunks
 from .kl_control import reward_kl_penalty
 from .model_inputs import forward_inputs, is_multimodal, loss_mask
 from .trl_access import log_metric, replace_logged_advantages, restored, swapped
+from .turns import gathered_turns
 
 _FUSED_OUTPUTS_WITH_SQUARES = ("log_probs", "entropy", "log_sum_sq_probs")
 
@@ -122,6 +124,7 @@ class Advantages(Component):
         if "reference_rewards" in self.entry.spec.needs:  # a dataset column (advantages/a2po.py)
             local = torch.tensor(reference_rewards(scored.inputs), device=rewards.device)
             reference = trainer.accelerator.gather(local)
+        turns = gathered_turns(trainer, output) if "turns" in self.entry.spec.needs else None  # hooks/turns.py
         estimator_inputs = AdvantageInputs(
             rewards=rewards,
             num_generations=num_generations,
@@ -130,6 +133,7 @@ class Advantages(Component):
             score_sq_norms=norms,
             values=values,
             reference_rewards=reference,
+            turns=turns,
         )
         scored.advantage_inputs = estimator_inputs  # global; the critic derives its value targets from it
         per_reward = None
