@@ -11,26 +11,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 import trl
-from peft import LoraConfig, get_peft_model
+from peft import get_peft_model
 
 from tests import tiny
+from tests.test_merged_generation import lora, nonzero_adapter
 from tests.trl_internals import generate_and_score, replace_decoding
 from trl_zoo import GRPOConfig, GRPOTrainer
 from trl_zoo.hooks import decode_precision
 from trl_zoo.hooks.generation_speed import adapted_layers, delta_weight
-
-
-def lora():
-    return LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
-
-
-def nonzero_adapter(model, seed=3):
-    """LoRA's B starts at zero (merged = unmerged trivially); give it weights so the merge matters."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name:
-                parameter.copy_(0.3 * torch.randn(parameter.shape, generator=generator))
 
 
 def zoo_trainer(**overrides):

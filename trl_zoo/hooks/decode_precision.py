@@ -48,6 +48,8 @@ from contextlib import ExitStack, contextmanager
 
 import torch
 
+from .weight_layout import is_quantized, policy_base, sharding
+
 FIELD = "generation_bf16_copy"
 
 
@@ -69,19 +71,11 @@ def copied_parameters(model) -> list[tuple[str, torch.nn.Parameter]]:
 
 def refusal(model, accelerator) -> str | None:
     """Why the copy cannot work for this trainer (a quantized base, sharded weights), or None."""
-    unwrapped = accelerator.unwrap_model(model) if accelerator is not None else model
-    get_base_model = getattr(unwrapped, "get_base_model", None)
-    base = get_base_model() if callable(get_base_model) else unwrapped
-    if getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False) or getattr(
-        getattr(base, "config", None), "quantization_config", None
-    ):
+    if is_quantized(policy_base(model, accelerator)):
         return f"{FIELD}: the base model is quantized (its weights are not float32 to copy); set it False."
-    state = getattr(accelerator, "state", None)
-    deepspeed = getattr(state, "deepspeed_plugin", None)
-    if deepspeed is not None and getattr(deepspeed, "zero_stage", 0) == 3:
-        return f"{FIELD}: not with DeepSpeed ZeRO-3 (sharded weights); set it False."
-    if getattr(accelerator, "is_fsdp2", False) or getattr(state, "fsdp_plugin", None) is not None:
-        return f"{FIELD}: not with FSDP (sharded weights); set it False."
+    sharded_by = sharding(accelerator)
+    if sharded_by is not None:
+        return f"{FIELD}: not with {sharded_by} (sharded weights); set it False."
     return None
 
 

@@ -121,17 +121,9 @@ from ..config.speed_recipe import refusal_words, set_by_recipe
 from . import decode_graph, decode_precision, merge_residue
 from .component import Component
 from .trl_access import switch_on_compiled_decoding
+from .weight_layout import is_quantized, policy_base, sharding
 
 logger = logging.get_logger(__name__)
-
-
-def is_quantized(base) -> bool:
-    """Whether the base model's weights are quantized (bitsandbytes 4/8-bit, or any `quantization_config`)."""
-    return bool(
-        getattr(base, "is_loaded_in_4bit", False) or getattr(base, "is_loaded_in_8bit", False)
-        or getattr(base, "quantization_method", None)
-        or getattr(getattr(base, "config", None), "quantization_config", None)
-    )
 
 
 def merge_refusal(model, args, accelerator) -> str | None:
@@ -152,20 +144,15 @@ def merge_refusal(model, args, accelerator) -> str | None:
         return f"{field}: the base model is quantized (merging into its weights is lossy); {fix}."
     if any(layer.lora_variant or any(layer.lora_bias.values()) for layer in adapted_layers(unwrapped)):
         return f"{field}: a LoRA variant (DoRA) or lora_bias adapter is not W + s·BA; {fix}."
-    state = getattr(accelerator, "state", None)
-    deepspeed = getattr(state, "deepspeed_plugin", None)
-    if deepspeed is not None and getattr(deepspeed, "zero_stage", 0) == 3:
-        return f"{field}: not with DeepSpeed ZeRO-3 (sharded weights); {fix}."
-    if getattr(accelerator, "is_fsdp2", False) or getattr(state, "fsdp_plugin", None) is not None:
-        return f"{field}: not with FSDP (sharded weights); {fix}."
+    sharded_by = sharding(accelerator)
+    if sharded_by is not None:
+        return f"{field}: not with {sharded_by} (sharded weights); {fix}."
     return None
 
 
 def quantized_base(model, accelerator):
     """The policy's base model (under a PEFT wrapper) when its weights are quantized, else None."""
-    unwrapped = accelerator.unwrap_model(model) if accelerator is not None else model
-    get_base_model = getattr(unwrapped, "get_base_model", None)
-    base = get_base_model() if callable(get_base_model) else unwrapped
+    base = policy_base(model, accelerator)
     return base if is_quantized(base) else None
 
 
