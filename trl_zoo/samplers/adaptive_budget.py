@@ -74,8 +74,9 @@ The advantages are computed again over the trained groups (`advantage_estimator`
 `AdvantageInputs.group_sizes` = (n'_1, …, n'_P): group means and stds over each group's own rows
 (docs/formulas.md, "Groups of unequal size"); a filler's Â is 0 and leaves every estimator statistic (like
 resample's filled groups it still counts in the loss's normaliser, and in the KL term). Settings whose
-per-round state follows TRL's groups of G (a critic's values, the teacher's term, a KL penalty in the reward, ‖s‖²,
-GDPO's per-function normalisation) are refused.
+per-round state follows TRL's groups of G (an estimator's declared inputs beyond the rewards: a critic's values, ‖s‖²,
+reference rewards, turns; the teacher's term, a KL penalty in the reward, GDPO's per-function normalisation) are
+refused.
 
 Measured on the real model (SmolLM2-135M-Instruct, chat_arithmetic_medium, 3 seeds; the figures are in
 docs/algorithms.md, "Groups without reward spread", and the study in docs/benchmarks.md): with (n_1, n_stop, n_give)
@@ -305,7 +306,8 @@ def validate_adaptive_budget(args) -> None:
     ]
     estimator = getattr(args, "advantage_estimator", None)
     if estimator is not None:
-        needs = set(ADVANTAGES.get(estimator).spec.needs) & {"values", "score_sq_norms"}
+        # the regrouped batch's estimator sees the rewards, the groups and the mask alone (hooks/sampling.py)
+        needs = ADVANTAGES.get(estimator).spec.needs
         refusals.append((bool(needs), f"advantage_estimator='{estimator}'", "use an estimator of the rewards alone"))
     for refused, setting, fix in refusals:
         if refused:
