@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trl_zoo"
 
 LAYERS = (
     ("kernel", ("numerics", "specs", "registry", "dataset_values")),
-    ("tables", ("losses", "aggregation", "advantages", "kl", "samplers", "reward_shaping", "critic")),
+    ("tables", ("losses", "aggregation", "advantages", "kl", "samplers", "reward_shaping", "critic", "expert_sft")),
     ("io", ("io",)),
     ("config", ("config",)),
     ("hooks", ("hooks",)),

@@ -10,6 +10,8 @@ One file a concern, each a dataclass of its fields with the checks of those fiel
     advantages.py         advantage_estimator, advantage_*, kl_estimator, kl_placement; kl_target, kl_controller*,
                           ref_reset_*; what an estimator cannot take (GDPO's per-reward form, rewards ≥ 0)
     teacher.py            teacher_model, teacher_coef, teacher_prompt_template, teacher_only
+    expert_sft.py         expert_column, expert_mu_peak, expert_mu_valley, expert_mu_warmup_steps,
+                          expert_mu_decay_steps, expert_phi (CHORD's SFT term on expert answers)
     critic.py             critic_model, value_coef, value_clip, value_learning_rate
     sampling.py           dynamic_sampling; overlong_buffer_length, overlong_max_length, overlong_penalty_factor;
                           truncation_penalty, truncation_length (DLER)

@@ -29,6 +29,7 @@ from ..specs import PluginField, check_finite, validate_settings
 from .advantages import AdvantageFields, KLControlFields
 from .compute import ComputeFields
 from .critic import CriticFields
+from .expert_sft import ExpertSFTFields
 from .fields import TABLE_FIELDS, EstimatorTableFields, LossTableFields, SamplerTableFields
 from .generation_speed import GenerationSpeedFields
 from .loss import LossFields
@@ -41,7 +42,7 @@ from .vllm_sampling import check_vllm_truncated_sampling
 # The field groups in the order their fields follow TRL's (and show in `trl-zoo train --help`).
 FIELD_GROUPS = (
     LossFields, LossTableFields,
-    AdvantageFields, TeacherFields, KLControlFields, CriticFields, EstimatorTableFields,
+    AdvantageFields, TeacherFields, ExpertSFTFields, KLControlFields, CriticFields, EstimatorTableFields,
     SamplingFields, SamplerTableFields, OverlongFields,
     ComputeFields, GenerationSpeedFields, RunFields,
 )
@@ -124,6 +125,7 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         self._check_critic_fields()
         # settings that are each valid but cannot work together; every message names both sides
         self._check_teacher_fields()
+        self._check_expert_sft_fields()
         self._check_loss_aggregation(entry)
         self._check_kl_combinations()
         self._check_compute_combinations(entry)

@@ -7,7 +7,8 @@ or re-cut micro-batches (length bucketing) need, for every entry of the batch, i
 - ``right``: one column per completion token (``completion_ids``, ``completion_mask``, ``tool_mask``, old,
   reference and sampling log-probs, per-token advantages or importance-sampling ratios, the critic's per-token
   values and targets, the router component's old experts), padding last;
-- ``row``: one value (or a fixed-width vector) per completion.
+- ``row``: one value (or a fixed-width vector) per completion, among them the expert answer's tokens and mask
+  (``expert_ids``, ``expert_mask``, hooks/expert_sft.py), always ``max_completion_length`` wide.
 
 An entry not named here is per-token iff it is as wide as the completions in every batch on every process (one
 vote over the processes), otherwise per row.
@@ -32,6 +33,7 @@ TOKEN_KEYS = {
     "ref_per_token_logps": 0.0,
     "sampling_per_token_logps": 0.0,
 }
+ROW_KEYS = ("expert_ids", "expert_mask")  # of a fixed width of their own, which may equal the completions'
 
 
 def batch_layouts(
@@ -56,7 +58,7 @@ def batch_layouts(
             layouts[key] = ("right", pad_token if TOKEN_KEYS[key] == "pad" else TOKEN_KEYS[key])
         elif key == "importance_sampling_ratio":
             layouts[key] = ("right", 1.0) if per_token_sampling_ratio else ("row", None)
-        elif values[0].dim() < 2:
+        elif key in ROW_KEYS or values[0].dim() < 2:
             layouts[key] = ("row", None)
         elif key == "advantages":
             layouts[key] = ("right", 0.0)

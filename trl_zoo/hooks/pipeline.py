@@ -22,11 +22,11 @@ False once built) takes part in none.
         scored_rewards                WRAP   rewards                      TRL's reward call, inside its round
       before_advantages               EVENT  critic, old_logps            per round, TRL's advantages in the batch
       replace_advantages              EVENT  advantages                   the estimator's Â in place of TRL's
-      after_advantages                EVENT  teacher, critic              the round's advantages are final
+      after_advantages                EVENT  teacher, critic, expert_sft  the round's advantages are final
     on_generation_batch               EVENT  router                       the whole batch is assembled
     ---- a micro-step (TRL's `_prepare_inputs`, `compute_loss`)
     prepare_inputs                    WRAP   old_logps, length_bucketing  TRL's buffer of micro-batches
-    compute_loss                      WRAP   critic                       innermost: the policy loss (loss_step.py)
+    compute_loss                      WRAP   expert_sft, critic           innermost: the policy loss (loss_step.py)
       policy_forward                  WRAP   router, zero_advantage_skip, critic
     on_optimizer_step                 EVENT  kl_control, critic           after the loss step's own (`StepPhase`)
     ---- the run
@@ -51,6 +51,7 @@ from collections.abc import Callable
 from .advantages import Advantages
 from .component import Component
 from .critic import CriticHooks
+from .expert_sft import ExpertSFT
 from .generation_speed import GenerationSpeed
 from .kl_control import KLControl
 from .length_bucketing import LengthBucketing
@@ -72,6 +73,7 @@ COMPONENTS: tuple[type[Component], ...] = (
     Advantages,  # the estimator table's Â (advantages.py)
     TeacherSignal,  # a teacher's λ·(log π_T − log π_old) added to Â (teacher.py)
     CriticHooks,  # the critic: values, value targets, value loss (critic.py, critic_component.py)
+    ExpertSFT,  # CHORD: (1 − μ)·L_RL + μ·L_SFT on expert answers (expert_sft.py)
     ZeroAdvantageSkip,  # the loss forward over rows with Â ≠ 0 (skip_zero_advantage.py)
     DynamicSampling,  # generation rounds and regrouping (sampling.py)
     RouterStats,  # MoE router statistics (router.py)
@@ -90,10 +92,10 @@ HOOKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "scored_rewards": (WRAP, ("rewards",)),
     "before_advantages": (EVENT, ("critic", "old_logps")),
     "replace_advantages": (EVENT, ("advantages",)),
-    "after_advantages": (EVENT, ("teacher", "critic")),
+    "after_advantages": (EVENT, ("teacher", "critic", "expert_sft")),
     "on_generation_batch": (EVENT, ("router",)),
     "prepare_inputs": (WRAP, ("old_logps", "length_bucketing")),
-    "compute_loss": (WRAP, ("critic",)),
+    "compute_loss": (WRAP, ("expert_sft", "critic")),
     "policy_forward": (WRAP, ("router", "zero_advantage_skip", "critic")),
     "on_optimizer_step": (EVENT, ("kl_control", "critic")),
     "train": (WRAP, ("resume",)),
