@@ -347,8 +347,9 @@ def test_declarations_are_checked_at_registration_naming_the_entry():
                                          r"Did you mean 'token_mean_global'\?"):
         losses.add("typo_loss", lambda batch, args: None, description="x", aggregation="token_mean_globl")
     estimators = trl_zoo.Registry("advantage estimator", spec_type=trl_zoo.AdvantageSpec)
+    known = re.escape(", ".join(ADVANTAGE_NEEDS))
     with pytest.raises(ValueError, match=r"^advantage estimator 'needy': needs: unknown estimator input "
-                                         r"\['sequence_logp'\]; known: " + re.escape(", ".join(ADVANTAGE_NEEDS)) + r"\."):
+                                         r"\['sequence_logp'\]; known: " + known + r"\."):
         estimators.add("needy", lambda inputs, args: None, description="x", needs=("sequence_logp",))
     assert "typo_loss" not in losses and "needy" not in estimators
     losses.add("fine", lambda batch, args: None, description="x", aggregation="constant")  # an alias is a name too
