@@ -23,11 +23,12 @@ At `compute_loss` (outermost, around the critic and the policy loss), one forwar
 at the sampling temperature, with grad) over the micro-batch's distinct (prompt, answer) rows, each row's tokens
 weighted by how many rows carry it (a prompt's G completions share one demonstration), the columns cut at the
 longest answer. Rows whose value is None have no demonstration and take no part; a micro-batch without any adds no
-SFT term. At μ = 0 the forward is skipped and the loss is L_RL. Evaluation passes straight through.
+SFT term, but still runs the forward, on one row weighted 0: under DDP every process must (its forward is a
+collective). At μ = 0 the forward is skipped and the loss is L_RL. Evaluation passes straight through.
 
 Logged: ``expert/mu`` (μ of the step) and ``expert/sft_loss`` (L_SFT of the micro-batch, before μ).
 
-Tests: tests/test_expert_sft.py.
+Tests: tests/test_expert_sft.py, tests/test_expert_sft_multiprocess.py (two DDP processes, answers on one side only).
 """
 
 from __future__ import annotations
@@ -112,22 +113,21 @@ class ExpertSFT(Component):
         log_metric(trainer, "expert/mu", mu)
         if mu == 0.0:
             return loss
-        sft = self.sft_loss(model, inputs)
-        logged = sft.detach() if sft is not None else loss.new_tensor(float("nan"))
+        sft, demonstrated = self.sft_loss(model, inputs)
+        logged = sft.detach() if demonstrated else loss.new_tensor(float("nan"))
         log_metric(trainer, "expert/sft_loss", trainer.accelerator.gather(logged.reshape(1)).nanmean().item())
-        loss = (1.0 - mu) * loss
-        if sft is None:
-            return loss
-        return loss + mu * sft / trainer.current_gradient_accumulation_steps
+        return (1.0 - mu) * loss + mu * sft / trainer.current_gradient_accumulation_steps
 
-    def sft_loss(self, model, inputs: dict) -> torch.Tensor | None:
-        """L_SFT of the micro-batch `inputs` (with grad), from one forward over its distinct (prompt, answer) rows;
-        None when no row has a demonstration."""
+    def sft_loss(self, model, inputs: dict) -> tuple[torch.Tensor, bool]:
+        """(L_SFT of the micro-batch `inputs`, with grad, from one forward over its distinct (prompt, answer) rows;
+        whether any row has a demonstration). With none, the forward still runs, on one row weighted 0, and L_SFT is
+        0: every process of a launch runs it (DDP's forward is a collective)."""
         mask = inputs[EXPERT_MASK]
         rows = mask.any(dim=1).nonzero().squeeze(1)
-        if rows.numel() == 0:
-            return None
-        width = kept_width(mask.any(dim=0), None)
+        demonstrated = rows.numel() > 0
+        if not demonstrated:
+            rows = rows.new_zeros(1)
+        width = max(kept_width(mask.any(dim=0), None), 1)
         prompt_ids, prompt_mask = inputs["prompt_ids"][rows], inputs["prompt_mask"][rows]
         expert_ids, expert_mask = inputs[EXPERT_IDS][rows, :width], mask[rows, :width]
         masks = torch.cat([prompt_mask, expert_mask], dim=1).to(prompt_ids.dtype)
@@ -139,4 +139,4 @@ class ExpertSFT(Component):
         attention_mask = torch.cat([prompt_mask[distinct], expert_mask[distinct]], dim=1)
         logps, _, _ = self.trainer._zoo_get_per_token_logps_and_entropies(model, input_ids, attention_mask, width)
         weights = expert_mask[distinct] * counts.unsqueeze(1)
-        return sft_loss(logps, weights, self.trainer.args.expert_phi)
+        return sft_loss(logps, weights, self.trainer.args.expert_phi), demonstrated
