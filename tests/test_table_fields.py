@@ -37,6 +37,7 @@ ESTIMATOR_FIELDS = {
     "passk_k": ["passk"],
     "a2po_beta1": ["a2po"],
     **{name: ["gigpo"] for name in ("gigpo_step_weight", "gigpo_gamma", "gigpo_mode")},
+    "mt_grpo_turn_advantage_coef": ["mt_grpo"],
 }
 SAMPLER_FIELDS = {
     "dynamic_sampling_max_rounds": ["adaptive_budget", "greso", "resample"],

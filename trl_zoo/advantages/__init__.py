@@ -32,6 +32,9 @@ a2po                      R_i − V*(x_i), V* = β₁ ln mean_k exp(r_k/β₁) o
 gigpo                     Â_{i,t} = Â^E_i + ω Â^S_{i,k(t)}: the group's episode advantage    GiGPO, arXiv:2505.10978
                           plus that of turn k's discounted return among the group's
                           turns from the same state (multi-turn rollouts, `Turns`)
+mt_grpo                   Â_{i,t} = Â^O_i + λ [t in turn 0] Â^T_i: the outcome's group      MT-GRPO, arXiv:2505.11821
+                          advantage plus that of the tool-calling turn's reward on its
+                          tokens (two-turn rollouts, `Turns`)
 ========================  ===============================================================  ==========================
 
 Groups of unequal size: with ``AdvantageInputs.group_sizes`` = (n_1, …, n_P), group p is n_p consecutive rows and

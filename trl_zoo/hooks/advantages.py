@@ -9,7 +9,7 @@ which needs the rewards before the baseline; the estimator is then "grpo", TRL's
 2. takes the rewards TRL used from the round (`ScoredRound.total_rewards()`): R_i = Σ_k w_k R_{i,k} over the whole
    batch (all processes, reward shaping included; NaN where every function returned None), subtracts β Σ_t KL_t for
    `kl_placement="reward"` (`kl_control.reward_kl_penalty`), gathers the extras the estimator declares
-   (completion mask, per-token penalty, ‖s‖² for `optimal_baseline`, the rollouts' turns for `gigpo`,
+   (completion mask, per-token penalty, ‖s‖² for `optimal_baseline`, the rollouts' turns for `gigpo` and `mt_grpo`,
    `hooks/turns.py`) over processes, runs the estimator on the global batch and keeps this process's rows as TRL
    does (process index × local batch size). Per-token (N, T) advantages are padded to the longest completion across
    processes and trimmed back to the local length;

@@ -17,7 +17,7 @@ rewards; turns past the list's end get 0, so an environment that cannot judge th
 do) lists those of the turns it answered. A list longer than the rollout's turns is refused. Without the attribute
 every turn reward is 0.
 
-Tests: tests/test_gigpo.py.
+Tests: tests/test_gigpo.py, tests/test_mt_grpo.py (a two-turn environment through the trainer).
 """
 
 from __future__ import annotations
