@@ -65,6 +65,8 @@ BANDWIDTH = 4.3e12  # bytes/s: device-to-device copy on an H200, bytes read and 
 MATMUL_FLOPS = 790e12  # FLOP/s: 8192³ bf16 matrix products on random data on an H200
 UNFUSED_DECODE_MS = {128: 2.14, 256: 2.36}  # rows -> ms: plain PyTorch ops in one CUDA graph (issue 53)
 
+# TRL's profiled blocks, by the names `lib/block_times.py` records them under
+PREPARE, LOGPS, REWARDS = "_prepare_inputs", "_get_per_token_logps_and_entropies", "_calculate_rewards"
 RECIPE = ["--speed_recipe", "lora_graphed"]
 BF16_COPY = ["--generation_bf16_copy", "true"]
 # name -> (trainer, `trl-zoo train` flags, Liger-Kernel patched in)
@@ -399,22 +401,22 @@ def per_step(record: dict, warmup_cycles: int = 1) -> tuple[list[int], dict[str,
         return sum(table.get(key, {}).get(str(s), 0.0) for s in steps)
 
     blocks, seams = record["block_seconds"], record["seam_seconds"]
-    generate = summed(blocks, "_prepare_inputs > transformers.generate")
+    generate = summed(blocks, f"{PREPARE} > transformers.generate")
     rows = {
         "decode": summed(seams, "decode"),
         "prefill": summed(seams, "prefill"),
         "merge_or_copy": summed(seams, "merge_or_copy"),
         # TRL's pass inside `_prepare_inputs`; skip_on_policy_old_logps's after it, outside TRL's blocks
-        "old_logps": summed(blocks, "_prepare_inputs > _get_per_token_logps_and_entropies")
+        "old_logps": summed(blocks, f"{PREPARE} > {LOGPS}")
         + summed(blocks, "old_logps"),
-        "reward": summed(blocks, "_prepare_inputs > _calculate_rewards"),
+        "reward": summed(blocks, f"{PREPARE} > {REWARDS}"),
         "loss_forward": summed(blocks, "compute_loss"),
         "backward": summed(seams, "backward"),
         "optimizer": summed(seams, "optimizer"),
     }
     rows["generate_rest"] = max(0.0, generate - rows["decode"] - rows["prefill"])
-    rows["prepare_rest"] = max(0.0, summed(blocks, "_prepare_inputs") - generate - rows["merge_or_copy"]
-                               - summed(blocks, "_prepare_inputs > _get_per_token_logps_and_entropies")
+    rows["prepare_rest"] = max(0.0, summed(blocks, PREPARE) - generate - rows["merge_or_copy"]
+                               - summed(blocks, f"{PREPARE} > {LOGPS}")
                                - rows["reward"])
     total = sum(clock[s] for s in steps)
     rows["python_between"] = max(0.0, total - sum(rows.values()))

@@ -9,6 +9,7 @@ import torch
 from peft import LoraConfig
 
 from benchmarks import step_profile
+from benchmarks.step_profile import LOGPS, PREPARE, REWARDS
 from tests import tiny
 from trl_zoo import GRPOConfig, GRPOTrainer
 
@@ -22,12 +23,12 @@ def record():
         "config": "lora_graphed", "exit_code": 0, "optimizer_steps_per_generation": 2,
         "step_seconds": [5.0, 1.0, 3.0, 1.0],
         "block_seconds": {
-            "_prepare_inputs": {"0": 4.0, "2": 2.0},
-            "_prepare_inputs > transformers.generate": {"0": 3.0, "2": 1.5},
-            "_prepare_inputs > _get_per_token_logps_and_entropies": {"2": 0.2},
+            PREPARE: {"0": 4.0, "2": 2.0},
+            f"{PREPARE} > transformers.generate": {"0": 3.0, "2": 1.5},
+            f"{PREPARE} > {LOGPS}": {"2": 0.2},
             "old_logps": {"2": 0.1},  # skip_on_policy_old_logps's pass, its `_generation_pass` name
-            "old_logps > _get_per_token_logps_and_entropies": {"2": 0.09},  # inside it: not counted twice
-            "_prepare_inputs > _calculate_rewards": {"2": 0.01},
+            f"old_logps > {LOGPS}": {"2": 0.09},  # inside it: not counted twice
+            f"{PREPARE} > {REWARDS}": {"2": 0.01},
             "compute_loss": {"0": 0.3, "1": 0.3, "2": 0.3, "3": 0.3},
         },
         "seam_seconds": {"decode": {"0": 2.0, "2": 1.0}, "prefill": {"2": 0.1}, "merge_or_copy": {"2": 0.05},
