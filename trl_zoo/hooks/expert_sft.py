@@ -81,25 +81,15 @@ class ExpertSFT(Component):
     def expert_tokens(self, answers: list, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids, mask), each (B, max_completion_length): the answers' tokens then EOS, cut at the width, padded on
         the right; a None answer is an empty row."""
-        for answer in answers:
-            if answer is not None and not isinstance(answer, str):
-                raise ValueError(
-                    f"expert_column: a row holds {type(answer).__name__} {answer!r}; give the expert answer as text "
-                    f"(or None for a prompt without a demonstration)."
-                )
         trainer = self.trainer
-        tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
-        end = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
-        given = [row for row, answer in enumerate(answers) if answer is not None]
-        tokenized = tokenizer([answers[row] for row in given], add_special_tokens=False)["input_ids"] if given else []
         width = trainer.max_completion_length
         completion_ids, completion_mask = batch["completion_ids"], batch["completion_mask"]
         ids = completion_ids.new_full((len(answers), width), pad_token_id(trainer))
         mask = completion_mask.new_zeros((len(answers), width))
-        for row, tokens in zip(given, tokenized):
-            tokens = (list(tokens) + end)[:width]
-            ids[row, : len(tokens)] = torch.tensor(tokens, dtype=ids.dtype)
-            mask[row, : len(tokens)] = 1
+        for row, tokens in enumerate(answer_tokens(trainer, answers)):
+            if tokens is not None:
+                ids[row, : len(tokens)] = torch.tensor(tokens, dtype=ids.dtype)
+                mask[row, : len(tokens)] = 1
         return ids, mask
 
     # ------------------------------------------------------------------ the loss
@@ -140,3 +130,22 @@ class ExpertSFT(Component):
         logps, _, _ = self.trainer._zoo_get_per_token_logps_and_entropies(model, input_ids, attention_mask, width)
         weights = expert_mask[distinct] * counts.unsqueeze(1)
         return sft_loss(logps, weights, self.trainer.args.expert_phi), demonstrated
+
+
+def answer_tokens(trainer, answers: list) -> list[list[int] | None]:
+    """Each expert answer as the policy's completion tokens: the tokenizer's, no special tokens, then EOS, cut at
+    `max_completion_length`; None for a None answer (CHORD's answers here, LUFFY's traces in hooks/luffy.py)."""
+    for answer in answers:
+        if answer is not None and not isinstance(answer, str):
+            raise ValueError(
+                f"expert_column: a row holds {type(answer).__name__} {answer!r}; give the expert answer as text "
+                f"(or None for a prompt without a demonstration)."
+            )
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    end = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+    given = [row for row, answer in enumerate(answers) if answer is not None]
+    tokenized = tokenizer([answers[row] for row in given], add_special_tokens=False)["input_ids"] if given else []
+    result: list[list[int] | None] = [None] * len(answers)
+    for row, tokens in zip(given, tokenized):
+        result[row] = (list(tokens) + end)[: trainer.max_completion_length]
+    return result
