@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import trl_zoo
-from tests.tiny import TEST_OUTPUT_DIR
+from tests.tiny import TEST_OUTPUT_DIR, required_settings
 from trl_zoo.aggregation import AggregationContext
 from trl_zoo.hooks.loss_step import StepMeans
 from trl_zoo.losses.base import PolicyBatch
@@ -361,7 +361,7 @@ def test_on_policy_gradient_is_reinforce(name):
     batch = make_batch(seed=9, on_policy=True, advantages=torch.tensor([[2.0], [-1.5], [0.5], [1.8]]))
     # CISPO's cap is the absolute value epsilon_high (TRL's default 0.2 would scale every weight to 0.2; the
     # recommended cap is 5.0): the law holds for any cap ≥ 1.
-    args = config(name, beta=0.0, **({"epsilon_high": 5.0} if name == "cispo" else {}))
+    args = config(name, beta=0.0, **({"epsilon_high": 5.0} if name == "cispo" else {}), **required_settings(name))
     term = LOSSES.get(name).fn(batch, args)
     gradient = token_gradient(aggregated(name, term.loss, batch.mask), batch)
     reinforce = token_gradient(aggregated(name, -batch.advantages * batch.logps, batch.mask), batch)

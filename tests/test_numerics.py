@@ -134,7 +134,7 @@ def test_on_policy_gradient_is_reinforce_for_every_input(name):
     with_router = bool(LOSSES.get(name).spec.requires_moe)
     if LOSSES.get(name).spec.applies_kl:
         pytest.skip(f"{name} regresses onto the KL-regularised optimum, not a policy gradient: its own law is tested")
-    args = config(name, **ON_POLICY_ARGS.get(name, {}))
+    args = config(name, **ON_POLICY_ARGS.get(name, {}), **tiny.required_settings(name))
 
     @PROPERTY
     @given(batch=policy_batches(on_policy=True, with_router=with_router))

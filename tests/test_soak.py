@@ -59,13 +59,14 @@ def test_long_run_stays_finite_and_memory_flat(name, tmp_path):
             beta=0.04,
             learning_rate=1e-2,
             **({"epsilon_high": 5.0} if name == "cispo" else {}),
+            **tiny.required_settings(name),
         )
     )
     trainer = trl_zoo.GRPOTrainer(
         model=load_moe_model(tmp_path) if moe else tiny.model(0),
         reward_funcs=tiny.digit_reward,
         args=args,
-        train_dataset=tiny.prompts_dataset(),
+        train_dataset=tiny.prompts_dataset(answers=name == "luffy"),
         processing_class=tiny.tokenizer(),
     )
     recorder = MemoryRecorder()

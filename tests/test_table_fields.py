@@ -24,6 +24,7 @@ DECLARED_BY = {
     "dppo_divergence": ["dppo"], "dppo_mask_low": ["dppo"], "dppo_mask_high": ["dppo"], "dppo_kl_coef": ["dppo"],
     "gmpo_epsilon": ["gmpo", "rspo"],
     "ipo_eps": ["ipo"], "ipo_kl_coef": ["ipo"],
+    "luffy_gamma": ["luffy"], "luffy_off_policy_rows": ["luffy"], "luffy_clip": ["luffy"],
     "kl_cov_ratio": ["kl_cov"], "kl_cov_coef": ["kl_cov"],
     "m2po_threshold": ["m2po"],
     "ppo_kl_beta": ["ppo_kl"], "ppo_kl_target": ["ppo_kl"],

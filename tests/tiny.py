@@ -36,8 +36,13 @@ def model(seed: int = 0):
     return AutoModelForCausalLM.from_pretrained(model_dir(seed), dtype=torch.float32)
 
 
-def prompts_dataset(n: int = 16) -> Dataset:
-    return Dataset.from_dict({"prompt": [f"{a}+{b}=" for a, b in zip(range(10, 10 + n), range(30, 30 + n))]})
+def prompts_dataset(n: int = 16, answers: bool = False) -> Dataset:
+    """Prompts "a+b="; with `answers`, the expert answer "a+b" of each as the column `answer` (expert_column)."""
+    pairs = list(zip(range(10, 10 + n), range(30, 30 + n)))
+    columns = {"prompt": [f"{a}+{b}=" for a, b in pairs]}
+    if answers:
+        columns["answer"] = [str(a + b) for a, b in pairs]
+    return Dataset.from_dict(columns)
 
 
 def with_reference_rewards(dataset: Dataset) -> Dataset:
@@ -46,7 +51,10 @@ def with_reference_rewards(dataset: Dataset) -> Dataset:
 
 
 def required_settings(loss_type: str) -> dict:
-    """The settings a loss cannot run without: a KL coefficient for one that holds the KL itself (a2po's β₂)."""
+    """The settings a loss cannot run without: a KL coefficient for one that holds the KL itself (a2po's β₂), the
+    column of expert traces for luffy (make_trainer's default dataset then has it)."""
+    if loss_type == "luffy":
+        return {"expert_column": "answer"}
     return {"beta": 1e-3} if LOSSES.get(loss_type).spec.applies_kl else {}
 
 
@@ -85,7 +93,7 @@ def make_trainer(
         model=model(seed),
         reward_funcs=reward_funcs or digit_reward,
         args=args,
-        train_dataset=dataset if dataset is not None else prompts_dataset(),
+        train_dataset=dataset if dataset is not None else prompts_dataset(answers="expert_column" in overrides),
         processing_class=tokenizer(),
         peft_config=peft_config,
     )

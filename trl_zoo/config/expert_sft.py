@@ -1,10 +1,13 @@
 """The expert-demonstration axis: CHORD's SFT term on a dataset column of expert answers inside the RL step (the
 maths: `trl_zoo/expert_sft.py`; the component: `hooks/expert_sft.py`), its fields and their checks.
 
+With `loss_type="luffy"` the same column holds LUFFY's expert traces (`hooks/luffy.py`), and CHORD's fields are
+refused: LUFFY adds no SFT term.
+
 The defaults are the authors' code's (CHORD-φ: μ = 0.1 throughout, φ on); their CHORD-μ recipe is
 expert_mu_peak=0.9, expert_mu_valley=0.05, expert_mu_decay_steps=200, expert_phi=False.
 
-Tests: tests/test_expert_sft.py.
+Tests: tests/test_expert_sft.py, tests/test_luffy.py (the refusals with loss_type='luffy').
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ def check_expert_sft_options(args) -> None:
         return
     if not isinstance(column, str) or not column:
         raise ValueError(f"expert_column: got {column!r}; name the dataset column of expert answers, or None.")
+    if getattr(args, "loss_type", None) == "luffy":  # the column holds LUFFY's expert traces (hooks/luffy.py)
+        defaults = {item.name: item.default for item in fields(ExpertSFTFields)}
+        for name, default in defaults.items():
+            if name != "expert_column" and getattr(args, name) != default:
+                raise ValueError(
+                    f"{name}: CHORD's SFT term is not part of loss_type='luffy' (its expert traces are rollouts of "
+                    f"each group); drop it."
+                )
     for name in ("expert_mu_peak", "expert_mu_valley"):
         value = getattr(args, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:

@@ -26,6 +26,8 @@ longest answer. Rows whose value is None have no demonstration and take no part;
 SFT term, but still runs the forward, on one row weighted 0: under DDP every process must (its forward is a
 collective). At μ = 0 the forward is skipped and the loss is L_RL. Evaluation passes straight through.
 
+With `loss_type="luffy"` the column holds LUFFY's expert traces instead (`hooks/luffy.py`) and this component is off.
+
 Logged: ``expert/mu`` (μ of the step) and ``expert/sft_loss`` (L_SFT of the micro-batch, before μ).
 
 Tests: tests/test_expert_sft.py, tests/test_expert_sft_multiprocess.py (two DDP processes, answers on one side only).
@@ -53,7 +55,7 @@ class ExpertSFT(Component):
     def __init__(self, trainer):
         super().__init__(trainer)
         self.column = trainer.args.expert_column
-        self.active = self.column is not None
+        self.active = self.column is not None and trainer.args.loss_type != "luffy"  # LUFFY: traces, no SFT term
         columns = getattr(trainer.train_dataset, "column_names", None)
         if self.active and columns is not None and self.column not in columns:
             raise ValueError(

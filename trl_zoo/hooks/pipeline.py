@@ -15,8 +15,8 @@ False once built) takes part in none.
     hook point                        kind   taking part, in order        where the trainer calls it
     ---- a generation batch (TRL's `_generate_and_score_completions`)
     generation_batch                  WRAP   dynamic_sampling             rounds → one batch (innermost: one round)
-      generated_round                 WRAP   old_logps                    per round: TRL's generation and scoring
-        generate                      WRAP   critic                       TRL's `_generate` (vLLM's weight sync)
+      generated_round                 WRAP   old_logps, luffy             per round: TRL's generation and scoring
+        generate                      WRAP   critic, luffy                TRL's `_generate` (vLLM's weight sync)
           tokenize_prompts            WRAP   prompt_length                TRL's `_tokenize_prompts`
           generate_single_turn        WRAP   generation_speed             TRL's `_generate_single_turn` (decoding)
         scored_rewards                WRAP   rewards                      TRL's reward call, inside its round
@@ -55,6 +55,7 @@ from .expert_sft import ExpertSFT
 from .generation_speed import GenerationSpeed
 from .kl_control import KLControl
 from .length_bucketing import LengthBucketing
+from .luffy import OffPolicyTraces
 from .old_logps import OldLogps
 from .prompt_length import PromptLength
 from .resume import ResumableState
@@ -74,6 +75,7 @@ COMPONENTS: tuple[type[Component], ...] = (
     TeacherSignal,  # a teacher's λ·(log π_T − log π_old) added to Â (teacher.py)
     CriticHooks,  # the critic: values, value targets, value loss (critic.py, critic_component.py)
     ExpertSFT,  # CHORD: (1 − μ)·L_RL + μ·L_SFT on expert answers (expert_sft.py)
+    OffPolicyTraces,  # LUFFY: expert traces as off-policy rollouts of each group (luffy.py)
     ZeroAdvantageSkip,  # the loss forward over rows with Â ≠ 0 (skip_zero_advantage.py)
     DynamicSampling,  # generation rounds and regrouping (sampling.py)
     RouterStats,  # MoE router statistics (router.py)
@@ -85,8 +87,8 @@ COMPONENTS: tuple[type[Component], ...] = (
 
 HOOKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "generation_batch": (WRAP, ("dynamic_sampling",)),
-    "generated_round": (WRAP, ("old_logps",)),
-    "generate": (WRAP, ("critic",)),
+    "generated_round": (WRAP, ("old_logps", "luffy")),
+    "generate": (WRAP, ("critic", "luffy")),
     "tokenize_prompts": (WRAP, ("prompt_length",)),
     "generate_single_turn": (WRAP, ("generation_speed",)),
     "scored_rewards": (WRAP, ("rewards",)),
