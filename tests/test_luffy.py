@@ -10,6 +10,7 @@ training script (exp_scripts/train.sh) sets `p_div_p_0.1` and `loss_remove_clip=
 """
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -202,3 +203,18 @@ def test_refusals():
         args_of(expert_mu_peak=0.5)
     with pytest.raises(ValueError, match="^expert_column: the training set has no column 'solution'"):
         luffy_trainer(expert_column="solution")
+
+
+def test_slots_follow_trl_gathered_order_across_processes():
+    """A row's slot is its place in TRL's gathered order (process-major, G consecutive rows a group): with 6 rows a
+    process and G = 4, process 1's rows are the global rows 6..11, slots 2, 3, 0, 1, 2, 3. No collective is needed."""
+    trainer = luffy_trainer(luffy_off_policy_rows=2)
+    luffy = trainer.pipeline.get("luffy")
+    stand_in = SimpleNamespace(accelerator=SimpleNamespace(process_index=1), num_generations=4)
+    luffy.trainer = stand_in
+    try:
+        assert luffy.slots(6).tolist() == [False, False, True, True, False, False]
+        stand_in.accelerator.process_index = 0
+        assert luffy.slots(6).tolist() == [True, True, False, False, True, True]
+    finally:
+        luffy.trainer = trainer
