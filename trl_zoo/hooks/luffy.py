@@ -26,7 +26,7 @@ Not carried over: TRL's completion-length metrics of the round are those of the 
 vLLM (no sampler log-probs of the traces for TRL's importance-sampling correction: at the config), tools, custom
 rollouts and images (the traces are plain text completions: at the first round).
 
-Tests: tests/test_luffy.py.
+Tests: tests/test_luffy.py, tests/test_luffy_multiprocess.py (two DDP processes, a group spanning both).
 """
 
 from __future__ import annotations
