@@ -383,3 +383,10 @@ def test_the_logged_advantages_of_the_last_rows_are_replaced():
 
     replace_logged_advantages(Trainer, [0.5, -0.5])
     assert Trainer._logs["advantages"] == [9.0, 0.5, -0.5]
+
+
+def test_trls_generate_result_is_read_by_name_and_a_changed_layout_is_one_drift_line():
+    fields = {name: index for index, name in enumerate(trl_access.GENERATE_RESULT)}
+    assert trl_access.generate_result(trl_access.as_generate_result(fields)) == fields
+    with pytest.raises(trl_access.TRLDriftError, match=r"^trl_zoo reads TRL's GRPOTrainer\._generate as returning"):
+        trl_access.generate_result(tuple(range(len(trl_access.GENERATE_RESULT) - 1)))

@@ -36,9 +36,7 @@ import torch
 from ..losses.luffy import OFF_POLICY
 from .component import Component
 from .expert_sft import answer_tokens
-
-GENERATE_OUTPUTS = 8  # TRL 1.16's `_generate`: prompt_ids, completion_ids, tool_mask, completions, logprobs,
-#                       extra_fields, images, tool_images
+from .trl_access import as_generate_result, generate_result
 
 
 class OffPolicyTraces(Component):
@@ -87,15 +85,16 @@ class OffPolicyTraces(Component):
         rows = self._rows
         if rows is None:  # evaluation, or a generation outside a training round
             return output
-        if not isinstance(output, tuple) or len(output) != GENERATE_OUTPUTS:
-            raise RuntimeError("luffy: TRL's generation returned an unexpected result; this TRL is not supported.")
-        prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images = output
-        if tool_mask is not None or extra_fields or images is not None or any(tool_images or ()):
+        result = generate_result(output)
+        completion_ids, completions = result["completion_ids"], result["completions"]
+        if result["tool_mask"] is not None or result["extra_fields"] or result["images"] is not None or any(
+            result["tool_images"] or ()
+        ):
             raise NotImplementedError(
                 "loss_type='luffy': expert traces replace plain text completions; tools, custom rollouts and images "
                 "are not supported."
             )
-        if logprobs is not None:
+        if result["logprobs"] is not None:
             raise NotImplementedError("loss_type='luffy': the expert traces have no sampler log-probs; use_vllm=False")
         if len(rows) != len(completion_ids):
             raise RuntimeError("luffy: the round's input rows do not match its completions.")
@@ -111,4 +110,4 @@ class OffPolicyTraces(Component):
         flag = torch.zeros(len(rows), dtype=torch.bool)
         flag[placed] = True
         self._flag = flag
-        return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images
+        return as_generate_result({**result, "completion_ids": completion_ids, "completions": completions})

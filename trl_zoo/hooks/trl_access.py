@@ -27,6 +27,9 @@ and when its `_generate_and_score_completions` computes old log-probs (`trl_comp
 trainer's TRL state the rule written once in config/generation_buffer.py in the config's numbers alone, where the
 config's checks read it too (the config layer imports no hook).
 
+Results. `generate_result` / `as_generate_result`: TRL's `_generate` result by field name (`GENERATE_RESULT`, its
+order), a one-line drift error when the installed TRL returns another layout.
+
 Swaps, for the duration of one call of TRL's, undone however the call ends (an exception included): `swapped(owner,
 name, value)`, or `restored(owner, name)` around code of TRL's that sets the attribute itself; TRL 1.16 offers no
 public or overridable method for these:
@@ -445,6 +448,28 @@ def ignored_by_ddp(model, names: list[str]) -> None:
     mark, `DistributedDataParallel._set_params_and_buffers_to_ignore_for_model`, which accelerate and DeepSpeed use
     too; torch offers no public one). Inert without DDP."""
     DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
+
+
+# ---------------------------------------------------------------------- TRL's results
+# what TRL's `_generate` returns, in its order (a layout, not a name: checked where it is read)
+GENERATE_RESULT = (
+    "prompt_ids", "completion_ids", "tool_mask", "completions", "logprobs", "extra_fields", "images", "tool_images",
+)
+
+
+def generate_result(output) -> dict:
+    """TRL's `_generate` result by field name; `TRLDriftError` when it is not the tuple `GENERATE_RESULT` names."""
+    if not isinstance(output, tuple) or len(output) != len(GENERATE_RESULT):
+        raise TRLDriftError(
+            f"trl_zoo reads TRL's GRPOTrainer._generate as returning ({', '.join(GENERATE_RESULT)}), which the "
+            f"installed TRL does not (installed TRL {trl.__version__}; trl_zoo is tested with TRL {TESTED_TRL}.x)."
+        )
+    return dict(zip(GENERATE_RESULT, output))
+
+
+def as_generate_result(fields: dict) -> tuple:
+    """`fields` back into the tuple TRL's `_generate` returns."""
+    return tuple(fields[name] for name in GENERATE_RESULT)
 
 
 # ---------------------------------------------------------------------- swaps for one call of TRL's
