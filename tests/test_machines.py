@@ -65,7 +65,7 @@ def test_only_machine_0_writes_the_run(two_machines):
     m0, m1 = two_machines.root / "m0", two_machines.root / "m1"
     (run,) = (m0 / "runs").iterdir()
     assert str(run.relative_to(m0)) == RUN
-    assert {".trl_zoo_run", "adapter_model.safetensors", "README.md", "summary.json", "metrics.jsonl"} <= {
+    assert {"_trl_zoo_run", "adapter_model.safetensors", "README.md", "summary.json", "metrics.jsonl"} <= {
         path.name for path in run.iterdir()}
     assert sorted(records(run)) == [("end", 2), ("eval", 0), ("eval", 1), ("eval", 2), ("train", 1), ("train", 2)]
     # machine 1 claims nothing and writes none of the run's files: only each checkpoint's RNG state of its process,

@@ -5,6 +5,7 @@ marker), whether the others started with it or after it; a folder of the user's 
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import threading
@@ -162,3 +163,16 @@ def test_a_folder_prepared_for_a_run_is_claimed_with_the_launchers_files_beside_
     with pytest.raises(ConfigError, match="holds files of no trl-zoo run"):
         claim_run_folder(str(unprepared), rename=False)
     assert (prepared / "log.txt").read_text() == "the launcher's log\n"
+
+
+def test_the_marker_stays_out_of_push_to_hub_and_its_earlier_name_still_marks_a_run(tmp_path):
+    """transformers' `Trainer.push_to_hub` leaves out names matching "_*"; a folder a run marked under the marker's
+    earlier name (`.trl_zoo_run`) is still a run's, so a fresh run may claim it."""
+    assert fnmatch.fnmatch(MARKER, "_*")
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / ".trl_zoo_run").write_text("")
+    (earlier / "metrics.jsonl").write_text("")
+    claimed = claim_run_folder(str(earlier), rename=False)
+    assert claimed.marker is not None and (earlier / MARKER).exists()
+    claimed.release()

@@ -4,7 +4,8 @@
     shared_run_folder(output_dir, rename, resuming, args)  ->  RunFolder   the main process claims, every process of
                                                                            the launch gets that folder
 
-A folder is a run's when it holds `MARKER` (`.trl_zoo_run`), which the claim creates. While the run lasts its
+A folder is a run's when it holds `MARKER` (`_trl_zoo_run`; `.trl_zoo_run` before 2026-11-29), which the claim
+creates; its leading underscore keeps it out of `Trainer.push_to_hub`'s upload of the folder. While the run lasts its
 process holds an exclusive lock on the marker (`fcntl.flock`; the kernel releases it when the process ends, however
 it ends), and the marker says which process that is. A claim:
 
@@ -50,7 +51,8 @@ try:
 except ImportError:  # Windows
     fcntl = None
 
-MARKER = ".trl_zoo_run"
+MARKER = "_trl_zoo_run"
+EARLIER_MARKERS = (".trl_zoo_run",)  # the same marker under an earlier name: a folder holding one is a run's too
 
 
 @dataclass
@@ -108,7 +110,7 @@ def refuse_other_files(folder: str):
         entries = sorted(os.listdir(folder))
     except OSError:
         return  # writable_output_dir says why
-    if entries and MARKER not in entries:
+    if entries and not {MARKER, *EARLIER_MARKERS} & set(entries):
         shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
         raise ConfigError(
             f"output_dir: {folder} holds files of no trl-zoo run ({shown}), which the run's adapter, README.md and "
