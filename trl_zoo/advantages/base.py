@@ -189,6 +189,18 @@ def weighted_group_baseline(inputs: AdvantageInputs, weights: Tensor) -> Tensor:
     return inputs.ungroup(exact_for_constant_groups(baseline.expand_as(rewards), rewards))
 
 
+def group_centred(inputs: AdvantageInputs, values: Tensor, scaled: bool, args) -> Tensor:
+    """(x_i − mean x) over i's group, divided by (std x + ε) when `scaled` (``advantage_std_unbiased``,
+    ``advantage_epsilon``), (N,); NaN values left out of the statistics; exactly 0 in a group of equal values."""
+    grouped = inputs.group(values)
+    centred = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
+    if scaled:
+        centred = centred / (nan_std(grouped, dim=1, unbiased=args.advantage_std_unbiased, keepdim=True)
+                             + args.advantage_epsilon)
+    constant, _ = constant_groups(grouped)
+    return inputs.ungroup(torch.where(constant, grouped - grouped, centred))
+
+
 def whiten(values: Tensor, mask: Tensor | None, unbiased: bool, epsilon: float) -> Tensor:
     """(x − mean) / (std + ε) over the masked entries of the batch (NaN rows excluded); 0 if they are all equal."""
     selected = values if mask is None else values.masked_fill(mask == 0, float("nan"))

@@ -39,7 +39,7 @@ import torch
 
 from ..registry import ADVANTAGES
 from ..specs import PluginField
-from .base import AdvantageInputs, constant_groups, nan_std
+from .base import AdvantageInputs, group_centred
 
 Tensor = torch.Tensor
 
@@ -85,17 +85,6 @@ def normalised_in_clusters(values: Tensor, cluster: Tensor, scaled: bool, unbias
         std = torch.sqrt(squares / divisor.clamp(min=1))[cluster]
         centred = centred / (std + epsilon)
     return torch.where(constant, values - values, centred)
-
-
-def episode_advantages(inputs: AdvantageInputs, returns: Tensor, scaled: bool, args) -> Tensor:
-    """Â^E_i = (R(τ_i) − mean R(τ)) / F over i's group, (N,)."""
-    grouped = inputs.group(returns)
-    centred = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
-    if scaled:
-        centred = centred / (nan_std(grouped, dim=1, unbiased=args.advantage_std_unbiased, keepdim=True)
-                             + args.advantage_epsilon)
-    constant, _ = constant_groups(grouped)
-    return inputs.ungroup(torch.where(constant, grouped - grouped, centred))
 
 
 def anchor_clusters(states: Tensor, groups: Tensor) -> Tensor:
@@ -148,7 +137,7 @@ def gigpo_advantages(inputs: AdvantageInputs, args) -> Tensor:
     last = present & (present.cumsum(-1) == present.sum(-1, keepdim=True))
     environment = turn_rewards.masked_fill(~present, 0.0)  # e_{i,k}
     step_rewards = environment + torch.where(last, inputs.rewards.unsqueeze(1), 0.0)  # r_{i,k}
-    episode = episode_advantages(inputs, inputs.rewards + environment.sum(-1), scaled, args)  # R(τ_i) = Σ_k r_{i,k}
+    episode = group_centred(inputs, inputs.rewards + environment.sum(-1), scaled, args)  # R(τ_i) = Σ_k r_{i,k}
 
     returns = turn_returns(step_rewards, present, getattr(args, "gigpo_gamma", 0.95))
     groups = torch.arange(inputs.sizes.numel(), device=states.device).repeat_interleave(inputs.sizes)

@@ -48,8 +48,7 @@ import torch
 
 from ..registry import ADVANTAGES
 from ..specs import PluginField
-from .base import AdvantageInputs
-from .gigpo import episode_advantages
+from .base import AdvantageInputs, group_centred
 
 Tensor = torch.Tensor
 
@@ -62,7 +61,7 @@ FIELDS = (
 
 def group_normalised(inputs: AdvantageInputs, values: Tensor, args) -> Tensor:
     """(x_i − mean x) / (std x + ε) over i's group, (N,); exactly 0 in a group of equal values."""
-    return episode_advantages(inputs, values, True, args)
+    return group_centred(inputs, values, True, args)
 
 
 def check_mt_grpo(args) -> None:
