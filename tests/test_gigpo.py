@@ -240,14 +240,13 @@ def closed_form(gamma=0.95):
     return [(episode[i] + first[i], episode[i] + second[i] if i < 3 else None) for i in range(4)]
 
 
-def test_one_training_step_of_a_two_turn_environment_has_the_closed_form_per_token(monkeypatch):
-    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+def trained_two_turn_batch(**estimator) -> dict:
+    """The generation batch of one training step on the scripted two-turn environment, the estimator's fields given."""
     tokenizer = tiny.tokenizer()
     tokenizer.chat_template, tokenizer.response_template = TOOL_TEMPLATE, RESPONSE_TEMPLATE
     try:
         torch.manual_seed(0)
-        config = trl_zoo.GRPOConfig(**tiny.config_kwargs(max_steps=1, max_completion_length=32),
-                                    advantage_estimator="gigpo")
+        config = trl_zoo.GRPOConfig(**tiny.config_kwargs(max_steps=1, max_completion_length=32), **estimator)
         trainer = Recording(model=tiny.model(), args=config, processing_class=tokenizer, reward_funcs=answer_reward,
                             train_dataset=Dataset.from_dict({"environment": ["sum"] * 8}),
                             environment_factory={"sum": LookOrPeek})
@@ -256,7 +255,12 @@ def test_one_training_step_of_a_two_turn_environment_has_the_closed_form_per_tok
     finally:
         tokenizer.chat_template = None
         del tokenizer.response_template
-    batch = trainer.batch
+    return trainer.batch
+
+
+def test_one_training_step_of_a_two_turn_environment_has_the_closed_form_per_token(monkeypatch):
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    batch = trained_two_turn_batch(advantage_estimator="gigpo")
     advantages, tool_mask, mask = batch["advantages"], batch["tool_mask"], batch["completion_mask"]
     assert advantages.shape == mask.shape
     for row in range(8):

@@ -18,21 +18,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from datasets import Dataset
 
 import trl_zoo
 from tests import tiny
-from tests.test_gigpo import (
-    FIRST_TURNS,
-    RESPONSE_TEMPLATE,
-    SECOND_TURNS,
-    TOOL_TEMPLATE,
-    LookOrPeek,
-    Recording,
-    answer_reward,
-    scripted_decoding,
-)
-from tests.trl_internals import replace_decoding
+from tests.test_gigpo import FIRST_TURNS, SECOND_TURNS, trained_two_turn_batch
 from trl_zoo.advantages import AdvantageInputs, Turns
 from trl_zoo.hooks.turns import turns_of
 
@@ -242,22 +231,8 @@ def closed_form(coef):
 
 def test_one_training_step_of_a_two_turn_environment_has_the_closed_form_per_token(monkeypatch):
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
-    tokenizer = tiny.tokenizer()
-    tokenizer.chat_template, tokenizer.response_template = TOOL_TEMPLATE, RESPONSE_TEMPLATE
     coef = 0.5
-    try:
-        torch.manual_seed(0)
-        config = trl_zoo.GRPOConfig(**tiny.config_kwargs(max_steps=1, max_completion_length=32),
-                                    advantage_estimator="mt_grpo", mt_grpo_turn_advantage_coef=coef)
-        trainer = Recording(model=tiny.model(), args=config, processing_class=tokenizer, reward_funcs=answer_reward,
-                            train_dataset=Dataset.from_dict({"environment": ["sum"] * 8}),
-                            environment_factory={"sum": LookOrPeek})
-        replace_decoding(trainer, scripted_decoding(tokenizer))
-        trainer.train()
-    finally:
-        tokenizer.chat_template = None
-        del tokenizer.response_template
-    batch = trainer.batch
+    batch = trained_two_turn_batch(advantage_estimator="mt_grpo", mt_grpo_turn_advantage_coef=coef)
     advantages, tool_mask, mask = batch["advantages"], batch["tool_mask"], batch["completion_mask"]
     assert advantages.shape == mask.shape
     for row in range(8):
