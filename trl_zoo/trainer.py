@@ -73,9 +73,10 @@ def check_train_dataset(dataset, args, environment_factory=None) -> None:
     """Raise a one-line ValueError for a training set TRL would train on for 0 steps or crash on deep inside:
     no rows, no `prompt` column, or fewer prompts than one generation batch (TRL's sampler drops an incomplete
     batch, so such a set yields no step at all; of a streamed set only that many rows are read), a prompt that is
-    None, blank or not text, or prompts mixing text and chat messages (`dataset_values.py`), no column an estimator
-    reads (`reference_rewards`). With an `environment_factory` the environments' `reset()` supply the prompts, so, as
-    in TRL, the set needs no `prompt` column (a dict of environments routes rows by their `environment` column)."""
+    None, blank or not text, or prompts mixing text and chat messages (`dataset_values.py`), no column the run reads
+    (an estimator's `reference_rewards`, the `expert_column`). With an `environment_factory` the environments'
+    `reset()` supply the prompts, so, as in TRL, the set needs no `prompt` column (a dict of environments routes rows
+    by their `environment` column)."""
     if dataset is None:
         return
     columns = getattr(dataset, "column_names", None)
@@ -101,6 +102,12 @@ def check_train_dataset(dataset, args, environment_factory=None) -> None:
                 f"'{args.advantage_estimator}' reads; add it with trl_zoo.sample_reference_rewards(model, tokenizer, "
                 f"dataset, reward_funcs)."
             )
+    expert = getattr(args, "expert_column", None)
+    if expert is not None and columns is not None and expert not in columns:
+        raise ValueError(
+            f"expert_column: the training set has no column {expert!r} (its columns: {', '.join(columns)}); add the "
+            f"expert answers (CHORD's demonstrations, LUFFY's traces) as that column or name the one that holds them."
+        )
     if rows == 0:
         raise ValueError("train_dataset: 0 rows, so there is nothing to train on; give a dataset with prompts.")
     if rows < prompts_per_batch:

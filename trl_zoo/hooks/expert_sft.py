@@ -56,12 +56,6 @@ class ExpertSFT(Component):
         super().__init__(trainer)
         self.column = trainer.args.expert_column
         self.active = self.column is not None and trainer.args.loss_type != "luffy"  # LUFFY: traces, no SFT term
-        columns = getattr(trainer.train_dataset, "column_names", None)
-        if self.active and columns is not None and self.column not in columns:
-            raise ValueError(
-                f"expert_column: the training set has no column {self.column!r} (its columns: {', '.join(columns)}); "
-                f"add the expert answers as that column or name the one that holds them."
-            )
 
     def mu(self, step: int) -> float:
         """μ at optimizer step `step` (`expert_mu_*`)."""

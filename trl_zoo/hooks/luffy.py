@@ -52,12 +52,6 @@ class OffPolicyTraces(Component):
         self.off_policy_rows = getattr(args, "luffy_off_policy_rows", 1)
         self._rows: list | None = None  # TRL's input rows of the training round being generated
         self._flag: torch.Tensor | None = None  # its rows' off-policy flags, set at `generate`
-        columns = getattr(trainer.train_dataset, "column_names", None)
-        if self.active and columns is not None and self.column not in columns:
-            raise ValueError(
-                f"expert_column: the training set has no column {self.column!r} (its columns: {', '.join(columns)}); "
-                f"add LUFFY's expert traces as that column or name the one that holds them."
-            )
 
     def slots(self, rows: int) -> torch.Tensor:
         """(rows,) bool: the rows of this process in the first N_off slots of their group (TRL's gathered order)."""
