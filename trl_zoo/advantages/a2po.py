@@ -31,7 +31,7 @@ import torch
 
 from ..registry import ADVANTAGES
 from ..specs import PluginField
-from .base import AdvantageInputs
+from .base import AdvantageInputs, refuse_per_function_and_sampling
 
 Tensor = torch.Tensor
 
@@ -55,16 +55,11 @@ def optimal_values(reference_rewards: Tensor, beta1: float) -> Tensor:
 
 def check_a2po_advantages(args) -> None:
     """What r − V*(x) cannot be combined with: a per-reward-function form, and dynamic sampling's groups."""
-    if getattr(args, "multi_objective_aggregation", None) == "normalize_then_sum":
-        raise ValueError(
-            "multi_objective_aggregation: 'normalize_then_sum' runs the estimator on each reward function, but "
-            "a2po's V*(x) is the value of the summed reward; use 'sum_then_normalize'."
-        )
-    if getattr(args, "dynamic_sampling", None) is not None:
-        raise ValueError(
-            f"dynamic_sampling: {args.dynamic_sampling!r} keeps groups with reward spread, but a2po's R − V*(x) is a "
-            f"signal in every completion, spread or not; set dynamic_sampling=None."
-        )
+    refuse_per_function_and_sampling(
+        args,
+        "a2po's V*(x) is the value of the summed reward",
+        "keeps groups with reward spread, but a2po's R − V*(x) is a signal in every completion, spread or not",
+    )
 
 
 @ADVANTAGES.register(

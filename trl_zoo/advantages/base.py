@@ -201,6 +201,19 @@ def group_centred(inputs: AdvantageInputs, values: Tensor, scaled: bool, args) -
     return inputs.ungroup(torch.where(constant, grouped - grouped, centred))
 
 
+def refuse_per_function_and_sampling(args, summed: str, sampled: str) -> None:
+    """For an estimator that reads more of a completion than its summed reward: refuse GDPO's per-reward-function
+    runs (`summed` says why the sum matters) and dynamic sampling (`sampled` says what its kept or regrouped groups
+    lose), each in one line naming the setting and the fix."""
+    if getattr(args, "multi_objective_aggregation", None) == "normalize_then_sum":
+        raise ValueError(
+            f"multi_objective_aggregation: 'normalize_then_sum' runs the estimator on each reward function, but "
+            f"{summed}; use 'sum_then_normalize'."
+        )
+    if getattr(args, "dynamic_sampling", None) is not None:
+        raise ValueError(f"dynamic_sampling: {args.dynamic_sampling!r} {sampled}; set dynamic_sampling=None.")
+
+
 def whiten(values: Tensor, mask: Tensor | None, unbiased: bool, epsilon: float) -> Tensor:
     """(x − mean) / (std + ε) over the masked entries of the batch (NaN rows excluded); 0 if they are all equal."""
     selected = values if mask is None else values.masked_fill(mask == 0, float("nan"))

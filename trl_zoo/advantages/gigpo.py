@@ -39,7 +39,7 @@ import torch
 
 from ..registry import ADVANTAGES
 from ..specs import PluginField
-from .base import AdvantageInputs, group_centred
+from .base import AdvantageInputs, group_centred, refuse_per_function_and_sampling
 
 Tensor = torch.Tensor
 
@@ -98,17 +98,12 @@ def anchor_clusters(states: Tensor, groups: Tensor) -> Tensor:
 
 def check_gigpo(args) -> None:
     """What GiGPO's two levels of groups cannot be combined with."""
-    if getattr(args, "multi_objective_aggregation", None) == "normalize_then_sum":
-        raise ValueError(
-            "multi_objective_aggregation: 'normalize_then_sum' runs the estimator on each reward function, but "
-            "gigpo's turn returns add the environment's turn rewards to the summed reward; use 'sum_then_normalize'."
-        )
-    if getattr(args, "dynamic_sampling", None) is not None:
-        raise ValueError(
-            f"dynamic_sampling: {args.dynamic_sampling!r} keeps or regroups rows by their trajectory's reward, which "
-            f"drops gigpo's anchor groups (turns with a signal under an all-equal episode reward); set "
-            f"dynamic_sampling=None."
-        )
+    refuse_per_function_and_sampling(
+        args,
+        "gigpo's turn returns add the environment's turn rewards to the summed reward",
+        "keeps or regroups rows by their trajectory's reward, which drops gigpo's anchor groups (turns with a signal "
+        "under an all-equal episode reward)",
+    )
 
 
 @ADVANTAGES.register(

@@ -48,7 +48,7 @@ import torch
 
 from ..registry import ADVANTAGES
 from ..specs import PluginField
-from .base import AdvantageInputs, group_centred
+from .base import AdvantageInputs, group_centred, refuse_per_function_and_sampling
 
 Tensor = torch.Tensor
 
@@ -66,17 +66,12 @@ def group_normalised(inputs: AdvantageInputs, values: Tensor, args) -> Tensor:
 
 def check_mt_grpo(args) -> None:
     """What MT-GRPO's turn reward cannot be combined with."""
-    if getattr(args, "multi_objective_aggregation", None) == "normalize_then_sum":
-        raise ValueError(
-            "multi_objective_aggregation: 'normalize_then_sum' runs the estimator on each reward function, but "
-            "mt_grpo normalises the environment's turn reward beside the summed reward; use 'sum_then_normalize'."
-        )
-    if getattr(args, "dynamic_sampling", None) is not None:
-        raise ValueError(
-            f"dynamic_sampling: {args.dynamic_sampling!r} keeps or regroups rows by their trajectory's reward, which "
-            f"drops mt_grpo's turn signal (groups whose turn rewards differ under an all-equal outcome); set "
-            f"dynamic_sampling=None."
-        )
+    refuse_per_function_and_sampling(
+        args,
+        "mt_grpo normalises the environment's turn reward beside the summed reward",
+        "keeps or regroups rows by their trajectory's reward, which drops mt_grpo's turn signal (groups whose turn "
+        "rewards differ under an all-equal outcome)",
+    )
 
 
 def first_turn_rewards(turns, count: int, device, dtype) -> tuple[Tensor, Tensor]:
