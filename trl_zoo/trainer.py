@@ -34,6 +34,7 @@ from trl import GRPOTrainer as TRLGRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .config import GRPOConfig, to_zoo_config
+from .config.vllm_engine import check_vllm_engine, vllm_engine_errors
 from .dataset_values import REFERENCE_REWARDS, check_one_format, check_prompts
 from .hooks import pipeline
 from .hooks.generation import GenerationSeam
@@ -163,7 +164,8 @@ class GRPOTrainer(PolicyLossStep, GenerationSeam, TRLSeams):
         check_train_dataset(given.get("train_dataset"), args, given.get("environment_factory"))
         self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints
         reward_funcs, args, positional, kwargs = shaped_reward_funcs(reward_funcs, args, positional, kwargs)
-        with reference_for_model_object(model, args, given):
+        check_vllm_engine(args)
+        with reference_for_model_object(model, args, given), vllm_engine_errors(args):
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
         self.pipeline = pipeline.Pipeline(self)
         check_finite_parameters(self.model)
