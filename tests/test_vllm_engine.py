@@ -3,6 +3,7 @@ TRL's window, a context that holds a completion, an engine that fits its memory 
 before training, the stand-in of tests/vllm_stand_in.py standing for vLLM."""
 
 import importlib.util
+import os
 
 import pytest
 import torch
@@ -28,14 +29,18 @@ def single_process():
 
 
 def failing_engine(monkeypatch, error):
-    """vLLM's LLM() raising `error`; the launcher variables TRL sets before it are put back after the test."""
+    """vLLM's LLM() raising `error`, the launcher variables TRL set before it put back first (as the stand-in's)."""
     import trl.generation.vllm_generation as vllm_generation
 
     vllm_stand_in.install(monkeypatch)
-    for name in vllm_stand_in.LAUNCHER_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+    saved = {name: os.environ.get(name) for name in vllm_stand_in.LAUNCHER_VARIABLES}
 
     def fail(**kwargs):
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         raise error
 
     monkeypatch.setattr(vllm_generation, "LLM", fail)
@@ -101,3 +106,17 @@ def test_other_engine_errors_pass_through(monkeypatch):
     failing_engine(monkeypatch, RuntimeError("some other failure"))
     with pytest.raises(RuntimeError, match="^some other failure$"):
         vllm_trainer()
+
+
+def test_a_prompt_longer_than_vllms_context_leaves_room_for_is_one_line(monkeypatch):
+    from tests.trl_internals import generate_and_score
+
+    vllm_stand_in.install(monkeypatch)
+    long = [{"prompt": "10+30=" * 8} for _ in range(8)]  # 48 characters, one token each: 48 + 8 > 40
+    trainer = vllm_trainer(vllm_max_model_length=40, max_completion_length=8)
+    with pytest.raises(
+        ValueError,
+        match=r"^max_completion_length: a prompt of 48 tokens \+ max_completion_length 8 "
+        r"= 56 exceeds vllm_max_model_length 40; ",
+    ):
+        generate_and_score(trainer, long)

@@ -40,8 +40,20 @@ def position_limit(model) -> int | None:
     return getattr(config, "max_position_embeddings", None)
 
 
-def check_prompt_lengths(prompt_ids, max_completion_length: int, limit: int | None) -> None:
-    """Raise a one-line PromptTooLongError when the longest prompt plus max_completion_length exceeds `limit`."""
+def context_limit(trainer) -> tuple[int | None, str]:
+    """The positions a prompt and its completion must fit in, and their name: the model's, or vLLM's context
+    (`vllm_max_model_length`) where that is shorter (vLLM refuses a longer request mid-run)."""
+    limit, name = position_limit(trainer.model), "the model's max_position_embeddings"
+    engine = trainer.args.vllm_max_model_length if trainer.args.use_vllm else None
+    if engine is not None and (limit is None or engine < limit):
+        return engine, "vllm_max_model_length"
+    return limit, name
+
+
+def check_prompt_lengths(prompt_ids, max_completion_length: int, limit: int | None,
+                         limit_name: str = "the model's max_position_embeddings") -> None:
+    """Raise a one-line PromptTooLongError when the longest prompt plus max_completion_length exceeds `limit`
+    (`limit_name`)."""
     if limit is None or not prompt_ids:
         return
     longest = max(len(ids) for ids in prompt_ids)
@@ -52,7 +64,7 @@ def check_prompt_lengths(prompt_ids, max_completion_length: int, limit: int | No
             fix += f", or lower max_completion_length to at most {limit - longest}"
         raise PromptTooLongError(
             f"max_completion_length: a prompt of {longest} tokens + max_completion_length {max_completion_length} "
-            f"= {longest + max_completion_length} exceeds the model's max_position_embeddings {limit}; {fix}."
+            f"= {longest + max_completion_length} exceeds {limit_name} {limit}; {fix}."
         )
 
 
@@ -74,7 +86,8 @@ def prompt_characters(prompt) -> int:
 
 
 def check_prompt_characters(prompts, max_completion_length: int, limit: int | None, per_token: int,
-                            where: str | None = None) -> None:
+                            where: str | None = None,
+                            limit_name: str = "the model's max_position_embeddings") -> None:
     """Raise a one-line PromptTooLongError when a prompt has more characters than `per_token` times the positions
     max_completion_length leaves (it has more tokens than fit, whatever they are); `where` names the prompts."""
     if limit is None:
@@ -87,8 +100,8 @@ def check_prompt_characters(prompts, max_completion_length: int, limit: int | No
             raise PromptTooLongError(
                 f"max_completion_length: a prompt of {characters:,} characters{f' (in {where})' if where else ''}, "
                 f"so of at least {-(-characters // per_token):,} tokens (no token of this tokenizer stands for more "
-                f"than {per_token} characters), + max_completion_length {max_completion_length} exceeds the model's "
-                f"max_position_embeddings {limit}; {fix}."
+                f"than {per_token} characters), + max_completion_length {max_completion_length} exceeds "
+                f"{limit_name} {limit}; {fix}."
             )
 
 
@@ -99,11 +112,12 @@ class PromptLength(Component):
 
     def tokenize_prompts(self, inner, prompts: list):
         trainer = self.trainer
-        limit = position_limit(trainer.model)
+        limit, limit_name = context_limit(trainer)
         check_batch_prompts(prompts)  # a streamed dataset's rows are first seen here
-        check_prompt_characters(prompts, trainer.max_completion_length, limit, self.characters_per_token)
+        check_prompt_characters(prompts, trainer.max_completion_length, limit, self.characters_per_token,
+                                limit_name=limit_name)
         prompt_ids, images, multimodal_fields = inner(prompts)
-        check_prompt_lengths(prompt_ids, trainer.max_completion_length, limit)
+        check_prompt_lengths(prompt_ids, trainer.max_completion_length, limit, limit_name)
         return prompt_ids, images, multimodal_fields
 
     @functools.cached_property
