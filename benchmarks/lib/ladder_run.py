@@ -49,9 +49,13 @@ CUDA = torch.cuda.is_available()
 # Each contender: (implementation, extra config fields). "trl_best" is TRL at its own best setting here: two optimizer
 # steps per generation batch (TRL's steps_per_generation), the field behind most of the recipes' gain at 135 M.
 TWO_STEPS = "two_steps"
+# TRL's colocated vLLM at 0.3 of the card: the model is saved to disk first (vLLM loads a path)
+VLLM = {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3}
 CONTENDERS: dict[str, tuple[str, dict]] = {
     "trl_default": ("trl", {}),
     "trl_best": ("trl", {TWO_STEPS: True}),
+    "trl_vllm": ("trl", {TWO_STEPS: True, **VLLM}),
+    "zoo_vllm": ("zoo", {TWO_STEPS: True, **VLLM}),
     "zoo_default": ("zoo", {}),
     "lora": ("zoo", {"speed_recipe": "lora"}),
     "lora_graphed": ("zoo", {"speed_recipe": "lora_graphed"}),
@@ -120,6 +124,37 @@ class DecodingMeter:
         self.outside_peak = max(self.outside_peak, self._peak())
 
 
+def saved_model(model, shape: str, tokenizer) -> str:
+    """`model` and its tokenizer saved once under the temporary folder (bf16), for vLLM to load by path."""
+    folder = Path(tempfile.gettempdir()) / f"ladder-model-{shape}"
+    if not (folder / "config.json").exists():
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+class SyncMeter:
+    """Seconds inside TRL's weight sync into vLLM (`VLLMGeneration.sync_weights`: merge, load, unmerge)."""
+
+    def __init__(self, trainer):
+        self.seconds: list[float] = []
+        generation = getattr(trainer, "vllm_generation", None)
+        if generation is None:
+            return
+        inner = generation.sync_weights
+
+        def timed():
+            DecodingMeter._synchronize()
+            start = time.perf_counter()
+            try:
+                return inner()
+            finally:
+                DecodingMeter._synchronize()
+                self.seconds.append(time.perf_counter() - start)
+
+        generation.sync_weights = timed
+
+
 def build_trainer(options):
     implementation, fields = CONTENDERS[options.contender]
     fields = dict(fields)
@@ -133,6 +168,11 @@ def build_trainer(options):
     model = load_4bit(options.shape, Path(tempfile.gettempdir())) if options.load_in_4bit else random_model(
         options.shape
     )
+    at_least = {"min_new_tokens": options.completion_length}
+    if fields.get("use_vllm"):  # vLLM loads the model by path; its SamplingParams name the floor min_tokens
+        model = saved_model(model, options.shape, numbered_tokenizer(vocab_size))
+        at_least = {"min_tokens": options.completion_length}
+        fields["model_init_kwargs"] = {"dtype": "bfloat16"}
     args = config_cls(
         output_dir=str(Path(tempfile.gettempdir()) / f"ladder-{options.contender}"),
         loss_type="grpo",
@@ -140,7 +180,7 @@ def build_trainer(options):
         gradient_accumulation_steps=accumulation,
         num_generations=options.num_generations,
         max_completion_length=options.completion_length,
-        generation_kwargs={"min_new_tokens": options.completion_length},
+        generation_kwargs=at_least,
         max_steps=options.steps,
         **short_run_args(),
         **fields,
@@ -160,6 +200,7 @@ def main(argv=None):
     options = parse_args(argv)
     trainer = build_trainer(options)
     meter = DecodingMeter(trainer)
+    syncs = SyncMeter(trainer)
     if CUDA:
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
@@ -168,7 +209,8 @@ def main(argv=None):
     timed = step_times[2:] or step_times
     decodings_timed = meter.seconds[1:] or meter.seconds  # the first decoding records (or compiles)
     generations_per_step = len(meter.seconds) / max(len(step_times), 1)
-    graphed = trainer.pipeline.get("generation_speed").graphed_decoding
+    speed = trainer.pipeline.get("generation_speed") if hasattr(trainer, "pipeline") else None
+    graphed = getattr(speed, "graphed_decoding", None)
     generation_s = statistics.mean(decodings_timed) * generations_per_step if meter.seconds else float("nan")
     step_s = statistics.mean(timed)
     result = {
@@ -184,6 +226,8 @@ def main(argv=None):
         "generation_s": generation_s,
         "generation_share": generation_s / step_s,
         "decodings": len(meter.seconds),
+        "sync_s": statistics.mean(syncs.seconds[1:] or syncs.seconds) * generations_per_step if syncs.seconds
+        else None,  # inside generation_s: the weight sync per optimizer step (vLLM only)
         "train_peak_gib": meter.outside_peak / 2**30,
         "generation_peak_gib": meter.inside_peak / 2**30,
         "merged": bool(getattr(trainer.args, "merge_adapter_for_generation", False)),
