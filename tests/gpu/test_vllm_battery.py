@@ -276,10 +276,10 @@ def test_a_changed_adapter_reaches_vllm_at_the_next_sync(policy_path):
         generator = torch.Generator().manual_seed(3)
         for name, parameter in trainer.model.named_parameters():
             if "lora_B" in name:
-                parameter.copy_(0.05 * torch.randn(parameter.shape, generator=generator).to(parameter.device))
+                parameter.copy_(0.2 * torch.randn(parameter.shape, generator=generator).to(parameter.device))
     stale = gap(sync=False)
     resynced = gap(sync=True)
-    assert synced < 0.1 and resynced < 0.1 and stale > 10 * max(synced, resynced), (synced, stale, resynced)
+    assert synced < 0.1 and resynced < 0.1 and stale > 5 * max(synced, resynced), (synced, stale, resynced)
 
 
 # ---------------------------------------------------------------------------------------------- options
