@@ -162,7 +162,9 @@ def test_a_range_is_the_declarations_and_checked_when_its_loss_is_chosen():
     )
     build(m2po_threshold=0.0, rspo_gamma_min=0.0)  # grpo reads neither
     # a value of the wrong type or outside the choices is refused whichever loss is chosen
-    assert rejection(m2po_threshold="big") == "m2po_threshold: expected float, got 'big' (loss 'm2po')."
+    assert rejection(m2po_threshold="big") == (
+        "m2po_threshold: expected float, got 'big' (str); give a float (loss 'm2po')."
+    )
     assert rejection(dppo_divergence="js") == "dppo_divergence: got 'js'; use one of tv, kl."
 
 
@@ -227,7 +229,9 @@ def test_estimator_and_sampler_ranges_are_checked_when_chosen_naming_the_entry()
         "greso_initial_explore: must be in [greso_min_explore, 0.95]"
     )
     build(gae_lambda=1.5, greso_step=0.0, dynamic_sampling_max_rounds=0)  # chosen by no entry: not read
-    assert rejection(gae_gamma="big") == "gae_gamma: expected float, got 'big' (advantage estimator 'gae')."
+    assert rejection(gae_gamma="big") == (
+        "gae_gamma: expected float, got 'big' (str); give a float (advantage estimator 'gae')."
+    )
     # the critic's own fields (config/critic.py's) keep their checks when an estimator with a critic is chosen
     assert rejection(advantage_estimator="gae", value_coef=-1.0) == "value_coef: must be ≥ 0, got -1.0."
 

@@ -73,6 +73,9 @@ def test_the_rows_of_every_process_are_scaled():
         (dict(truncation_penalty=-0.1), r"^truncation_penalty: must be in \[0, 1\], .*got -0.1\.$"),
         (dict(truncation_penalty=1.5), r"^truncation_penalty: must be in \[0, 1\], .*got 1.5\.$"),
         (dict(truncation_penalty=math.nan), r"^truncation_penalty: must be a finite number"),
+        (dict(truncation_penalty="0.1"), r"^truncation_penalty: expected float, got '0.1' \(str\); write it as "
+                                         r"truncation_penalty=0.1\.$"),
+        (dict(truncation_penalty=0.0, truncation_length="4"), r"^truncation_length: expected int, got '4' \(str\); "),
         (dict(truncation_length=4), r"^truncation_length: has no effect without truncation_penalty; set "),
         (dict(truncation_penalty=0.0, truncation_length=9), r"^truncation_length: L=9 must be in \[1, 8\] "),
         (dict(truncation_penalty=0.0, truncation_length=0), r"^truncation_length: L=0 must be in \[1, 8\] "),
