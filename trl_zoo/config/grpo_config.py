@@ -17,23 +17,28 @@ Tests: tests/test_validation.py, tests/test_table_fields.py, tests/test_hyperpar
 
 from __future__ import annotations
 
-import functools
 import inspect
 import json
-import types
-import typing
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 from trl import GRPOConfig as TRLGRPOConfig
 
 from ..registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
-from ..specs import PluginField, check_finite, validate_settings, wrong_type
+from ..specs import PluginField, check_finite, validate_settings
 from .advantages import AdvantageFields, KLControlFields
 from .compute import ComputeFields
 from .critic import CriticFields
 from .expert_sft import ExpertSFTFields
-from .fields import TABLE_FIELDS, EstimatorTableFields, LossTableFields, SamplerTableFields
+from .field_types import check_field_types
+from .fields import (
+    TABLE_CHOICES,
+    TABLE_FIELDS,
+    EstimatorTableFields,
+    LossTableFields,
+    SamplerTableFields,
+    warn_unread_table_fields,
+)
 from .generation_speed import GenerationSpeedFields
 from .loss import LossFields
 from .run import TRL_CHOICES, TRL_LOSS_FIELDS, RunFields
@@ -94,7 +99,7 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         if isinstance(given, str):  # a JSON object from the command line
             given = json.loads(given)
         self.plugin_args = {**(given or {}), **keywords} if keywords else given
-        self._check_field_types()  # before TRL compares or divides by them
+        check_field_types(self)  # before TRL compares or divides by them
         self._check_batch_counts()  # before TRL divides by them
         apply_speed_recipe(self)  # before TRL derives steps_per_generation
         super().__post_init__()
@@ -105,7 +110,7 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         config alone (what needs the model is checked by the trainer). In order: finite numbers, names in the tables
         and choices, the shared fields' ranges, each chosen plugin's own `validate` and declared fields, the critic's
         fields, then settings that contradict each other."""
-        self._check_field_types()
+        check_field_types(self)
         for name in (*TRL_LOSS_FIELDS, *zoo_field_names()):  # a plugin's own fields: PluginField.checked
             check_finite(name, getattr(self, name))
         self._validate_names()
@@ -119,14 +124,12 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         self._check_kl_control_ranges()
         self._check_overlong_ranges()
         # the chosen entries' own fields (ranges) and how they read the shared ones (their files)
-        for table, name in ((LOSSES, self.loss_type), (ADVANTAGES, self.advantage_estimator),
-                            (SAMPLERS, self.dynamic_sampling)):
-            if name is not None:
-                chosen = table.get(name)
+        for choice, table in TABLE_CHOICES:
+            if getattr(self, choice) is not None:
+                chosen = table.get(getattr(self, choice))
                 validate_settings(chosen.spec, self, f"{table.kind} {chosen.name!r}")
         entry = LOSSES.get(self.loss_type)
         self._validate_plugin_args()
-        self._warn_unread_sampler_fields()
         self._check_critic_fields()
         # settings that are each valid but cannot work together; every message names both sides
         self._check_teacher_fields()
@@ -138,16 +141,7 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         check_vllm_truncated_sampling(self)
         self._check_old_logps_skip(bool(entry.spec.requires_moe))
         self._check_estimator_combinations()
-
-    def _check_field_types(self):
-        """Every field annotated bool, int or float (or one of them or None) holds a value of that type
-        (`specs.wrong_type`: an int is a float, a bool is not an int); the built-in entries' fields are checked by
-        their declarations, which name the entry."""
-        for name, (expected, optional) in plain_field_types().items():
-            value = getattr(self, name)
-            error = None if value is None and optional else wrong_type(name, value, expected)
-            if error:
-                raise ValueError(error)
+        warn_unread_table_fields(self)  # settings that are valid and accepted, but that nothing reads
 
     def _validate_names(self):
         """Every table name exists; every field with a fixed list of values has one of them."""
@@ -187,23 +181,6 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         if declared is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return (self.__dict__.get("plugin_args") or {}).get(name, declared[0].default)
-
-
-@functools.cache
-def plain_field_types() -> dict[str, tuple[type, bool]]:
-    """GRPOConfig's fields (TRL's and trl_zoo's, but `TABLE_FIELDS`) annotated bool, int or float, or one of them or
-    None: name -> (that type, whether None is allowed). Unions of several types (TRL's `str | bool` fields, enums
-    or strings) are left to TRL."""
-    hints = typing.get_type_hints(GRPOConfig)
-    plain = {}
-    for item in fields(GRPOConfig):
-        annotation = hints[item.name]
-        union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
-        members = set(typing.get_args(annotation)) if union else {annotation}
-        kinds = members - {type(None)}
-        if len(kinds) == 1 and kinds <= {bool, int, float} and item.name not in TABLE_FIELDS:
-            plain[item.name] = (kinds.pop(), type(None) in members)
-    return plain
 
 
 def zoo_field_names() -> list[str]:
