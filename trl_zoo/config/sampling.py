@@ -42,7 +42,9 @@ class OverlongFields:
     truncation_penalty: float | None = help_field(
         "DLER truncation penalty (arXiv:2510.15110): the task rewards of a completion that has not ended within "
         "truncation_length tokens are multiplied by this factor (DLER's paper: 0.0, such a completion gets reward 0; "
-        "its released recipe: 0.1). None disables it."
+        "its released recipe: 0.1). None disables it. Meant for task rewards ≥ 0: a negative reward times the factor "
+        "rises toward 0, so truncation would be rewarded (the first such batch warns); shift the rewards to ≥ 0 or "
+        "use overlong_buffer_length."
     )
     truncation_length: int | None = help_field(
         "L of the truncation penalty in completion tokens, the end-of-sequence token included (default "
