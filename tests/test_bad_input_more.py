@@ -315,3 +315,21 @@ def test_policy_with_a_non_finite_weight_stops_at_construction_naming_it(value):
                                          rf"model\.layers\.1\.self_attn\.q_proj\.weight\); .*intact checkpoint\.$"):
         trl_zoo.GRPOTrainer(model=model, reward_funcs=digit_reward, args=args, train_dataset=tiny.prompts_dataset(),
                             processing_class=tiny.tokenizer())
+
+
+def adapter_warnings(**overrides) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, **overrides)
+    return [str(w.message) for w in caught if str(w.message).startswith("learning_rate:")]
+
+
+def test_a_lora_adapter_at_a_full_fine_tuning_learning_rate_warns_naming_a_lora_one():
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"])
+    assert adapter_warnings(peft_config=lora, learning_rate=1e-6) == [
+        "learning_rate: 1e-06 trains the PEFT adapter (LoRA) at a full fine-tuning rate (TRL's default is 1e-6), at "
+        "which an adapter barely moves; LoRA usually takes 1e-5 to 2e-4 (the chat tasks' preset: 2e-4), so set "
+        "learning_rate, e.g. 2e-4."
+    ]
+    assert adapter_warnings(peft_config=lora, learning_rate=2e-4) == []
+    assert adapter_warnings(learning_rate=1e-6) == []  # full fine-tuning: its own range
