@@ -49,7 +49,7 @@ def wrong_type(name: str, value, expected: type) -> str | None:
     if _has_type(value, expected):
         return None
     spelled = _spelled(value, expected)
-    fix = f"write it as {name}={spelled!r}" if spelled is not None else f"give {_a(expected)}"
+    fix = f"write it as {name}={spelled!r}" if spelled is not None else f"give {_a_value_of(expected)}"
     return f"{name}: expected {expected.__name__}, got {value!r} ({type(value).__name__}); {fix}."
 
 
@@ -77,7 +77,7 @@ def _spelled(value, expected: type):
     return number
 
 
-def _a(expected: type) -> str:
+def _a_value_of(expected: type) -> str:
     return {bool: "True or False", int: "an int", float: "a float", str: "a string"}.get(expected, expected.__name__)
 
 
