@@ -13,7 +13,7 @@ import torch
 
 import trl_zoo
 from tests.scripts.resample_two_processes import RecordsTrainedBatches
-from tests.tiny import make_trainer
+from tests.tiny import config_kwargs, make_trainer
 from trl_zoo.registry import SAMPLERS
 from trl_zoo.samplers.adaptive_budget import (
     FILL_WARNING,
@@ -259,6 +259,23 @@ def test_settings_it_cannot_use_are_one_line_errors(overrides, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")) as error:
         validate_adaptive_budget(budget_args(**overrides))
     assert "\n" not in str(error.value)
+
+
+def test_pass_at_k_needs_groups_larger_than_k():
+    """Groups of n ≤ k have one k-subset or none: Â = 0, so every step of the defaults' groups of 2 would be void."""
+    with pytest.raises(ValueError) as error:
+        trl_zoo.GRPOConfig(**config_kwargs(dynamic_sampling="adaptive_budget", advantage_estimator="passk",
+                                           num_generations=8, per_device_train_batch_size=16, passk_k=4))
+    assert str(error.value) == (
+        "passk_k: 4 is not below 2, the smallest group dynamic_sampling='adaptive_budget' trains (the first grid "
+        "point ≥ adaptive_budget_min_size, else adaptive_budget_first_size), and a group of n ≤ k completions has one "
+        "k-subset or none, so all its advantages are 0; set adaptive_budget_min_size ≥ 5, or set passk_k below 2."
+    )
+    for sizes in (dict(adaptive_budget_min_size=5), dict(adaptive_budget_first_size=3, passk_k=2)):  # 8; 3 > 2
+        validate_adaptive_budget(budget_args(**{"advantage_estimator": "passk", "passk_k": 4, **sizes}))
+    with pytest.raises(ValueError, match=r"^passk_k: 3 is not below 2, .*; raise adaptive_budget_max_size above 3, "):
+        validate_adaptive_budget(budget_args(advantage_estimator="passk", passk_k=3, adaptive_budget_max_size=3))
+    validate_adaptive_budget(budget_args(advantage_estimator="grpo_passk"))  # k = each group's size: its best gets Â
 
 
 def test_config_refuses_in_one_line_naming_the_field():

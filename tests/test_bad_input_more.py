@@ -61,9 +61,28 @@ def test_prompt_length_fixes_name_the_room_left():
     with pytest.raises(PromptTooLongError, match=r"a prompt of 21 tokens .* at most 20 tokens, or lower "
                                                  r"max_completion_length to at most 11\.$"):
         check_prompt_lengths([[0] * 21], 12, 32)
-    with pytest.raises(PromptTooLongError, match=r"max_position_embeddings 32; shorten the prompts\.$"):
-        check_prompt_lengths([[0] * 40], 32, 32)
+    with pytest.raises(PromptTooLongError) as caught:  # no prompt could fit: the fix is the completion length's
+        check_prompt_lengths([[0] * 3], 32, 32)
+    assert str(caught.value) == (
+        "max_completion_length: 32 tokens leave no room for a prompt in the model's max_position_embeddings 32; "
+        "lower max_completion_length below 32."
+    )
+    with pytest.raises(PromptTooLongError, match=r"^max_completion_length: a prompt of 40 tokens .* at most 20 "
+                                                 r"tokens\.$"):  # the prompt alone is too long: no other fix
+        check_prompt_lengths([[0] * 40], 12, 32)
     check_prompt_lengths([[0] * 10_000], 8, None)  # no position limit: not checked
+
+
+@pytest.mark.parametrize("max_completion_length", [16, 40])
+def test_a_completion_length_that_leaves_no_room_for_a_prompt_is_refused_at_construction(max_completion_length):
+    """Whatever the prompts (here 4 characters), nothing fits: said when the trainer is built, not deep in train()."""
+    with pytest.raises(PromptTooLongError) as caught:
+        in_memory_trainer(max_positions=16, max_completion_length=max_completion_length)
+    assert str(caught.value) == (
+        f"max_completion_length: {max_completion_length} tokens leave no room for a prompt in the model's "
+        f"max_position_embeddings 16; lower max_completion_length below 16."
+    )
+    assert in_memory_trainer(max_positions=16, max_completion_length=15).max_completion_length == 15
 
 
 def test_prompt_too_long_in_the_cli_is_one_line_and_exit_status_2(tmp_path, capsys):
@@ -296,3 +315,21 @@ def test_policy_with_a_non_finite_weight_stops_at_construction_naming_it(value):
                                          rf"model\.layers\.1\.self_attn\.q_proj\.weight\); .*intact checkpoint\.$"):
         trl_zoo.GRPOTrainer(model=model, reward_funcs=digit_reward, args=args, train_dataset=tiny.prompts_dataset(),
                             processing_class=tiny.tokenizer())
+
+
+def adapter_warnings(**overrides) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, **overrides)
+    return [str(w.message) for w in caught if str(w.message).startswith("learning_rate:")]
+
+
+def test_a_lora_adapter_at_a_full_fine_tuning_learning_rate_warns_naming_a_lora_one():
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"])
+    assert adapter_warnings(peft_config=lora, learning_rate=1e-6) == [
+        "learning_rate: 1e-06 trains the PEFT adapter (LoRA) at a full fine-tuning rate (TRL's default is 1e-6), at "
+        "which an adapter barely moves; LoRA usually takes 1e-5 to 2e-4 (the chat tasks' preset: 2e-4), so set "
+        "learning_rate, e.g. 2e-4."
+    ]
+    assert adapter_warnings(peft_config=lora, learning_rate=2e-4) == []
+    assert adapter_warnings(learning_rate=1e-6) == []  # full fine-tuning: its own range

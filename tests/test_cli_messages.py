@@ -112,6 +112,27 @@ def test_runs_on_your_own_data_get_a_named_folder_and_the_next_one_its_own(tmp_p
     assert parse_train_args([*flags, "--output_dir", "mine"]).training.output_dir == "mine"
 
 
+def test_a_run_on_your_own_data_says_which_of_trls_defaults_apply(tmp_path):
+    from trl_zoo.cli.arguments import parse_train_args
+
+    flags = ["--model_name_or_path", tiny.model_dir(), "--dataset_name", "problems.jsonl", "--output_dir", "run"]
+    lines = []
+    assert parse_train_args(flags, log=lines.append).training.learning_rate == 1e-6
+    assert lines == [
+        "A dataset given, so no task preset: TRL's defaults apply, loss_type dapo, learning_rate 1e-06 (TRL's "
+        "learning rate is one of full fine-tuning; LoRA, on by default, usually takes 1e-5 to 2e-4); a flag or "
+        "config value wins, e.g. --learning_rate 2e-4"
+    ]
+    lines.clear()
+    parse_train_args([*flags, "--loss_type", "grpo"], log=lines.append)
+    assert lines[0].startswith("A dataset given, so no task preset: TRL's defaults apply, learning_rate 1e-06 (")
+    config = tmp_path / "mine.yaml"
+    config.write_text("loss_type: grpo\nlearning_rate: 2.0e-4\n")
+    lines.clear()
+    parse_train_args([*flags, "--config", str(config)], log=lines.append)
+    assert lines == []  # every such default set
+
+
 def test_a_bare_train_says_it_runs_the_tasks_preset_not_the_defaults_help_lists(tmp_path):
     from trl_zoo.cli.arguments import make_train_parser, parse_train_args
 

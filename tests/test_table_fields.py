@@ -162,7 +162,9 @@ def test_a_range_is_the_declarations_and_checked_when_its_loss_is_chosen():
     )
     build(m2po_threshold=0.0, rspo_gamma_min=0.0)  # grpo reads neither
     # a value of the wrong type or outside the choices is refused whichever loss is chosen
-    assert rejection(m2po_threshold="big") == "m2po_threshold: expected float, got 'big' (loss 'm2po')."
+    assert rejection(m2po_threshold="big") == (
+        "m2po_threshold: expected float, got 'big' (str); give a float (loss 'm2po')."
+    )
     assert rejection(dppo_divergence="js") == "dppo_divergence: got 'js'; use one of tv, kl."
 
 
@@ -227,7 +229,9 @@ def test_estimator_and_sampler_ranges_are_checked_when_chosen_naming_the_entry()
         "greso_initial_explore: must be in [greso_min_explore, 0.95]"
     )
     build(gae_lambda=1.5, greso_step=0.0, dynamic_sampling_max_rounds=0)  # chosen by no entry: not read
-    assert rejection(gae_gamma="big") == "gae_gamma: expected float, got 'big' (advantage estimator 'gae')."
+    assert rejection(gae_gamma="big") == (
+        "gae_gamma: expected float, got 'big' (str); give a float (advantage estimator 'gae')."
+    )
     # the critic's own fields (config/critic.py's) keep their checks when an estimator with a critic is chosen
     assert rejection(advantage_estimator="gae", value_coef=-1.0) == "value_coef: must be ≥ 0, got -1.0."
 
@@ -236,7 +240,7 @@ def unread_field_warnings(**overrides) -> list[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         build(**overrides)
-    return [str(w.message) for w in caught if "has no effect: only the sampler" in str(w.message)]
+    return [str(w.message) for w in caught if "has no effect: only the " in str(w.message)]
 
 
 @pytest.mark.parametrize("sampler", [None, "resample", "greso"])
@@ -258,3 +262,55 @@ def test_every_sampler_field_warns_alike_and_a_shared_one_names_every_reader():
         "dynamic_sampling_max_rounds unset."
     ]
     assert unread_field_warnings(dynamic_sampling="greso", dynamic_sampling_max_rounds=3) == []
+
+
+@pytest.mark.parametrize(
+    "overrides, warned",
+    [
+        (dict(passk_k=3), "passk_k: 3 has no effect: only the advantage estimator 'passk' reads it, and "
+                          "advantage_estimator is None; set advantage_estimator to 'passk', or leave passk_k unset."),
+        (dict(advantage_estimator="grpo", gigpo_gamma=0.5), "gigpo_gamma: 0.5 has no effect: only the advantage "
+         "estimator 'gigpo' reads it, and advantage_estimator is 'grpo'; set advantage_estimator to 'gigpo', or "
+         "leave gigpo_gamma unset."),
+        (dict(advantage_estimator="rloo", a2po_beta1=0.25), "a2po_beta1: 0.25 has no effect: only the advantage "
+         "estimator 'a2po' reads it, and advantage_estimator is 'rloo'"),
+        (dict(advantage_estimator="gigpo", mt_grpo_turn_advantage_coef=0.5), "mt_grpo_turn_advantage_coef: 0.5 has "
+         "no effect: only the advantage estimator 'mt_grpo' reads it, and advantage_estimator is 'gigpo'"),
+        (dict(loss_type="dapo", ipo_eps=0.2), "ipo_eps: 0.2 has no effect: only the loss 'ipo' reads it, and "
+                                              "loss_type is 'dapo'; set loss_type to 'ipo', or leave ipo_eps unset."),
+        (dict(loss_type="grpo", luffy_gamma=0.2), "luffy_gamma: 0.2 has no effect: only the loss 'luffy' reads it, "
+                                                  "and loss_type is 'grpo'"),
+        (dict(loss_type="grpo", luffy_off_policy_rows=2), "luffy_off_policy_rows: 2 has no effect: only the loss "
+                                                          "'luffy' reads it, and loss_type is 'grpo'"),
+        (dict(loss_type="grpo", gmpo_epsilon=0.3), "gmpo_epsilon: 0.3 has no effect: only the losses 'gmpo', 'rspo' "
+         "read it, and loss_type is 'grpo'; set loss_type to one of them, or leave gmpo_epsilon unset."),
+    ],
+    ids=["passk_trl", "gigpo_grpo", "a2po_rloo", "mt_grpo_gigpo", "ipo_dapo", "luffy_gamma", "luffy_rows", "gmpo"],
+)
+def test_every_table_field_the_chosen_entry_does_not_read_warns_once_naming_its_readers(overrides, warned):
+    got = unread_field_warnings(**overrides)
+    assert len(got) == 1 and got[0].startswith(warned), got
+    name = next(key for key in overrides if key not in ("loss_type", "advantage_estimator"))
+    chooser = "loss_type" if name in DECLARED_BY else "advantage_estimator"
+    reader = (DECLARED_BY.get(name) or ESTIMATOR_FIELDS[name])[0]
+    settings = tiny.required_settings(reader) if chooser == "loss_type" else {}
+    assert unread_field_warnings(**{**overrides, chooser: reader, **settings}) == []  # read by the chosen entry
+    default = TABLE_FIELDS[name][0].default
+    assert unread_field_warnings(**{**overrides, name: default}) == []  # at its default: nothing set, no warning
+
+
+def test_an_unread_field_warns_once_when_the_trainer_validates_the_config_again():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's own: once per place it is issued
+        tiny.make_trainer(trl_zoo.GRPOTrainer, GRPOConfig, passk_k=3)
+    assert sum("passk_k: 3 has no effect" in str(warning.message) for warning in caught) == 1
+
+
+def test_a_plugin_field_the_chosen_entry_does_not_read_warns_alike(monkeypatch):
+    spec = trl_zoo.LossSpec(fields=(trl_zoo.PluginField("pg_scale", float, 1.0, "Scale.", low=0.0),))
+    monkeypatch.setitem(LOSSES._entries, "scaled_pg", Entry("scaled_pg", LOSSES.get("grpo").fn, "x", spec=spec))
+    assert unread_field_warnings(loss_type="grpo", pg_scale=2.0) == [
+        "pg_scale: 2.0 has no effect: only the loss 'scaled_pg' reads it, and loss_type is 'grpo'; set loss_type to "
+        "'scaled_pg', or leave pg_scale unset."
+    ]
+    assert unread_field_warnings(loss_type="scaled_pg", pg_scale=2.0) == []

@@ -1,8 +1,9 @@
 """DLER's truncation penalty (arXiv:2510.15110): the rule at its boundaries (the documented tie: the end-of-sequence
-token as the L-th token), the task columns scaled and the shaping columns not, its settings refused in one line, and
-its wiring in the trainer's reward call."""
+token as the L-th token), the task columns scaled and the shaping columns not, a negative penalised reward warned
+once, its settings refused in one line, and its wiring in the trainer's reward call."""
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -10,7 +11,12 @@ import torch
 import trl_zoo
 from tests.tiny import config_kwargs, make_trainer
 from tests.trl_internals import generate_and_score, metric_values
-from trl_zoo.reward_shaping import SoftOverlongPunishment, soft_overlong_punishment, truncation_penalized
+from trl_zoo.reward_shaping import (
+    TRUNCATION_WARNING,
+    SoftOverlongPunishment,
+    soft_overlong_punishment,
+    truncation_penalized,
+)
 from trl_zoo.reward_shaping import truncation_penalty as scale
 
 L = 20
@@ -67,12 +73,35 @@ def test_the_rows_of_every_process_are_scaled():
     torch.testing.assert_close(got, torch.tensor([[1.0], [0.0], [0.0], [0.6]]))
 
 
+def test_a_negative_task_reward_of_a_penalised_completion_warns_once():
+    """c·R > R for R < 0: with c = 0 a cut completion (0) would score above an ended one of reward −1."""
+    ids = [[5, 6, EOS], [5, 6, 7, 8, 9, 5]]  # ended; cut
+    shaping = SoftOverlongPunishment(max_length=6, buffer_length=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # Python's own: once per place and text
+        for _ in range(2):
+            got = truncation_penalized(torch.tensor([[-1.0, 0.0], [-1.0, -1.0]]), ids, (EOS,), [one, shaping], Args,
+                                       gather=lambda tensor: tensor)
+    torch.testing.assert_close(got, torch.tensor([[-1.0, 0.0], [0.0, -1.0]]))  # the cut one now scores higher
+    assert [str(w.message) for w in caught] == [TRUNCATION_WARNING]
+    assert TRUNCATION_WARNING.startswith("truncation_penalty: a completion it penalises has a task reward below 0")
+    assert "shift the task rewards to be ≥ 0" in TRUNCATION_WARNING and "overlong_buffer_length" in TRUNCATION_WARNING
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # a negative reward of an ended completion, or a shaping term below 0 of a cut one: nothing penalised < 0
+        truncation_penalized(torch.tensor([[-1.0, 0.0], [0.5, -1.0]]), ids, (EOS,), [one, shaping], Args,
+                             gather=lambda tensor: tensor)
+
+
 @pytest.mark.parametrize(
     "settings, message",
     [
         (dict(truncation_penalty=-0.1), r"^truncation_penalty: must be in \[0, 1\], .*got -0.1\.$"),
         (dict(truncation_penalty=1.5), r"^truncation_penalty: must be in \[0, 1\], .*got 1.5\.$"),
         (dict(truncation_penalty=math.nan), r"^truncation_penalty: must be a finite number"),
+        (dict(truncation_penalty="0.1"), r"^truncation_penalty: expected float, got '0.1' \(str\); write it as "
+                                         r"truncation_penalty=0.1\.$"),
+        (dict(truncation_penalty=0.0, truncation_length="4"), r"^truncation_length: expected int, got '4' \(str\); "),
         (dict(truncation_length=4), r"^truncation_length: has no effect without truncation_penalty; set "),
         (dict(truncation_penalty=0.0, truncation_length=9), r"^truncation_length: L=9 must be in \[1, 8\] "),
         (dict(truncation_penalty=0.0, truncation_length=0), r"^truncation_length: L=0 must be in \[1, 8\] "),

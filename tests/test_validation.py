@@ -244,6 +244,33 @@ def test_misspelled_field_is_a_type_error_naming_it():
         trl_zoo.GRPOConfig(**tiny.config_kwargs(lose_type="gspo"))
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(epsilon="0.2"), "epsilon: expected float, got '0.2' (str); write it as epsilon=0.2."),
+        (dict(max_steps="10"), "max_steps: expected int, got '10' (str); write it as max_steps=10."),
+        (dict(max_steps=10.0), "max_steps: expected int, got 10.0 (float); write it as max_steps=10."),
+        (dict(num_generations=True), "num_generations: expected int, got True (bool); give an int."),
+        (dict(learning_rate="fast"), "learning_rate: expected float, got 'fast' (str); give a float."),
+        (dict(use_cpu="yes"), "use_cpu: expected bool, got 'yes' (str); give True or False."),
+        (dict(epsilon=None), "epsilon: expected float, got None (NoneType); give a float."),
+        (dict(kl_target="0.1"), "kl_target: expected float, got '0.1' (str); write it as kl_target=0.1."),
+    ],
+    ids=["trl_float", "trl_int", "float_for_int", "bool_for_int", "no_number", "bool", "none", "zoo_float"],
+)
+def test_a_value_of_the_wrong_type_for_a_typed_field_names_it_before_trl_reads_it(overrides, message):
+    assert rejection(**overrides) == message
+
+
+def test_typed_fields_take_their_type_and_fields_of_several_types_keep_what_trl_accepts():
+    config = build(epsilon=1 / 4, epsilon_high=None, max_steps=3, learning_rate=1, kl_target=None)
+    assert (config.epsilon, config.epsilon_high, config.max_steps, config.learning_rate) == (0.25, None, 3, 1)
+    assert build(scale_rewards="none", report_to="none", include_num_input_tokens_seen="all").scale_rewards == "none"
+    config.epsilon = "0.2"  # changed after it was built: checked again (by the trainer too)
+    with pytest.raises(ValueError, match=r"^epsilon: expected float, got '0.2' \(str\)"):
+        config.validate()
+
+
 def test_a_config_changed_after_it_was_built_is_checked_again_by_the_trainer():
     args = build()
     args.epsilon = -0.5
@@ -375,7 +402,7 @@ def test_a_plugin_field_is_a_config_keyword_with_its_default_and_range(scaled_lo
     assert build(loss_type="scaled_pg").pg_scale == 1.0  # the declared default
     assert build(loss_type="scaled_pg", plugin_args='{"pg_scale": 0.5}').pg_scale == 0.5  # JSON, as on a command line
     assert rejection(pg_scale=10.5) == "pg_scale: must be in [0.0, 10.0], got 10.5 (loss 'scaled_pg')."
-    assert rejection(pg_scale="big") == "pg_scale: expected float, got 'big' (loss 'scaled_pg')."
+    assert rejection(pg_scale="big") == "pg_scale: expected float, got 'big' (str); give a float (loss 'scaled_pg')."
     assert rejection(plugin_args={"pg_scael": 2.0}) == (
         "plugin_args: no plugin declares a field 'pg_scael'; declared fields: pg_scale."
     )

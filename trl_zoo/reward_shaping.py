@@ -31,6 +31,11 @@ this rule. It multiplies the task rewards, not the shaping terms (a soft overlon
 dynamic sampling sees the penalised rewards, as in DLER's recipe; an unscorable (None) reward stays unscorable. The
 reward hook applies it to the rewards of every process's completions (`truncation_penalized`).
 
+The rule assumes task rewards ≥ 0 (DLER's are 0/1): a negative reward times c ≤ 1 moves up toward 0, so with
+wrong = −1 and c = 0 a cut completion (0) scores above an ended wrong one (−1) and truncation is rewarded. Rewards are
+known only once scored, so the first batch in which a penalised completion's task reward is below 0 warns once
+(`TRUNCATION_WARNING`), naming the fixes: rewards shifted to ≥ 0, or the soft overlong punishment, which subtracts.
+
 Tests: tests/test_overlong.py (the ramp at its boundaries, its wiring as a reward), tests/test_sampling.py (not a task
 reward), tests/test_truncation_penalty.py (the truncation rule at its boundaries, its settings, its wiring).
 """
@@ -38,9 +43,18 @@ reward), tests/test_truncation_penalty.py (the truncation rule at its boundaries
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable
 
 import torch
+
+# One text, so Python's default filter shows it once a process (rewards are known only once scored).
+TRUNCATION_WARNING = (
+    "truncation_penalty: a completion it penalises has a task reward below 0, which the penalty multiplies by "
+    "truncation_penalty ≤ 1 and so raises toward 0: a cut completion then scores above an ended one with that reward, "
+    "so truncation is rewarded; shift the task rewards to be ≥ 0 (e.g. 0 for wrong, 1 for right), or penalise length "
+    "with overlong_buffer_length (DAPO's soft overlong punishment, which subtracts) instead. Shown once."
+)
 
 
 def soft_overlong_punishment(length: int, max_length: int, buffer_length: int, factor: float = 1.0) -> float:
@@ -128,7 +142,8 @@ def truncation_penalized(
     """The rewards (rows of every process, one column per reward function) with each task reward column multiplied by
     its completion's s(y) when `args.truncation_penalty` is set; the same tensor otherwise. `completion_ids` are this
     process's completions (token ids, the end-of-sequence token included), `end_ids` the token ids that end one, and
-    `gather` collects a per-row tensor from every process in the rewards' row order."""
+    `gather` collects a per-row tensor from every process in the rewards' row order. A penalised completion's task
+    reward below 0 warns (`TRUNCATION_WARNING`)."""
     factor = getattr(args, "truncation_penalty", None)
     if factor is None:
         return rewards_per_func
@@ -138,4 +153,6 @@ def truncation_penalized(
               for ids in completion_ids]
     scales = gather(torch.tensor(scales, dtype=rewards_per_func.dtype, device=device))
     task = torch.tensor([not is_reward_shaping(fn) for fn in reward_funcs], device=device)
+    if ((scales < 1).unsqueeze(1) & task & (rewards_per_func < 0)).any():
+        warnings.warn(TRUNCATION_WARNING, stacklevel=2)
     return torch.where(task, rewards_per_func * scales.unsqueeze(1), rewards_per_func)

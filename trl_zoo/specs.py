@@ -18,6 +18,7 @@ tests/test_hyperparameter_ranges.py (inert clips warn), tests/test_plugin_packag
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +40,45 @@ def check_finite(name: str, value, allowed: str = "") -> None:
     setting of trl_zoo's takes ±inf. A one-line ValueError naming the setting (and its range, `allowed`) otherwise."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{name}: must be a finite number{' ' + allowed if allowed else ''}, got {value}.")
+
+
+def wrong_type(name: str, value, expected: type) -> str | None:
+    """The one-line refusal of `value` for the setting `name` of type `expected` (bool, int, float or str), None
+    when it has that type: an integer is a float, a bool is neither an int nor a float. A string that spells a value
+    of the type is shown unquoted in the fix."""
+    if _has_type(value, expected):
+        return None
+    spelled = _spelled(value, expected)
+    fix = f"write it as {name}={spelled!r}" if spelled is not None else f"give {_a_value_of(expected)}"
+    return f"{name}: expected {expected.__name__}, got {value!r} ({type(value).__name__}); {fix}."
+
+
+def _has_type(value, expected: type) -> bool:
+    if isinstance(value, bool) or expected is bool:
+        return isinstance(value, bool) and expected is bool
+    abstract = {int: numbers.Integral, float: numbers.Real}.get(expected, expected)  # numpy's numbers too
+    return isinstance(value, abstract)
+
+
+def _spelled(value, expected: type):
+    """The value of type `expected` that `value` (a string, or a float for an int) spells, else None."""
+    if isinstance(value, str) and expected is bool:
+        return {"true": True, "false": False}.get(value.strip().lower())
+    if expected not in (int, float) or isinstance(value, bool) or not isinstance(value, (str, float)):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(number):
+        return None
+    if expected is int:
+        return int(number) if number.is_integer() else None
+    return number
+
+
+def _a_value_of(expected: type) -> str:
+    return {bool: "True or False", int: "an int", float: "a float", str: "a string"}.get(expected, expected.__name__)
 
 
 @dataclass(frozen=True)
@@ -71,10 +111,11 @@ class PluginField:
         finite, or is out of range (`check_range=False`: the type, finiteness and the choices only)."""
         if value is None:
             return None
-        if self.type is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, self.type) or (self.type is int and isinstance(value, bool)):
-            raise ValueError(f"{self.name}: expected {self.type.__name__}, got {value!r}.")
+        error = wrong_type(self.name, value, self.type)
+        if error:
+            raise ValueError(error)
+        if self.type in (int, float):
+            value = self.type(value)  # an int for a float, numpy's numbers
         check_finite(self.name, value, self.range)
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{self.name}: got {value!r}; use one of {', '.join(map(str, self.choices))}.")

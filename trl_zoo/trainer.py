@@ -17,11 +17,12 @@ outermost first:
 Construction, in order: the config made trl_zoo's and the loss, aggregation and KL entries looked up; the training
 set checked; the reward functions checked and reward shaping's added (hooks/rewards.py); TRL's constructor, in the
 context a policy object with no loadable name needs (hooks/model_object.py); the pipeline's components, in their
-declared order; the weights checked finite. See docs/architecture.md for the pipeline of one step.
+declared order; the weights checked finite; a PEFT adapter at a full fine-tuning learning rate warned. See
+docs/architecture.md for the pipeline of one step.
 
 Tests: tests/test_trainer_layers.py (the class table is the real MRO), tests/test_pipeline.py, tests/test_parity.py (a
 drop-in for TRL's), tests/test_model_card.py (`training_method`), tests/test_dataset_values.py
-(`check_train_dataset`), tests/test_bad_input_more.py (non-finite weights).
+(`check_train_dataset`), tests/test_bad_input_more.py (non-finite weights, an adapter's learning rate).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from __future__ import annotations
 import inspect
 import itertools
 import re
+import warnings
 
+from accelerate.utils import is_peft_model
 from trl import GRPOTrainer as TRLGRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
@@ -47,6 +50,7 @@ from .numerics import nonfinite_names
 from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
 
 _TRL_INIT = inspect.signature(TRLGRPOTrainer.__init__)  # to read a constructor argument given by position or name
+ADAPTER_LEARNING_RATE = 1e-5  # below it a learning rate is one of full fine-tuning (TRL's default: 1e-6)
 
 
 def training_method(args) -> tuple[str, dict]:
@@ -132,6 +136,18 @@ def check_finite_parameters(model) -> None:
         )
 
 
+def warn_adapter_learning_rate(model, args) -> None:
+    """Warn where a PEFT adapter (LoRA) trains at a full fine-tuning learning rate, below `ADAPTER_LEARNING_RATE`:
+    TRL's default 1e-6 moves an adapter too little to change what the policy answers in a short run."""
+    if is_peft_model(model) and args.learning_rate < ADAPTER_LEARNING_RATE:
+        warnings.warn(
+            f"learning_rate: {args.learning_rate:g} trains the PEFT adapter (LoRA) at a full fine-tuning rate (TRL's "
+            f"default is 1e-6), at which an adapter barely moves; LoRA usually takes 1e-5 to 2e-4 (the chat tasks' "
+            f"preset: 2e-4), so set learning_rate, e.g. 2e-4.",
+            stacklevel=3,
+        )
+
+
 def dense_policy(model, args):
     """A policy named by path with `model_init_kwargs={"gguf_file": ...}` (or a packaged model's short name) is
     loaded from its dequantized checkpoint (gguf_checkpoint.py), which `Trainer` can train; anything else as given."""
@@ -169,6 +185,7 @@ class GRPOTrainer(PolicyLossStep, GenerationSeam, TRLSeams):
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
         self.pipeline = pipeline.Pipeline(self)
         check_finite_parameters(self.model)
+        warn_adapter_learning_rate(self.model, self.args)
         set_training_method(self, *training_method(self.args))  # what TRL's model card names and cites
 
     @property

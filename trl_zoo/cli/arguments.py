@@ -12,7 +12,8 @@ trl_zoo's defaults: LoRA on (`use_peft`); fp32 (`bf16` off) and no pinned memory
 quickstart preset (built-in task only) fits the built-in tasks' tiny policy (learning rate, group size, completion
 length, steps), with the task's own `preset()` over it. The model preset (built-in task only): what a packaged
 model's `PackagedModel.preset` sets when model_name_or_path is its short name (gemma3-270m: learning rate 5e-5, 24
-new tokens), said in one line.
+new tokens), said in one line. With a dataset no preset applies, and one line names TRL's defaults the run trains
+with (`DATASET_DEFAULTS`: loss_type dapo, learning_rate 1e-6, those no config value or flag sets).
 
 Bad configuration (unknown loss, misspelt key, wrong type) raises `ConfigError`, which the CLI prints as one line
 naming the field (exit status 2), never a traceback.
@@ -391,6 +392,18 @@ def task_preset_message(name: str, values: dict) -> str:
             f"--help` lists apply with a dataset); a flag or config value wins")
 
 
+DATASET_DEFAULTS = ("loss_type", "learning_rate")  # TRL's defaults that a run on a dataset gets unless it sets them
+
+
+def dataset_defaults_message(values: dict) -> str:
+    """One line: which of TRL's defaults a run on the user's own dataset trains with (`values`: those not set)."""
+    return (
+        f"A dataset given, so no task preset: TRL's defaults apply, {preset_summary(values)} (TRL's learning rate is "
+        f"one of full fine-tuning; LoRA, on by default, usually takes 1e-5 to 2e-4); a flag or config value wins, "
+        f"e.g. --learning_rate 2e-4"
+    )
+
+
 def model_preset(model_name_or_path: str | None) -> dict:
     """The preset a packaged model carries (`PackagedModel.preset`, measured on that model), applied over the task's
     on a built-in task; empty for any other model."""
@@ -506,6 +519,11 @@ def parse_train_args(argv: list[str], log=print) -> ParsedArguments:
             parser.preset_overrides = scale_preset_lengths(task.max_completion_length, preset, flags)
             if parser.preset_overrides:
                 notes.append(scaled_lengths_message(Path(config_file).name, task, preset, parser.preset_overrides))
+    else:
+        defaults = {item.name: item.default for item in dataclasses.fields(GRPOConfig)}
+        kept = {key: defaults[key] for key in DATASET_DEFAULTS if not (key in config or given_as_flag(key, argv))}
+        if kept:
+            notes.append(dataset_defaults_message(kept))
     try:
         task_args, training_args, model_args, plugin_values, unknown = parser.parse_args_and_config(
             argv, return_remaining_strings=True

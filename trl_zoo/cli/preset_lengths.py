@@ -11,7 +11,8 @@ scaled by one factor s, keeping their proportions, to the smallest that never cu
 A length given as a flag is the user's and wins; the preset's other lengths then follow it (s = flag / L).
 
 With any model, a max_completion_length that leaves no room for a prompt in the model's positions is refused
-before anything is loaded (`check_completion_fits`).
+before anything is loaded (`position_limit_of` reads them; `hooks/prompt_length.completion_room_error` words it,
+as the trainer does at construction).
 
 Tests: tests/test_presets_builtin.py (lengths scaled to the model's context, the message).
 """
@@ -72,18 +73,3 @@ def position_limit_of(model_path: str, revision=None, trust_remote_code: bool = 
     if hasattr(config, "get_text_config"):
         config = config.get_text_config()
     return getattr(config, "max_position_embeddings", None)
-
-
-def completion_room_error(max_completion_length: int, limit: int | None, longest_prompt: int = 0) -> str | None:
-    """The one-line error when `longest_prompt` + max_completion_length does not fit `limit` positions, else None."""
-    if limit is None or longest_prompt + max_completion_length <= limit:
-        return None
-    if max_completion_length >= limit:
-        return (
-            f"max_completion_length: {max_completion_length} tokens leave no room for a prompt in the model's "
-            f"max_position_embeddings {limit}; lower max_completion_length below {limit}."
-        )
-    return (
-        f"max_completion_length: the longest prompt ({longest_prompt} tokens) + {max_completion_length} exceeds the "
-        f"model's max_position_embeddings {limit}; lower max_completion_length to at most {limit - longest_prompt}."
-    )

@@ -22,7 +22,9 @@ One file a concern, each a dataclass of its fields with the checks of those fiel
                           own; only the later steps' are computed, right after generation, before any update)
     run.py                nan_rewards, nonfinite_policy, reward_timeout_warning, plugin_args; the checks of TRL's
                           own fields
-    fields.py             the built-in table entries' fields as dataclass groups (`TABLE_FIELDS`)
+    fields.py             the built-in table entries' fields as dataclass groups (`TABLE_FIELDS`); a table field
+                          the chosen entry does not read warns
+    field_types.py        a value of the wrong type for a field typed bool, int or float, refused before TRL reads it
     vllm_sampling.py      vLLM's truncated sampling (top_p/top_k/min_p) refused where its log-probs feed the
                           importance-sampling correction or the off-policy mask (huggingface/trl#6789)
     generation_buffer.py  TRL's generation-buffer rule and old-log-prob condition in the config's numbers (read by

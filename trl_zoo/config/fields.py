@@ -7,16 +7,24 @@ specs). `table_field_group(table)` makes one dataclass of a table's declarations
 other group, so `GRPOConfig(dppo_mask_low=...)`, `args.dppo_mask_low = ...`, `dataclasses.fields`, TRL's parser
 (flags, YAML keys) and the saved config work as for any field. `TABLE_FIELDS` maps each to its declaration.
 
+A table field (a built-in entry's or a plugin's) set to other than its default while the chosen entry of its table
+does not read it is accepted, as one config may serve several entries, with one warning naming the entries that read
+it (`warn_unread_table_fields`).
+
 Tests: tests/test_table_fields.py.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import field, make_dataclass
 
 from .. import advantages, losses, samplers  # noqa: F401  (the built-in entries fill the tables)
 from ..registry import ADVANTAGES, LOSSES, SAMPLERS
 from ..specs import PluginField
+
+# the field that chooses each table's entry, for the tables whose entries declare fields
+TABLE_CHOICES = (("loss_type", LOSSES), ("advantage_estimator", ADVANTAGES), ("dynamic_sampling", SAMPLERS))
 
 
 def help_field(text: str, default=None, choices=None):
@@ -62,3 +70,38 @@ SamplerTableFields = table_field_group(SAMPLERS, "SamplerTableFields")
 TABLE_FIELDS = {
     name: declared for table in (LOSSES, ADVANTAGES, SAMPLERS) for name, declared in declared_fields(table).items()
 }
+
+
+def warn_unread_table_fields(args) -> None:
+    """One warning per field declared by an entry of the loss, estimator or sampler table (plugins' included) that
+    `args` sets to other than its default while no chosen entry reads it."""
+    readers: dict[str, dict[tuple[str, str], list[str]]] = {}  # field -> (choosing field, kind) -> its readers
+    defaults, read = {}, set()
+    for choice, table in TABLE_CHOICES:
+        for entry in table.entries():
+            for plugin_field in entry.spec.fields:
+                readers.setdefault(plugin_field.name, {}).setdefault((choice, table.kind), []).append(repr(entry.name))
+                defaults[plugin_field.name] = plugin_field.default
+                if entry.name == getattr(args, choice):
+                    read.add(plugin_field.name)
+    for name, by_table in readers.items():
+        value = getattr(args, name)
+        if name in read or value == defaults[name]:
+            continue
+        which = " and ".join(
+            f"the {kind} {entries[0]}" if len(entries) == 1 else f"the {plural(kind)} {', '.join(entries)}"
+            for (_, kind), entries in by_table.items()
+        )
+        verb = "reads" if sum(map(len, by_table.values())) == 1 else "read"
+        chosen = ", ".join(f"{choice} is {getattr(args, choice)!r}" for choice, _ in by_table)
+        to = " or ".join(f"{choice} to {entries[0] if len(entries) == 1 else 'one of them'}"
+                         for (choice, _), entries in by_table.items())
+        warnings.warn(
+            f"{name}: {value!r} has no effect: only {which} {verb} it, and {chosen}; set {to}, or leave {name} unset.",
+            stacklevel=2,  # GRPOConfig.validate: one place however often a config is validated, so it shows once
+        )
+
+
+def plural(kind: str) -> str:
+    """'loss' -> 'losses', 'sampler' -> 'samplers'."""
+    return kind + ("es" if kind.endswith("s") else "s")

@@ -30,7 +30,15 @@ from .advantages import AdvantageFields, KLControlFields
 from .compute import ComputeFields
 from .critic import CriticFields
 from .expert_sft import ExpertSFTFields
-from .fields import TABLE_FIELDS, EstimatorTableFields, LossTableFields, SamplerTableFields
+from .field_types import check_field_types
+from .fields import (
+    TABLE_CHOICES,
+    TABLE_FIELDS,
+    EstimatorTableFields,
+    LossTableFields,
+    SamplerTableFields,
+    warn_unread_table_fields,
+)
 from .generation_speed import GenerationSpeedFields
 from .loss import LossFields
 from .run import TRL_CHOICES, TRL_LOSS_FIELDS, RunFields
@@ -91,6 +99,7 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         if isinstance(given, str):  # a JSON object from the command line
             given = json.loads(given)
         self.plugin_args = {**(given or {}), **keywords} if keywords else given
+        check_field_types(self)  # before TRL compares or divides by them
         self._check_batch_counts()  # before TRL divides by them
         apply_speed_recipe(self)  # before TRL derives steps_per_generation
         super().__post_init__()
@@ -101,6 +110,7 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         config alone (what needs the model is checked by the trainer). In order: finite numbers, names in the tables
         and choices, the shared fields' ranges, each chosen plugin's own `validate` and declared fields, the critic's
         fields, then settings that contradict each other."""
+        check_field_types(self)
         for name in (*TRL_LOSS_FIELDS, *zoo_field_names()):  # a plugin's own fields: PluginField.checked
             check_finite(name, getattr(self, name))
         self._validate_names()
@@ -114,14 +124,12 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         self._check_kl_control_ranges()
         self._check_overlong_ranges()
         # the chosen entries' own fields (ranges) and how they read the shared ones (their files)
-        for table, name in ((LOSSES, self.loss_type), (ADVANTAGES, self.advantage_estimator),
-                            (SAMPLERS, self.dynamic_sampling)):
-            if name is not None:
-                chosen = table.get(name)
+        for choice, table in TABLE_CHOICES:
+            if getattr(self, choice) is not None:
+                chosen = table.get(getattr(self, choice))
                 validate_settings(chosen.spec, self, f"{table.kind} {chosen.name!r}")
         entry = LOSSES.get(self.loss_type)
         self._validate_plugin_args()
-        self._warn_unread_sampler_fields()
         self._check_critic_fields()
         # settings that are each valid but cannot work together; every message names both sides
         self._check_teacher_fields()
@@ -133,6 +141,7 @@ class GRPOConfig(*reversed(FIELD_GROUPS), TRLGRPOConfig, metaclass=_PluginKeywor
         check_vllm_truncated_sampling(self)
         self._check_old_logps_skip(bool(entry.spec.requires_moe))
         self._check_estimator_combinations()
+        warn_unread_table_fields(self)  # settings that are valid and accepted, but that nothing reads
 
     def _validate_names(self):
         """Every table name exists; every field with a fixed list of values has one of them."""

@@ -2,14 +2,13 @@
 GRESO), DAPO's soft overlong punishment and DLER's truncation penalty. The samplers' own hyperparameters
 (dynamic_sampling_max_rounds, greso_*, ...) are declared in trl_zoo/samplers/ (`SamplerTableFields`,
 config/fields.py); one that the chosen sampler does not read, set to other than its default, is accepted (one config
-may serve several samplers) with a warning.
+may serve several samplers) with a warning (`fields.warn_unread_table_fields`, as every table's fields).
 
 Tests: tests/test_validation.py, tests/test_table_fields.py.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 from ..registry import SAMPLERS
@@ -27,28 +26,6 @@ class SamplingFields:
         "spread, train on groups of unequal sizes). None trains on every group."
     )
 
-    def _warn_unread_sampler_fields(self) -> None:
-        """One warning per sampler field set to other than its default that the chosen sampler does not read."""
-        chosen = SAMPLERS.get(self.dynamic_sampling).spec.fields if self.dynamic_sampling is not None else ()
-        readers: dict[str, list[str]] = {}
-        defaults = {}
-        for entry in SAMPLERS.entries():
-            for plugin_field in entry.spec.fields:
-                readers.setdefault(plugin_field.name, []).append(repr(entry.name))
-                defaults[plugin_field.name] = plugin_field.default
-        read = {plugin_field.name for plugin_field in chosen}
-        for name, samplers in readers.items():
-            value = getattr(self, name)
-            if name not in read and value != defaults[name]:
-                one = len(samplers) == 1
-                which = f"the sampler {samplers[0]} reads" if one else f"the samplers {', '.join(samplers)} read"
-                to = samplers[0] if one else "one of them"
-                warnings.warn(
-                    f"{name}: {value!r} has no effect: only {which} it, and dynamic_sampling is "
-                    f"{self.dynamic_sampling!r}; set dynamic_sampling to {to}, or leave {name} unset.",
-                    stacklevel=3,
-                )
-
 
 @dataclass
 class OverlongFields:
@@ -65,7 +42,9 @@ class OverlongFields:
     truncation_penalty: float | None = help_field(
         "DLER truncation penalty (arXiv:2510.15110): the task rewards of a completion that has not ended within "
         "truncation_length tokens are multiplied by this factor (DLER's paper: 0.0, such a completion gets reward 0; "
-        "its released recipe: 0.1). None disables it."
+        "its released recipe: 0.1). None disables it. Meant for task rewards ≥ 0: a negative reward times the factor "
+        "rises toward 0, so truncation would be rewarded (the first such batch warns); shift the rewards to ≥ 0 or "
+        "use overlong_buffer_length."
     )
     truncation_length: int | None = help_field(
         "L of the truncation penalty in completion tokens, the end-of-sequence token included (default "

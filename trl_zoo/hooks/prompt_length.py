@@ -9,13 +9,17 @@ sync), that
     max_i len(prompt_ids_i) + max_completion_length ≤ max_position_embeddings
 
 and raises `PromptTooLongError` (a ValueError), one line naming the longest prompt's length, the model limit and
-the fixes, otherwise. Models without ``max_position_embeddings`` are not checked. Before the batch is tokenized,
+the fixes, otherwise. Models without ``max_position_embeddings`` are not checked. A max_completion_length that
+leaves no position for a prompt (``max_completion_length ≥ max_position_embeddings``) is refused when the trainer is
+built, naming max_completion_length and the length below which it fits (`completion_room_error`, which `trl-zoo
+train` runs before it loads the model). Before the batch is tokenized,
 its prompts' characters are counted (`check_prompt_characters`): no token stands for more characters than
 `characters_per_token(tokenizer)`, so a prompt with more than that many characters per position left cannot fit,
 and a prompt of megabytes is refused before the tokenizer tries to hold it (`trl-zoo train` counts a data file's
 rows so before training).
 
-Tests: tests/test_bad_input_more.py (beyond and exactly at the model's positions, in the API and the CLI).
+Tests: tests/test_bad_input_more.py (beyond and exactly at the model's positions, in the API and the CLI; no room at
+construction), tests/test_presets_builtin.py (no room, in the CLI).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from .component import Component
 
 
 class PromptTooLongError(ValueError):
-    """A prompt plus max_completion_length exceeds the model's max_position_embeddings."""
+    """A prompt plus max_completion_length exceeds the model's max_position_embeddings (or no prompt fits)."""
 
 
 def position_limit(model) -> int | None:
@@ -50,6 +54,22 @@ def context_limit(trainer) -> tuple[int | None, str]:
     return limit, name
 
 
+def completion_room_error(max_completion_length: int, limit: int | None, longest_prompt: int = 0) -> str | None:
+    """The one-line error when `longest_prompt` + max_completion_length does not fit `limit` positions, or when
+    max_completion_length leaves no position for a prompt (every prompt has a token); else None."""
+    if limit is None or (longest_prompt + max_completion_length <= limit and max_completion_length < limit):
+        return None
+    if max_completion_length >= limit:
+        return (
+            f"max_completion_length: {max_completion_length} tokens leave no room for a prompt in the model's "
+            f"max_position_embeddings {limit}; lower max_completion_length below {limit}."
+        )
+    return (
+        f"max_completion_length: the longest prompt ({longest_prompt} tokens) + {max_completion_length} exceeds the "
+        f"model's max_position_embeddings {limit}; lower max_completion_length to at most {limit - longest_prompt}."
+    )
+
+
 def check_prompt_lengths(prompt_ids, max_completion_length: int, limit: int | None,
                          limit_name: str = "the model's max_position_embeddings") -> None:
     """Raise a one-line PromptTooLongError when the longest prompt plus max_completion_length exceeds `limit`
@@ -59,7 +79,9 @@ def check_prompt_lengths(prompt_ids, max_completion_length: int, limit: int | No
     longest = max(len(ids) for ids in prompt_ids)
     if longest + max_completion_length > limit:
         room = limit - max_completion_length
-        fix = f"filter the dataset to prompts of at most {room} tokens" if room > 0 else "shorten the prompts"
+        if room <= 0:  # no prompt could fit: the completion length is what is too long
+            raise PromptTooLongError(completion_room_error(max_completion_length, limit))
+        fix = f"filter the dataset to prompts of at most {room} tokens"
         if longest < limit:
             fix += f", or lower max_completion_length to at most {limit - longest}"
         raise PromptTooLongError(
@@ -93,10 +115,12 @@ def check_prompt_characters(prompts, max_completion_length: int, limit: int | No
     if limit is None:
         return
     room = limit - max_completion_length
+    if room <= 0 and prompts:
+        raise PromptTooLongError(completion_room_error(max_completion_length, limit))
     for prompt in prompts:
         characters = prompt_characters(prompt)
-        if characters > per_token * max(room, 0):
-            fix = f"filter the dataset to prompts of at most {room} tokens" if room > 0 else "shorten the prompts"
+        if characters > per_token * room:
+            fix = f"filter the dataset to prompts of at most {room} tokens"
             raise PromptTooLongError(
                 f"max_completion_length: a prompt of {characters:,} characters{f' (in {where})' if where else ''}, "
                 f"so of at least {-(-characters // per_token):,} tokens (no token of this tokenizer stands for more "
@@ -109,6 +133,12 @@ class PromptLength(Component):
     """Checks each generation batch's prompt lengths against the model's positions (see the module docstring)."""
 
     name = "prompt_length"
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        too_long = completion_room_error(trainer.max_completion_length, position_limit(trainer.model))
+        if too_long:  # whatever the prompts: said at construction rather than at the first batch
+            raise PromptTooLongError(too_long)
 
     def tokenize_prompts(self, inner, prompts: list):
         trainer = self.trainer

@@ -76,7 +76,9 @@ The advantages are computed again over the trained groups (`advantage_estimator`
 resample's filled groups it still counts in the loss's normaliser, and in the KL term). Settings whose
 per-round state follows TRL's groups of G (an estimator's declared inputs beyond the rewards: a critic's values, ‖s‖²,
 reference rewards, turns; the teacher's term, a KL penalty in the reward, GDPO's per-function normalisation) are
-refused.
+refused, and so is an estimator of pass@k (`passk_k`) whose k is not below the smallest trained group (the first
+grid point ≥ n_stop): a group of n ≤ k has one k-subset or none, so Â = 0 (with the defaults every group of 2).
+verl's grpo_passk takes k = each group's own size, so its best completion still gets R_max − R_second.
 
 Measured on the real model (SmolLM2-135M-Instruct, chat_arithmetic_medium, 3 seeds; the figures are in
 docs/algorithms.md, "Groups without reward spread", and the study in docs/benchmarks.md): with (n_1, n_stop, n_give)
@@ -315,6 +317,30 @@ def validate_adaptive_budget(args) -> None:
                 f"dynamic_sampling: 'adaptive_budget' regroups completions across rounds and cannot carry the "
                 f"per-round state of {setting}; {fix} or use dynamic_sampling='resample'."
             )
+    if estimator is not None and "passk_k" in {item.name for item in ADVANTAGES.get(estimator).spec.fields}:
+        check_passk_groups(args)
+
+
+def smallest_group(args) -> int:
+    """The fewest completions of a trained informative group: the first grid point ≥ n_stop (only a group cut to
+    fit the batch's last slots has fewer)."""
+    top = max_size(args)
+    return next(point for point in budget_grid(args.adaptive_budget_first_size, top) if point >= stop_size(args))
+
+
+def check_passk_groups(args) -> None:
+    """An estimator of pass@k (`passk_k`) needs groups of more than k: a group of n ≤ k completions has one k-subset
+    or none, so each of its advantages is 0."""
+    k, smallest = args.passk_k, smallest_group(args)
+    if k < smallest:
+        return
+    top = max_size(args)
+    fix = f"set adaptive_budget_min_size ≥ {k + 1}" if k < top else f"raise adaptive_budget_max_size above {k}"
+    raise ValueError(
+        f"passk_k: {k} is not below {smallest}, the smallest group dynamic_sampling='adaptive_budget' trains (the "
+        f"first grid point ≥ adaptive_budget_min_size, else adaptive_budget_first_size), and a group of n ≤ k "
+        f"completions has one k-subset or none, so all its advantages are 0; {fix}, or set passk_k below {smallest}."
+    )
 
 
 @SAMPLERS.register(
