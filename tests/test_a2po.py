@@ -218,6 +218,24 @@ def test_cli_names_the_files_row_of_a_bad_reference_reward(tmp_path, capsys):
                            f"position 1, beyond ±1e+06"), line
 
 
+def test_cli_ends_a_streamed_run_in_one_line_at_a_later_rows_bad_reference_reward(tmp_path, capsys):
+    """A stream's first rows are checked before the run; a later row stops it at its batch, in one line (before, a
+    traceback). Two steps read four prompts, of which at most two can be the good rows."""
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1), REFERENCE_REWARDS: [0.0, 1.0]} for a in range(40)]
+    for row in rows[4:]:  # held out: rows 0, 1; checked before the run: 2, 3; the training stream is shuffled
+        row[REFERENCE_REWARDS] = [0.0, -1e30]
+    data = tmp_path / "sums.jsonl"
+    data.write_text("\n".join(json.dumps(row) for row in rows))
+    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--max_steps", "2",
+            "--dataset_streaming", "true", "--num_heldout", "2", "--loss_type", "a2po", "--advantage_estimator",
+            "a2po", "--beta", "0.001", "--num_generations", "2", "--per_device_train_batch_size", "4",
+            "--max_completion_length", "4", "--write_report", "false", "--output_dir", str(tmp_path / "run")]
+    assert main(argv) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("trl-zoo train: error: reference_rewards: row "), line
+    assert "of the batch holds -1e+30 at position 1, beyond ±1e+06" in line
+
+
 # ------------------------------------------------------------------------------------------- sampling V*'s rewards
 def test_sample_reference_rewards_scores_k_samples_of_each_prompt_as_grpo_calls_rewards():
     calls = []
