@@ -7,6 +7,7 @@ through the trainer, a training step, and the settings refused.
 Gradients are taken with respect to the per-token log-probabilities, as in tests/test_losses_math.py.
 """
 
+import json
 import math
 
 import pytest
@@ -19,7 +20,8 @@ from tests.test_losses_math import aggregated, config, token_gradient
 from tests.trl_internals import generate_and_score
 from trl_zoo.advantages import AdvantageInputs
 from trl_zoo.advantages.a2po import optimal_values
-from trl_zoo.dataset_values import REFERENCE_REWARDS, reference_rewards
+from trl_zoo.cli import main
+from trl_zoo.dataset_values import REFERENCE_REWARDS, DatasetValueError, reference_rewards
 from trl_zoo.losses.base import PolicyBatch
 from trl_zoo.registry import ADVANTAGES, LOSSES
 
@@ -149,15 +151,89 @@ def test_the_advantage_is_the_reward_minus_v_star_and_nan_without_a_scorable_ref
 def test_the_reference_rewards_column_is_read_with_one_line_errors():
     assert reference_rewards([{REFERENCE_REWARDS: [1, None]}, {REFERENCE_REWARDS: [0.5, 0.0]}])[0][0] == 1.0
     assert math.isnan(reference_rewards([{REFERENCE_REWARDS: [1, None]}])[0][1])
+    assert math.isnan(reference_rewards([{REFERENCE_REWARDS: [1, math.nan]}])[0][1])  # NaN: unscorable, as None
     for rows, named in (
-        ([{"prompt": "1+2="}], "row 0 of the batch has None"),
-        ([{REFERENCE_REWARDS: [1.0, 0.0]}, {REFERENCE_REWARDS: [1.0]}], "row 1 holds 1 rewards and row 0 2"),
-        ([{REFERENCE_REWARDS: ["yes"]}], "not numbers"),
+        ([{"prompt": "1+2="}], "row 0 of the batch is None (NoneType), not a list of the rewards"),
+        ([{REFERENCE_REWARDS: [1.0, 0.0]}, {REFERENCE_REWARDS: [1.0]}],
+         "row 1 of the batch holds 1 rewards and row 0 2"),
+        ([{REFERENCE_REWARDS: ["yes"]}], "row 0 of the batch holds 'yes' (str) at position 0, not a number"),
+        ([{REFERENCE_REWARDS: [0.0, -math.inf]}], "row 0 of the batch holds -inf at position 1, not a finite reward"),
+        ([{REFERENCE_REWARDS: [0.0]}, {REFERENCE_REWARDS: [2e6]}],
+         "row 1 of the batch holds 2e+06 at position 0, beyond ±1e+06"),
     ):
-        with pytest.raises(ValueError, match="reference_rewards: ") as error:
+        with pytest.raises(DatasetValueError, match="^reference_rewards: ") as error:  # a streamed row, in training
             reference_rewards(rows)
         assert named in str(error.value) and "sample_reference_rewards" in str(error.value)
         assert "\n" not in str(error.value)
+
+
+def column_with_row_5(bad, good=(0.0, 0.5), n=16) -> Dataset:
+    return Dataset.from_dict({"prompt": [f"{a}+1=" for a in range(n)],
+                              REFERENCE_REWARDS: [list(good)] * 5 + [bad] + [list(good)] * (n - 6)})
+
+
+@pytest.mark.parametrize("dataset, problem", [
+    (column_with_row_5([1.0]), "row 5's 'reference_rewards' holds 1 rewards and row 0's 2; give every prompt the same "
+                               "number K of reference samples"),
+    (column_with_row_5([0.0, math.inf]), "row 5's 'reference_rewards' holds inf at position 1, not a finite reward "
+                                         "(None or NaN marks an unscorable sample)"),
+    (column_with_row_5([1e30, 0.0]), "row 5's 'reference_rewards' holds 1e+30 at position 0, beyond ±1e+06 (a2po "
+                                     "regresses onto R − V*(x) unscaled); rescale the rewards"),
+    (column_with_row_5([-3e6, 0.0]), "row 5's 'reference_rewards' holds -3e+06 at position 0, beyond ±1e+06"),
+    (column_with_row_5(["1.0", "0.5"], good=("0", "1")), "row 0's 'reference_rewards' holds '0' (str) at position 0, "
+                                                         "not a number"),
+    (column_with_row_5(None), "row 5's 'reference_rewards' is None (NoneType), not a list of the rewards"),
+])
+def test_every_row_of_the_column_is_checked_at_construction(dataset, problem):
+    """Before, a row of another K was refused only once it met row 0 in a batch, after steps had run, and ±inf or
+    1e30 stopped at the generic non-finite guard naming neither the column nor the row."""
+    with pytest.raises(ValueError) as error:
+        tiny.make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, dataset=dataset, loss_type="a2po",
+                          advantage_estimator="a2po", beta=1e-3, num_generations=2)
+    message = str(error.value)
+    assert message.startswith(f"train_dataset: {problem}"), message
+    assert message.endswith("; fix that row, or write the column with trl_zoo.sample_reference_rewards(model, "
+                            "tokenizer, dataset, reward_funcs).") and "\n" not in message
+
+
+def test_a_streams_first_rows_are_checked_at_construction():
+    stream = column_with_row_5([0.0, math.inf], n=16).to_iterable_dataset()
+    with pytest.raises(ValueError, match=r"^train_dataset: row 5's 'reference_rewards' holds inf at position 1"):
+        tiny.make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, dataset=stream, loss_type="a2po",
+                          advantage_estimator="a2po", beta=1e-3, num_generations=2, max_steps=1,
+                          per_device_train_batch_size=12)  # one generation batch: 6 prompts, rows 0-5
+
+
+def test_cli_names_the_files_row_of_a_bad_reference_reward(tmp_path, capsys):
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1), REFERENCE_REWARDS: [0.0, 1.0]} for a in range(40)]
+    rows[3][REFERENCE_REWARDS] = [0.0, 1e30]
+    data = tmp_path / "sums.jsonl"
+    data.write_text("\n".join(json.dumps(row) for row in rows))
+    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--max_steps", "1",
+            "--loss_type", "a2po", "--advantage_estimator", "a2po", "--beta", "0.001", "--num_generations", "2",
+            "--write_report", "false", "--output_dir", str(tmp_path / "run")]
+    assert main(argv) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"trl-zoo train: error: {data} (train split): row 3's 'reference_rewards' holds 1e+30 at "
+                           f"position 1, beyond ±1e+06"), line
+
+
+def test_cli_ends_a_streamed_run_in_one_line_at_a_later_rows_bad_reference_reward(tmp_path, capsys):
+    """A stream's first rows are checked before the run; a later row stops it at its batch, in one line (before, a
+    traceback). Two steps read four prompts, of which at most two can be the good rows."""
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1), REFERENCE_REWARDS: [0.0, 1.0]} for a in range(40)]
+    for row in rows[4:]:  # held out: rows 0, 1; checked before the run: 2, 3; the training stream is shuffled
+        row[REFERENCE_REWARDS] = [0.0, -1e30]
+    data = tmp_path / "sums.jsonl"
+    data.write_text("\n".join(json.dumps(row) for row in rows))
+    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--max_steps", "2",
+            "--dataset_streaming", "true", "--num_heldout", "2", "--loss_type", "a2po", "--advantage_estimator",
+            "a2po", "--beta", "0.001", "--num_generations", "2", "--per_device_train_batch_size", "4",
+            "--max_completion_length", "4", "--write_report", "false", "--output_dir", str(tmp_path / "run")]
+    assert main(argv) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("trl-zoo train: error: reference_rewards: row "), line
+    assert "of the batch holds -1e+30 at position 1, beyond ±1e+06" in line
 
 
 # ------------------------------------------------------------------------------------------- sampling V*'s rewards
@@ -204,13 +280,66 @@ def test_drop_unsolved_drops_the_prompts_whose_reference_rewards_are_all_zero():
         (torch.nn.Linear(2, 1), {}, "reward_funcs: pass reward functions"),
         ([tiny.digit_reward], dict(reward_weights=[1.0, 2.0]), "reward_weights: 2 weights for 1 reward functions"),
         ([tiny.digit_reward], dict(num_samples=0), "num_samples: must be ≥ 1"),
+        ([tiny.digit_reward], dict(nan_rewards="skip"), "nan_rewards: got 'skip'; use 'raise' or 'drop'"),
+        ([tiny.digit_reward], dict(dataset=Dataset.from_dict({"question": ["1+2="]})),
+         "dataset: no 'prompt' column (its columns: question); rename the prompt column to 'prompt'"),
+        ([tiny.digit_reward], dict(dataset=Dataset.from_dict({"prompt": ["1+2=", "  "]})),
+         "dataset: row 1's 'prompt' is blank; fix or filter that row"),
     ],
 )
 def test_sample_reference_rewards_refuses_bad_input_in_one_line(reward_funcs, options, named):
+    dataset = options.pop("dataset", tiny.prompts_dataset(2))
     with pytest.raises(ValueError) as error:
-        trl_zoo.sample_reference_rewards(tiny.model(0), tiny.tokenizer(), tiny.prompts_dataset(2), reward_funcs,
-                                         **options)
+        trl_zoo.sample_reference_rewards(tiny.model(0), tiny.tokenizer(), dataset, reward_funcs, **options)
     assert str(error.value).startswith(named) and "\n" not in str(error.value)
+
+
+def returning(name, output):
+    """A reward function named `name` whose output is `output(n)` for n completions."""
+    def reward(prompts, completions, **kwargs):
+        return output(len(completions))
+
+    reward.__name__ = name
+    return reward
+
+
+@pytest.mark.parametrize("reward, options, named", [
+    (returning("short", lambda n: [1.0] * (n - 1)), {},
+     "reward 'short': returned 3 values for 4 completions; return a list of 4 floats, one per completion"),
+    (returning("text", lambda n: "1.0"), {}, "reward 'text': returned '1.0' (str) for 4 completions; return a list"),
+    (returning("scalar", lambda n: 1.0), {}, "reward 'scalar': returned 1.0 (float) for 4 completions; return a list"),
+    (returning("quoted", lambda n: ["1.0"] * n), {}, "reward 'quoted': completion 0 got '1.0' (str), not a number"),
+    (returning("nan", lambda n: [math.nan] * n), {},
+     "nan_rewards: reward functions returned NaN or ±inf: 'nan' (4 of 4, e.g. completion 0 got nan); return None"),
+    (returning("inf", lambda n: [0.0] + [math.inf] * (n - 1)), {},
+     "nan_rewards: reward functions returned NaN or ±inf: 'inf' (3 of 4, e.g. completion 1 got inf)"),
+    (returning("huge", lambda n: [1e20] * n), {}, "reward 'huge': returned 1e+20; rewards beyond ±1e+15 overflow"),
+    (returning("large", lambda n: [0.0, 0.0, 3e7, 0.0][:n]), {},
+     "reward 'large': returned 3e+07 for completion 2; the reference_rewards column holds rewards within ±1e+06"),
+    (returning("weighted", lambda n: [1e5] * n), dict(reward_weights=[100.0]),
+     "reward_weights: the weighted sum is 1e+07 for completion 0; the reference_rewards column holds rewards within"),
+])
+def test_sample_reference_rewards_refuses_a_bad_reward_output_naming_the_function(reward, options, named):
+    """Before: a view-shape RuntimeError, a ValueError or TypeError from torch, or the values written into the
+    column without a word ('1.0', NaN, ±inf, 1e20), which the trainer then refused."""
+    with pytest.raises(ValueError) as error:
+        trl_zoo.sample_reference_rewards(tiny.model(0), tiny.tokenizer(), tiny.prompts_dataset(2), reward,
+                                         num_samples=2, max_completion_length=3, **options)
+    assert str(error.value).startswith(named), str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_sample_reference_rewards_drops_nonfinite_rewards_on_request():
+    """nan_rewards='drop': a NaN or ±inf reward is unscored (None), so a sample with no other reward is NaN in the
+    column, which a2po leaves out of V*(x); a warning names the function."""
+    reward = returning("half_nan", lambda n: [math.nan if i % 2 else 1.0 for i in range(n)])
+    with pytest.warns(UserWarning, match=r"^nan_rewards='drop': reward functions returned NaN or ±inf: 'half_nan' "
+                                         r"\(2 of 4, e.g. completion 1 got nan\); those completions are treated as "
+                                         r"unscorable \(left out of V\*\(x\)\)"):
+        sampled = trl_zoo.sample_reference_rewards(tiny.model(0), tiny.tokenizer(), tiny.prompts_dataset(2), reward,
+                                                   num_samples=2, max_completion_length=3, nan_rewards="drop")
+    values = sampled[REFERENCE_REWARDS]
+    assert [row[0] for row in values] == [1.0, 1.0] and all(math.isnan(row[1]) for row in values)
 
 
 # ------------------------------------------------------------------------------------------- through the trainer

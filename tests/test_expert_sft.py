@@ -11,6 +11,7 @@ trinity/algorithm/policy_loss_fn/sft_loss.py (`SFTLossFn`) at commit 51d229f5ccb
 token-level loss, their default (`use_token_level_loss_in_sft: true`).
 """
 
+import json
 import math
 
 import pytest
@@ -21,6 +22,8 @@ import trl_zoo
 from tests import tiny
 from tests.test_advantages import generate, one_thread  # noqa: F401  (autouse fixture)
 from tests.tiny import make_trainer
+from trl_zoo.cli import main
+from trl_zoo.dataset_values import DatasetValueError
 from trl_zoo.expert_sft import mu_schedule, sft_loss
 
 
@@ -254,22 +257,68 @@ def test_refusals():
         trl_zoo.GRPOConfig(**base, expert_column="answer", remove_unused_columns=True)
     with pytest.raises(ValueError, match="^expert_column: the training set has no column 'solution'"):
         make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, dataset=answers_dataset(), expert_column="solution")
-    numbers = answers_dataset().map(lambda row: {"number": 7})
-    with pytest.raises(ValueError, match="^expert_column: a row holds int 7; give the expert answer as text"):
-        generate(expert_trainer(numbers, expert_column="number"))
+    lists = answers_dataset().map(lambda row, i: {"steps": [7] if i == 5 else "7"}, with_indices=True)
+    with pytest.raises(ValueError, match=r"^train_dataset: row 5's 'steps' \(expert_column\) holds \[7\] \(list\), "
+                                         r"not an expert answer; give the expert answer as text \(None or '' for a "
+                                         r"prompt without one\)\.$"):
+        expert_trainer(lists, expert_column="steps")
+    blank = answers_dataset().map(lambda row, i: {"answer": None if i % 2 else " "}, with_indices=True)
+    with pytest.raises(ValueError, match=r"^train_dataset: the expert_column 'answer' holds no answer in any row "
+                                         r"\(each None or blank\), so the run would be plain RL"):
+        expert_trainer(blank)
+    streamed = answers_dataset().to_iterable_dataset().map(lambda row: row)  # a stream that declares no columns
+    assert streamed.column_names is None
+    with pytest.raises(ValueError, match=r"^expert_column: the training set has no column 'solution' \(its columns: "
+                                         r"prompt, answer\)"):
+        expert_trainer(streamed, expert_column="solution", max_steps=1)
+    with pytest.raises(ValueError, match=r"^train_dataset: row 1's 'answer' \(expert_column\) holds \{'text': '4'\} "):
+        expert_trainer(Dataset.from_list([{"prompt": f"{a}+1=", "answer": {"text": "4"}} for a in range(16)])
+                       .to_iterable_dataset().map(lambda row, i: row if i == 1 else {**row, "answer": "4"},
+                                                  with_indices=True), max_steps=1)
 
 
-@pytest.mark.parametrize("option", [{}, dict(length_bucketing=True, gradient_accumulation_steps=2),
-                                    dict(skip_zero_advantage=True, expert_phi=False)])
-def test_training_steps_with_expert_answers(option):
-    """Two optimizer steps: the weights move, the loss is finite, μ follows its schedule, the SFT term is logged."""
-    trainer = expert_trainer(answers_dataset(missing_every=4), expert_mu_peak=0.5, expert_mu_valley=0.1,
-                             expert_mu_decay_steps=4, max_steps=2, **option)
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    trainer.train()
-    moved = max((p.detach() - before[n]).abs().max().item() for n, p in trainer.model.named_parameters())
-    assert moved > 1e-4
-    logs = [log for log in trainer.state.log_history if "loss" in log]
-    assert len(logs) == 2 and all(math.isfinite(log["loss"]) for log in logs)
-    assert [log["expert/mu"] for log in logs] == pytest.approx([0.5, 0.1 + 0.4 * (1 + math.sqrt(0.5)) / 2])
-    assert all(0.0 < log["expert/sft_loss"] < 20.0 for log in logs)
+def test_blank_answers_are_no_demonstration_and_numbers_are_their_text():
+    """'' or whitespace is "no answer for this prompt", as None (before, '' trained an end-of-text-only
+    demonstration); a number, as a JSON file gives one, is the answer str(number) (before, a traceback)."""
+    trainer = expert_trainer(max_completion_length=4)
+    tokenizer = trainer.processing_class
+    batch = {"completion_ids": torch.zeros(5, 2, dtype=torch.int64), "completion_mask": torch.ones(5, 2)}
+    ids, mask = trainer.pipeline.get("expert_sft").expert_tokens(["", "  \n", None, 42, 2.5], batch)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    text = [tokenizer(answer)["input_ids"] for answer in ("42", "2.5")]
+    assert ids.tolist() == [[pad] * 4] * 3 + [text[0] + [eos, pad], text[1] + [eos]]
+    assert mask.sum(1).tolist() == [0, 0, 0, 3, 4]
+    numbers = answers_dataset().map(lambda row: {"answer": int(row["answer"])})
+    numbered_trainer = expert_trainer(numbers)
+    numbered = generate(numbered_trainer)
+    ids, mask = expected_expert_rows(numbered_trainer, numbered, answers_dataset())  # the answers as text
+    torch.testing.assert_close(numbered["expert_ids"], ids)
+    torch.testing.assert_close(numbered["expert_mask"], mask)
+
+
+def test_cli_trains_on_number_answers_of_a_json_file(tmp_path, capsys):
+    """A JSON file's answers 41, 42, … load as integers; they are the answers '41', '42' (before, a traceback at the
+    first batch); a list in their place stops the run in one line naming the file's row."""
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1), "solution": a + 1} for a in range(40)]
+    data = tmp_path / "sums.jsonl"
+    data.write_text("\n".join(json.dumps(row) for row in rows))
+    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--max_steps", "1",
+            "--expert_column", "solution", "--max_completion_length", "8", "--per_device_train_batch_size", "4",
+            "--num_generations", "2", "--num_heldout", "0", "--use_cpu", "true", "--write_report", "false"]
+    assert main([*argv, "--output_dir", str(tmp_path / "run")]) == 0
+    data.write_text("\n".join(json.dumps({**row, "solution": [row["solution"]]}) for row in rows))
+    assert main([*argv, "--output_dir", str(tmp_path / "refused")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"trl-zoo train: error: {data} (train split): row 0's 'solution' (expert_column) holds [1] (list), not an "
+        f"expert answer; give the expert answer as text (None or '' for a prompt without one)."
+    )
+
+
+def test_a_streamed_row_that_is_not_an_answer_is_one_line_at_its_batch():
+    """A stream's first generation batch is checked at construction (test_refusals), a later row when its batch's
+    answers are tokenized, as a DatasetValueError (`trl-zoo train` says it in one line)."""
+    trainer = expert_trainer(answers_dataset().to_iterable_dataset(), max_steps=1)
+    batch = {"completion_ids": torch.zeros(2, 2, dtype=torch.int64), "completion_mask": torch.ones(2, 2)}
+    with pytest.raises(DatasetValueError, match=r"^train_dataset: a streamed row's 'answer' \(expert_column\) holds "
+                                                r"\[1\] \(list\), not an expert answer; give the expert answer as"):
+        trainer.pipeline.get("expert_sft").expert_tokens(["12", [1]], batch)

@@ -20,7 +20,7 @@ import trl_zoo
 from tests import tiny
 from tests.trl_internals import AfterGenerationBatch, replace_decoding
 from trl_zoo.advantages import AdvantageInputs, Turns
-from trl_zoo.hooks.turns import turns_of
+from trl_zoo.hooks.turns import environment_turn_rewards, turns_of
 
 GIGPO = trl_zoo.ADVANTAGES.get("gigpo").fn
 
@@ -151,6 +151,35 @@ def test_turns_of_trls_layout():
         turns_of(prompt_ids, prompt_mask, completion_ids, completion_mask, tool_mask, given, torch.tensor([1, 2]))
 
 
+class Scores:
+    """An environment stand-in that keeps `turn_rewards`."""
+
+    def __init__(self, turn_rewards):
+        self.turn_rewards = turn_rewards
+
+
+@pytest.mark.parametrize("value, problem", [
+    (0.5, "holds 0.5 (float), not a list; keep a list of one number per turn (None: a turn it cannot score), e.g. "
+          "[1.0]."),
+    ("0.5", "holds '0.5' (str), not a list"),
+    ({"look": 0.5}, "holds {'look': 0.5} (dict), not a list"),
+    (["0.5"], "gives turn 0 '0.5' (str), not a number; keep a list of one number per turn"),
+    ([0.5, float("inf")], "gives turn 1 the reward inf; give a finite number, or None for a turn it cannot score."),
+    ([float("-inf")], "gives turn 0 the reward -inf; give a finite number"),
+    ([float("nan")], "gives turn 0 the reward nan; give a finite number, or None"),
+    ([-2e15], "gives turn 0 the reward -2e+15; rewards beyond ±1e+15 overflow the group std in float32"),
+])
+def test_turn_rewards_that_are_not_a_list_of_rewards_are_one_line_naming_the_rollout_and_environment(value, problem):
+    """Before: a bare TypeError or ValueError from float(), or ±inf and 1e30 read as rewards."""
+    environments = [Scores([0.5, None]), Scores(value)]
+    with pytest.raises(ValueError) as error:
+        environment_turn_rewards(environments, 2, "cpu", first_row=4)  # this process's rows 4 and 5 of the batch
+    assert str(error.value).startswith(f"turn_rewards: rollout 5's environment (Scores) {problem}"), str(error.value)
+    given, counts = environment_turn_rewards([Scores([0.5, None]), Scores((1, -0.25))], 2, "cpu")
+    assert counts.tolist() == [2, 2] and given[0, 0].item() == 0.5 and given[0, 1].isnan()
+    assert given[1].tolist() == [1.0, -0.25]
+
+
 # ---------------------------------------------------------------------------------------------------- end to end
 # A chat template for the tiny character tokenizer (as tests/test_environments.py's) and a response template that
 # reads "look." or "peek." as a call of that tool without arguments.
@@ -240,8 +269,9 @@ def closed_form(gamma=0.95):
     return [(episode[i] + first[i], episode[i] + second[i] if i < 3 else None) for i in range(4)]
 
 
-def trained_two_turn_batch(**estimator) -> dict:
-    """The generation batch of one training step on the scripted two-turn environment, the estimator's fields given."""
+def trained_two_turn_batch(environment=LookOrPeek, **estimator) -> dict:
+    """The generation batch of one training step on the scripted two-turn `environment`, the estimator's fields
+    given."""
     tokenizer = tiny.tokenizer()
     tokenizer.chat_template, tokenizer.response_template = TOOL_TEMPLATE, RESPONSE_TEMPLATE
     try:
@@ -249,7 +279,7 @@ def trained_two_turn_batch(**estimator) -> dict:
         config = trl_zoo.GRPOConfig(**tiny.config_kwargs(max_steps=1, max_completion_length=32), **estimator)
         trainer = Recording(model=tiny.model(), args=config, processing_class=tokenizer, reward_funcs=answer_reward,
                             train_dataset=Dataset.from_dict({"environment": ["sum"] * 8}),
-                            environment_factory={"sum": LookOrPeek})
+                            environment_factory={"sum": environment})
         replace_decoding(trainer, scripted_decoding(tokenizer))
         trainer.train()
     finally:
@@ -279,6 +309,25 @@ def test_one_training_step_of_a_two_turn_environment_has_the_closed_form_per_tok
         assert advantages[row][:start][turn0].tolist() == pytest.approx([first] * int(turn0.sum()))
         assert advantages[row][end:][turn1].tolist() == pytest.approx([second] * int(turn1.sum()))
     assert closed_form()[0] == pytest.approx((0.625 + 0.6, 0.625 + 0.5))  # the closed form's own numbers
+
+
+class InfiniteLook(LookOrPeek):
+    def look(self) -> str:
+        """Look at the sum.
+
+        Returns:
+            A hint.
+        """
+        self.turn_rewards.append(float("inf"))
+        return "4"
+
+
+def test_an_infinite_turn_reward_stops_the_step_naming_the_rollout(monkeypatch):
+    """Before, the generic non-finite guard named neither `turn_rewards` nor the rollout."""
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    with pytest.raises(ValueError, match=r"^turn_rewards: rollout 0's environment \(InfiniteLook\) gives turn 0 the "
+                                         r"reward inf"):
+        trained_two_turn_batch(InfiniteLook, advantage_estimator="gigpo")
 
 
 # ---------------------------------------------------------------------------------------------------- refusals

@@ -15,9 +15,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trl_zoo"
 LAYERS = (
     ("kernel", ("numerics", "specs", "registry", "dataset_values")),
     ("tables", ("losses", "aggregation", "advantages", "kl", "samplers", "reward_shaping", "critic", "expert_sft")),
-    ("io", ("io",)),
     ("config", ("config",)),
     ("hooks", ("hooks",)),
+    ("io", ("io",)),
     ("trainer", ("trainer",)),
     ("tasks", ("tasks",)),
     ("api", ("__init__",)),

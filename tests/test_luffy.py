@@ -107,10 +107,12 @@ def test_the_clip_and_the_shaping_change_the_loss():
 
 
 # ---------------------------------------------------------------------------------------------------- on a tiny model
-def traces_dataset(n: int = 16, missing_every: int = 0) -> Dataset:
-    """Prompts "a+b=" with the expert trace "a+b" (None for every `missing_every`-th prompt when set)."""
+def traces_dataset(n: int = 16, missing_every: int = 0, missing=None) -> Dataset:
+    """Prompts "a+b=" with the expert trace "a+b" (`missing`, None or a blank string, for every `missing_every`-th
+    prompt when set)."""
     a, b = range(10, 10 + n), range(30, 30 + n)
-    answers = [None if missing_every and i % missing_every == 0 else str(x + y) for i, (x, y) in enumerate(zip(a, b))]
+    answers = [missing if missing_every and i % missing_every == 0 else str(x + y)
+               for i, (x, y) in enumerate(zip(a, b))]
     return Dataset.from_dict({"prompt": [f"{x}+{y}=" for x, y in zip(a, b)], "answer": answers})
 
 
@@ -134,10 +136,12 @@ def luffy_trainer(dataset=None, reward=None, **overrides):
                         **{"loss_type": "luffy", "expert_column": "answer", **overrides})
 
 
-@pytest.mark.parametrize("off_rows", [1, 2])
-def test_traces_fill_their_slots_are_rewarded_and_share_the_group_advantages(off_rows):
+@pytest.mark.parametrize("off_rows, missing", [(1, None), (2, None), (1, "  ")])
+def test_traces_fill_their_slots_are_rewarded_and_share_the_group_advantages(off_rows, missing):
+    """A prompt without a trace (None, or a blank string: before, an empty trace was put into its group) keeps its
+    group of the policy's own completions."""
     reward = RecordedReward()
-    trainer = luffy_trainer(traces_dataset(missing_every=2), reward, luffy_off_policy_rows=off_rows,
+    trainer = luffy_trainer(traces_dataset(missing_every=2, missing=missing), reward, luffy_off_policy_rows=off_rows,
                             per_device_train_batch_size=16)
     assert trainer.pipeline.get("luffy").active and not trainer.pipeline.get("expert_sft").active
     batch = generate(trainer)
@@ -145,7 +149,7 @@ def test_traces_fill_their_slots_are_rewarded_and_share_the_group_advantages(off
     rows, groups = len(completions), trainer.num_generations
     tokenizer = trainer.processing_class
     slot = torch.arange(rows) % groups < off_rows
-    has_trace = torch.tensor([a is not None for a in answers])
+    has_trace = torch.tensor([a != missing for a in answers])
     assert has_trace.any() and not has_trace.all()
     torch.testing.assert_close(batch["off_policy"], slot & has_trace)
     for row in range(rows):
@@ -203,6 +207,12 @@ def test_refusals():
         args_of(expert_mu_peak=0.5)
     with pytest.raises(ValueError, match="^expert_column: the training set has no column 'solution'"):
         luffy_trainer(expert_column="solution")
+    refused = (r"^dynamic_sampling: 'adaptive_budget' regroups completions across rounds and cannot carry the "
+               r"per-round state of loss_type='luffy' \(its traces fill the first slots of groups of num_generations "
+               r"rows in a row\); use another loss")
+    with pytest.raises(ValueError, match=refused):
+        args_of(dynamic_sampling="adaptive_budget")  # before, accepted: its rounds' slots left prompts without a trace
+    args_of(dynamic_sampling="resample")  # its rounds are groups of G in a row
 
 
 def test_slots_follow_trl_gathered_order_across_processes():

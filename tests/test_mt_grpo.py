@@ -21,7 +21,7 @@ import torch
 
 import trl_zoo
 from tests import tiny
-from tests.test_gigpo import FIRST_TURNS, SECOND_TURNS, trained_two_turn_batch
+from tests.test_gigpo import FIRST_TURNS, SECOND_TURNS, LookOrPeek, trained_two_turn_batch
 from trl_zoo.advantages import AdvantageInputs, Turns
 from trl_zoo.hooks.turns import turns_of
 
@@ -211,6 +211,26 @@ def test_a_reward_of_the_answers_turn_is_refused():
     with pytest.raises(ValueError, match=r"^turn_rewards: rollout 0's environment gives its answer's turn \(turn 1\) "
                                          r"the reward 0\.25; mt_grpo scores the answer"):
         MT_GRPO(inputs, args())
+
+
+class HugeLook(LookOrPeek):
+    def look(self) -> str:
+        """Look at the sum.
+
+        Returns:
+            A hint.
+        """
+        self.turn_rewards.append(1e30)
+        return "4"
+
+
+def test_an_absurd_turn_reward_stops_the_step_naming_the_rollout(monkeypatch):
+    """Before, 1e30 overflowed the group std and zeroed the first-turn advantage of every rollout in its group,
+    silently."""
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    with pytest.raises(ValueError, match=r"^turn_rewards: rollout 0's environment \(HugeLook\) gives turn 0 the "
+                                         r"reward 1e\+30; rewards beyond ±1e\+15 overflow the group std in float32"):
+        trained_two_turn_batch(HugeLook, advantage_estimator="mt_grpo")
 
 
 # ---------------------------------------------------------------------------------------------------- end to end

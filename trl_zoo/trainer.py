@@ -38,7 +38,7 @@ from trl.trainer.utils import get_config_model_id
 
 from .config import GRPOConfig, to_zoo_config
 from .config.vllm_engine import check_vllm_engine, vllm_engine_errors
-from .dataset_values import REFERENCE_REWARDS, check_one_format, check_prompts
+from .dataset_values import REFERENCE_REWARDS, check_one_format, check_prompts, check_read_columns
 from .hooks import pipeline
 from .hooks.generation import GenerationSeam
 from .hooks.loss_step import PolicyLossStep
@@ -79,34 +79,37 @@ def check_train_dataset(dataset, args, environment_factory=None) -> None:
     no rows, no `prompt` column, or fewer prompts than one generation batch (TRL's sampler drops an incomplete
     batch, so such a set yields no step at all; of a streamed set only that many rows are read), a prompt that is
     None, blank or not text, or prompts mixing text and chat messages (`dataset_values.py`), no column the run reads
-    (an estimator's `reference_rewards`, the `expert_column`). With an `environment_factory` the environments'
-    `reset()` supply the prompts, so, as in TRL, the set needs no `prompt` column (a dict of environments routes rows
-    by their `environment` column)."""
+    (an estimator's `reference_rewards`, the `expert_column`) or a value of one it cannot use (every row of a
+    map-style set; a stream's first rows, whose keys are its columns when it declares none). With an
+    `environment_factory` the environments' `reset()` supply the prompts, so, as in TRL, the set needs no `prompt`
+    column (a dict of environments routes rows by their `environment` column)."""
     if dataset is None:
         return
     columns = getattr(dataset, "column_names", None)
+    prompts_per_batch = args.generation_batch_size // args.num_generations
+    head = None  # a stream's first rows: read only as far as one generation batch needs
+    try:
+        rows = len(dataset)
+    except TypeError:  # an IterableDataset
+        head = list(itertools.islice(dataset, prompts_per_batch))
+        rows = len(head)
+        if columns is None and head and isinstance(head[0], dict):
+            columns = list(head[0])
     if columns is not None and "prompt" not in columns and environment_factory is None:
         raise ValueError(
             f"train_dataset: no 'prompt' column (its columns: {', '.join(map(str, columns)) or 'none'}); rename the "
             f"prompt column to 'prompt', e.g. dataset.rename_column('question', 'prompt')."
         )
-    prompts_per_batch = args.generation_batch_size // args.num_generations
-    try:
-        rows = len(dataset)
-    except TypeError:  # an IterableDataset: read only as far as one generation batch needs
-        rows = sum(1 for _ in itertools.islice(dataset, prompts_per_batch))
-    else:
-        if environment_factory is None and "prompt" in (columns or ()):
-            check_prompts(dataset)
-            check_one_format(dataset["prompt"])
-    estimator = ADVANTAGES.get(args.advantage_estimator) if args.advantage_estimator else None
-    if estimator is not None and "reference_rewards" in estimator.spec.needs and columns is not None:
-        if REFERENCE_REWARDS not in columns:
-            raise ValueError(
-                f"train_dataset: no '{REFERENCE_REWARDS}' column, which advantage_estimator="
-                f"'{args.advantage_estimator}' reads; add it with trl_zoo.sample_reference_rewards(model, tokenizer, "
-                f"dataset, reward_funcs)."
-            )
+    if head is None and environment_factory is None and "prompt" in (columns or ()):
+        check_prompts(dataset)
+        check_one_format(dataset["prompt"])
+    reference = reads_reference_rewards(args)
+    if reference and columns is not None and REFERENCE_REWARDS not in columns:
+        raise ValueError(
+            f"train_dataset: no '{REFERENCE_REWARDS}' column, which advantage_estimator="
+            f"'{args.advantage_estimator}' reads; add it with trl_zoo.sample_reference_rewards(model, tokenizer, "
+            f"dataset, reward_funcs)."
+        )
     expert = getattr(args, "expert_column", None)
     if expert is not None and columns is not None and expert not in columns:
         raise ValueError(
@@ -122,6 +125,14 @@ def check_train_dataset(dataset, args, environment_factory=None) -> None:
             f"(generation_batch_size {args.generation_batch_size} / num_generations {args.num_generations}), so no "
             f"step would run; add prompts or lower per_device_train_batch_size or steps_per_generation."
         )
+    if columns is not None:
+        check_read_columns(dataset if head is None else head, reference, expert)
+
+
+def reads_reference_rewards(args) -> bool:
+    """Whether the run's advantage estimator reads the dataset column `reference_rewards` (A*-PO's)."""
+    estimator = ADVANTAGES.get(args.advantage_estimator) if args.advantage_estimator else None
+    return estimator is not None and "reference_rewards" in estimator.spec.needs
 
 
 def check_finite_parameters(model) -> None:

@@ -28,6 +28,7 @@ import time
 
 from transformers.trainer_utils import get_last_checkpoint
 
+from ..dataset_values import DatasetValueError
 from ..hooks.checkpoint_integrity import CheckpointError
 from ..hooks.prompt_length import PromptTooLongError
 from ..hooks.resume import interrupted_message as resume_interrupted_message
@@ -140,7 +141,8 @@ def _train_and_save(prepared: TrainingSetup, training_args) -> float:
         trainer.train(resume_from_checkpoint=prepared.checkpoint)
     except KeyboardInterrupt:  # Ctrl-C: one line saying what was saved, no traceback (the CLI exits 130)
         raise TrainingInterrupted(interrupted_message(trainer.state.global_step, training_args.output_dir)) from None
-    except (PromptTooLongError, RewardOutputError, CheckpointError) as error:  # bad input found only by training
+    except (PromptTooLongError, RewardOutputError, CheckpointError, DatasetValueError) as error:  # bad input only
+        # training finds (DatasetValueError: a streamed row's value)
         raise ConfigError(one_line(error)) from None
     except Exception as error:  # a full disk while saving a checkpoint: one line (other errors keep their traceback)
         raise_if_disk_full(error, training_args.output_dir, "a checkpoint")

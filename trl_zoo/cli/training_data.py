@@ -23,7 +23,8 @@ from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict,
 from trl import DatasetMixtureConfig, get_dataset
 from trl.data_utils import is_conversational
 
-from ..dataset_values import check_no_none, check_prompts
+from ..dataset_values import REFERENCE_REWARDS, check_no_none, check_prompts, check_read_columns
+from ..trainer import reads_reference_rewards
 from .arguments import ConfigError, one_line
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -109,12 +110,13 @@ def column_names(dataset) -> list[str]:
     return list(first) if first is not None else []
 
 
-def _load_dataset_splits(task_args, seed: int, log=print, reads: dict[str, str] | None = None):
+def _load_dataset_splits(task_args, seed: int, log=print, reads: dict[str, str] | None = None, training_args=None):
     """(train, held-out). The held-out set is the test split; without one, `test_split_size` (TRL's) or
     `num_heldout` rows split off the training data. A streamed dataset holds out its first rows instead, and its
     held-out set is read into memory (it is measured again and again). `num_heldout 0`: no held-out set (None),
     every training row is trained on. Before any split, the prompts and the columns the rewards read (`reads`:
-    column → reward) of a map-style dataset are checked, naming the file's row (`dataset_values.py`)."""
+    column → reward) of a map-style dataset are checked, naming the file's row (`dataset_values.py`), and in its
+    train split the columns the run reads (`training_args`: A*-PO's reference rewards, the expert column)."""
     dataset, source = _load_dataset(task_args, log)
     if task_args.dataset_train_split not in dataset:
         raise ConfigError(
@@ -126,7 +128,8 @@ def _load_dataset_splits(task_args, seed: int, log=print, reads: dict[str, str] 
     if not streaming:
         for split in (task_args.dataset_train_split, test_split):
             if split in dataset:
-                _check_values(dataset[split], f"{source} ({split} split)", task_args, reads or {})
+                trained = training_args if split == task_args.dataset_train_split else None
+                _check_values(dataset[split], f"{source} ({split} split)", task_args, reads or {}, trained)
     if task_args.num_heldout is not None and task_args.num_heldout < 0:
         raise ConfigError(f"num_heldout: must be ≥ 0 (0: no held-out set), got {task_args.num_heldout}.")
     if task_args.num_heldout == 0:
@@ -198,9 +201,10 @@ def _renamed_columns(train, heldout, task_args):
     return train, heldout
 
 
-def _check_values(dataset, where: str, task_args, reads: dict[str, str]) -> None:
+def _check_values(dataset, where: str, task_args, reads: dict[str, str], training_args=None) -> None:
     """The prompts and the columns the rewards read, as named in the file (before `prompt_column` and
-    `answer_column` rename them); a missing column is reported later, by name."""
+    `answer_column` rename them), and with `training_args` the columns the run reads; a missing column is reported
+    later, by name."""
     columns = column_names(dataset)
     if task_args.prompt_column in columns:
         check_prompts(dataset, task_args.prompt_column, where)
@@ -208,6 +212,11 @@ def _check_values(dataset, where: str, task_args, reads: dict[str, str]) -> None
         named = task_args.answer_column if column == "answer" else column
         if named in columns:
             check_no_none(dataset, named, reader, where)
+    if training_args is not None:
+        expert = getattr(training_args, "expert_column", None)
+        expert = task_args.answer_column if expert == "answer" else expert
+        reference = reads_reference_rewards(training_args) and REFERENCE_REWARDS in columns
+        check_read_columns(dataset, reference, expert if expert in columns else None, where)
 
 
 def _is_chat(prompt) -> bool:

@@ -109,7 +109,7 @@ def _training_splits(task, task_args, training_args, model_args, reads: dict[str
         if model_args.model_name_or_path is None:
             field = "datasets" if task_args.datasets else "dataset_name"
             raise ConfigError(f"model_name_or_path: required with {field} (a hub name or a local directory).")
-        train, heldout, source = _load_dataset_splits(task_args, training_args.seed, log, reads)
+        train, heldout, source = _load_dataset_splits(task_args, training_args.seed, log, reads, training_args)
         if isinstance(train, IterableDataset) and training_args.max_steps <= 0:
             raise ConfigError("max_steps: a streamed dataset has no length to count epochs in; give --max_steps N.")
     if heldout is None and training_args.eval_strategy != "no":

@@ -22,9 +22,9 @@ class ExpertSFTFields:
     """The column of expert answers, the schedule of μ and the φ weighting (CHORD, arXiv:2508.11408)."""
 
     expert_column: str | None = help_field(
-        "CHORD: the dataset column of expert answers (text; None in a row: no demonstration for that prompt). Each "
-        "step then minimises (1 − μ)·L_RL + μ·L_SFT, L_SFT the token-mean NLL of the expert answer after the row's "
-        "prompt (hooks/expert_sft.py). None: RL alone."
+        "CHORD: the dataset column of expert answers (text, a number read as its text; None or blank in a row: no "
+        "demonstration for that prompt). Each step then minimises (1 − μ)·L_RL + μ·L_SFT, L_SFT the token-mean NLL "
+        "of the expert answer after the row's prompt (hooks/expert_sft.py). None: RL alone."
     )
     expert_mu_peak: float = help_field(
         "μ_p, the SFT weight μ at the end of the warm-up (in [0, 1]); μ rises linearly from 0 to it over "

@@ -22,7 +22,8 @@ completion of exactly the prompt the policy answered.
 At `compute_loss` (outermost, around the critic and the policy loss), one forward of the policy (TRL's log-prob pass,
 at the sampling temperature, with grad) over the micro-batch's distinct (prompt, answer) rows, each row's tokens
 weighted by how many rows carry it (a prompt's G completions share one demonstration), the columns cut at the
-longest answer. Rows whose value is None have no demonstration and take no part; a micro-batch without any adds no
+longest answer. Rows whose value is None or blank ('' or whitespace) have no demonstration and take no part (a
+number, 42 from a JSON file, is the answer '42': `dataset_values.expert_answer`); a micro-batch without any adds no
 SFT term, but still runs the forward, on one row weighted 0: under DDP every process must (its forward is a
 collective). At μ = 0 the forward is skipped and the loss is L_RL. Evaluation passes straight through.
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import torch
 
+from ..dataset_values import EXPERT_FIX, DatasetValueError, expert_answer, expert_answer_problem
 from ..expert_sft import mu_schedule, sft_loss
 from .batch_layout import kept_width
 from .component import Component
@@ -130,13 +132,17 @@ class ExpertSFT(Component):
 
 def answer_tokens(trainer, answers: list) -> list[list[int] | None]:
     """Each expert answer as the policy's completion tokens: the tokenizer's, no special tokens, then EOS, cut at
-    `max_completion_length`; None for a None answer (CHORD's answers here, LUFFY's traces in hooks/luffy.py)."""
+    `max_completion_length`; None for no answer (None or blank; a number is its text: `dataset_values.expert_answer`)
+    (CHORD's answers here, LUFFY's traces in hooks/luffy.py). A map-style training set was checked at construction;
+    a streamed row that is not an answer is refused here."""
+    column = trainer.args.expert_column
     for answer in answers:
-        if answer is not None and not isinstance(answer, str):
-            raise ValueError(
-                f"expert_column: a row holds {type(answer).__name__} {answer!r}; give the expert answer as text "
-                f"(or None for a prompt without a demonstration)."
+        problem = expert_answer_problem(answer)
+        if problem is not None:
+            raise DatasetValueError(
+                f"train_dataset: a streamed row's {column!r} (expert_column) {problem}; {EXPERT_FIX}."
             )
+    answers = [expert_answer(answer) for answer in answers]
     tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
     end = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
     given = [row for row, answer in enumerate(answers) if answer is not None]

@@ -14,7 +14,8 @@ slot in its group is its place in TRL's gathered order (process-major, G consecu
 grouping of the rewards), so the choice needs no collective. The trace is tokenized as CHORD's answers are
 (`hooks/expert_sft.answer_tokens`: the policy's tokenizer, no special tokens, then EOS, cut at
 `max_completion_length`) and decoded for the reward functions as TRL decodes a completion (special tokens skipped;
-a chat prompt's completion as one assistant message). A row whose trace is None keeps its own completion.
+a chat prompt's completion as one assistant message). A row whose trace is None or blank ('' or whitespace) keeps its
+own completion; a number is its text (`dataset_values.expert_answer`).
 
 At the end of the round (`generated_round`) the batch gains ``off_policy``, a (B,) bool per row, which travels
 with its row (a row entry, `batch_layout.py`) to the loss, which reads it from `PolicyBatch.extras`. Evaluation
@@ -23,8 +24,10 @@ process runs TRL's same calls, and the loss reuses the trainer's one policy forw
 
 Not carried over: TRL's completion-length metrics of the round are those of the sampled completions (measured inside
 `_generate`), and the N_off sampled completions of each group are generated, then dropped. Refused (one line each):
-vLLM (no sampler log-probs of the traces for TRL's importance-sampling correction: at the config), tools, custom
-rollouts and images (the traces are plain text completions: at the first round).
+vLLM (no sampler log-probs of the traces for TRL's importance-sampling correction: at the config),
+`dynamic_sampling="adaptive_budget"` (its rounds are not groups of G rows in a row, which the slots assume: at the
+config, `samplers/adaptive_budget.py`), tools, custom rollouts and images (the traces are plain text completions: at
+the first round).
 
 Tests: tests/test_luffy.py, tests/test_luffy_multiprocess.py (two DDP processes, a group spanning both).
 """

@@ -216,17 +216,19 @@ def _on_nonfinite(nan_rewards: str, culprits: str, dropped: str) -> None:
     )
 
 
-def checked_rewards(name: str, values, rows: int, nan_rewards: str = "raise") -> list[float | None]:
+def checked_rewards(
+    name: str, values, rows: int, nan_rewards: str = "raise", dropped: str = "not right, left out of the mean reward"
+) -> list[float | None]:
     """One reward function's output under training's checks, for a call outside training (the held-out evaluation,
-    pass@k): one number or None per completion (`check_reward_shape`), no magnitude beyond `MAX_ABS_REWARD`, and NaN
-    or ±inf as `nan_rewards` says ("raise": one line naming the function; "drop": a warning, None in their place).
-    The values as floats, None kept."""
+    pass@k, A*-PO's reference samples): one number or None per completion (`check_reward_shape`), no magnitude beyond
+    `MAX_ABS_REWARD`, and NaN or ±inf as `nan_rewards` says ("raise": one line naming the function; "drop": a warning
+    saying what such a completion gets, `dropped`, None in their place). The values as floats, None kept."""
     check_reward_shape(name, values, rows)
     nonfinite = _nonfinite_rows(name, values)
     if nonfinite:
         example = f"completion {nonfinite[0]} got {short_repr(values[nonfinite[0]])}"
         culprit = _culprit(name, len(nonfinite), rows, example)
-        _on_nonfinite(nan_rewards, culprit, "not right, left out of the mean reward")
+        _on_nonfinite(nan_rewards, culprit, dropped)
     dropped = set(nonfinite)
     return [None if value is None or row in dropped else float(value) for row, value in enumerate(values)]
 

@@ -75,10 +75,11 @@ The advantages are computed again over the trained groups (`advantage_estimator`
 (docs/formulas.md, "Groups of unequal size"); a filler's Â is 0 and leaves every estimator statistic (like
 resample's filled groups it still counts in the loss's normaliser, and in the KL term). Settings whose
 per-round state follows TRL's groups of G (an estimator's declared inputs beyond the rewards: a critic's values, ‖s‖²,
-reference rewards, turns; the teacher's term, a KL penalty in the reward, GDPO's per-function normalisation) are
-refused, and so is an estimator of pass@k (`passk_k`) whose k is not below the smallest trained group (the first
-grid point ≥ n_stop): a group of n ≤ k has one k-subset or none, so Â = 0 (with the defaults every group of 2).
-verl's grpo_passk takes k = each group's own size, so its best completion still gets R_max − R_second.
+reference rewards, turns; the teacher's term, a KL penalty in the reward, GDPO's per-function normalisation, LUFFY's
+expert traces in each group's first slots) are refused, and so is an estimator of pass@k (`passk_k`) whose k is not
+below the smallest trained group (the first grid point ≥ n_stop): a group of n ≤ k has one k-subset or none, so Â = 0
+(with the defaults every group of 2). verl's grpo_passk takes k = each group's own size, so its best completion still
+gets R_max − R_second.
 
 Measured on the real model (SmolLM2-135M-Instruct, chat_arithmetic_medium, 3 seeds; the figures are in
 docs/algorithms.md, "Groups without reward spread", and the study in docs/benchmarks.md): with (n_1, n_stop, n_give)
@@ -300,6 +301,11 @@ def validate_adaptive_budget(args) -> None:
     refusals = [
         (getattr(args, "kl_placement", "loss") == "reward", "kl_placement='reward'", "use kl_placement='loss'"),
         (getattr(args, "teacher_model", None) is not None, "teacher_model", "unset teacher_model"),
+        (
+            getattr(args, "loss_type", None) == "luffy",
+            "loss_type='luffy' (its traces fill the first slots of groups of num_generations rows in a row)",
+            "use another loss",
+        ),
         (
             getattr(args, "multi_objective_aggregation", None) == "normalize_then_sum",
             "multi_objective_aggregation='normalize_then_sum'",
