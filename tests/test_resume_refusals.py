@@ -17,6 +17,7 @@ from tests import tiny
 from tests.tiny import make_trainer
 from trl_zoo.cli import main
 from trl_zoo.hooks.checkpoint_integrity import CheckpointError, CorruptCheckpointError
+from trl_zoo.hooks.checkpoint_settings import check_same_settings
 
 
 def lora(r=4):
@@ -96,6 +97,20 @@ def test_a_changed_layout_setting_is_refused_naming_it(saved, change):
     message = refusal(trainer(kind, saved[kind], **changes), resume=str(checkpoint))
     assert message.startswith(f"resume_from_checkpoint: {checkpoint} was saved with {names}: ")
     assert fix in message
+
+
+def test_a_changed_rank_over_many_modules_names_a_few_of_them():
+    """PEFT's all-linear saves every layer's modules by name (SmolLM2: 210); the line names three and the count."""
+    modules = sorted(f"model.layers.{layer}.{name}" for layer in range(30) for name in ("q_proj", "k_proj", "v_proj"))
+    saved = {"peft_config": {"r": 4, "target_modules": modules}}
+    with pytest.raises(CheckpointError) as caught:
+        check_same_settings("run/checkpoint-2", saved, {"peft_config": {"r": 8, "target_modules": modules}})
+    shown = f"90 modules ({modules[0]}, {modules[1]}, {modules[2]}, …)"
+    assert str(caught.value) == (
+        f"resume_from_checkpoint: run/checkpoint-2 was saved with peft_config LoRA r=4 on {shown}, this run has LoRA "
+        f"r=8 on {shown}: it lays out the saved weights; resume with peft_config LoRA r=4 on {shown}, set in the CLI "
+        f"by --use_peft, --lora_r, --lora_target_modules."
+    )
 
 
 def test_an_estimator_without_a_critic_for_another_resumes(saved, tmp_path):
