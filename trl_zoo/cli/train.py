@@ -31,6 +31,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from ..hooks.checkpoint_integrity import CheckpointError
 from ..hooks.prompt_length import PromptTooLongError
 from ..hooks.resume import interrupted_message as resume_interrupted_message
+from ..hooks.reward_watchdog import RewardTimeoutError
 from ..hooks.rewards import RewardOutputError
 from .arguments import ConfigError, one_line, parse_train_args
 from .cpu_run_notice import notice_for_run
@@ -116,7 +117,7 @@ def _before_training(prepared: TrainingSetup, training_args, model_args, log):
         # this sees the model before accelerate prepares it; a fresh run measures in on_train_begin instead)
         try:
             accuracy.measure(prepared.trainer.model, 0, prepared.trainer.state)
-        except RewardOutputError as error:
+        except (RewardOutputError, RewardTimeoutError) as error:
             raise ConfigError(one_line(error)) from None
     elif prepared.checkpoint and accuracy is not None:
         log(f"Held-out greedy accuracy before RL: {accuracy.history[0][1]:.1%} (from the run log).")
@@ -140,7 +141,7 @@ def _train_and_save(prepared: TrainingSetup, training_args) -> float:
         trainer.train(resume_from_checkpoint=prepared.checkpoint)
     except KeyboardInterrupt:  # Ctrl-C: one line saying what was saved, no traceback (the CLI exits 130)
         raise TrainingInterrupted(interrupted_message(trainer.state.global_step, training_args.output_dir)) from None
-    except (PromptTooLongError, RewardOutputError, CheckpointError) as error:  # bad input found only by training
+    except (PromptTooLongError, RewardOutputError, RewardTimeoutError, CheckpointError) as error:  # found by training
         raise ConfigError(one_line(error)) from None
     except Exception as error:  # a full disk while saving a checkpoint: one line (other errors keep their traceback)
         raise_if_disk_full(error, training_args.output_dir, "a checkpoint")

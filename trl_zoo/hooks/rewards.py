@@ -81,9 +81,10 @@ class RewardChecks(Component):
         examples: dict[int, str] = {}
         names = trainer.reward_func_names
         seconds = trainer.args.reward_timeout_warning  # a line names a reward still running then (reward_watchdog.py)
+        timeout = trainer.args.reward_timeout  # and the run stops after this
         recording = [
             fn if isinstance(fn, nn.Module)
-            else watched(_recording(fn, names[column], column, findings, examples), names[column], seconds)
+            else watched(_recording(fn, names[column], column, findings, examples), names[column], seconds, timeout)
             for column, fn in enumerate(reward_funcs)
         ]
         with swapped(trainer, "reward_funcs", recording):  # for TRL's reward call only (hooks/trl_access.py)
