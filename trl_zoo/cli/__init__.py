@@ -52,7 +52,7 @@ import warnings
 from importlib import metadata
 
 from .. import __version__
-from .errors import ConfigError, TrainingInterrupted, one_line
+from .errors import ONE_LINE_ERRORS, ConfigError, TrainingInterrupted, one_line
 
 USAGE = "usage: trl-zoo COMMAND [options]\n\n" + "\n\n".join(__doc__.split("\n\n")[1:3])
 LIST_USAGE = """usage: trl-zoo list
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
             apply_config_env(rest)  # a config file's env: set before the libraries read it (config_env.py)
         return COMMANDS[command](rest)
-    except ConfigError as error:
+    except ONE_LINE_ERRORS as error:
         print(f"trl-zoo {command}: error: {one_line(error)}", file=sys.stderr)
         return 2
     except TrainingInterrupted as error:

@@ -1,13 +1,19 @@
 """How a command ends early: `ConfigError`, a configuration problem said in one line naming the field (exit status
-2), and `TrainingInterrupted`, Ctrl-C during training said in one line (exit status 130). Here, apart from the
-commands, so that `trl-zoo` catches them without importing what the commands need.
+2; so is `LinkedRunFileError`, a run file that is a symbolic link, `io/run_files.py`), and `TrainingInterrupted`,
+Ctrl-C during training said in one line (exit status 130). Here, apart from the commands, so that `trl-zoo` catches
+them without importing what the commands need.
 
 Tests: tests/test_cli.py (bad configuration, Ctrl-C).
 """
 
+from ..io.run_files import LinkedRunFileError
+
 
 class ConfigError(Exception):
     """A configuration problem, reported as one line naming the field."""
+
+
+ONE_LINE_ERRORS = (ConfigError, LinkedRunFileError)  # said in one line, exit status 2
 
 
 class TrainingInterrupted(Exception):

@@ -50,6 +50,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..config.generation_buffer import inside_generation_cycle
+from ..io.run_files import torch_save
 from .checkpoint_integrity import (
     CheckpointError,
     check_checkpoint,
@@ -135,13 +136,13 @@ class ResumableState(Component):
                 "trl_step": micro_step(trainer),
                 "settings": layout_settings(trainer),
             }
-            torch.save(state, os.path.join(folder, STATE_FILE))
+            torch_save(state, os.path.join(folder, STATE_FILE))
             if self._reference_has_moved():
                 reference = trainer.accelerator.unwrap_model(trainer.ref_model)
-                torch.save(reference.state_dict(), os.path.join(folder, REFERENCE_FILE))
+                torch_save(reference.state_dict(), os.path.join(folder, REFERENCE_FILE))
         if not generation_due(trainer):  # the next micro-steps train on TRL's buffer
             buffer_path = os.path.join(folder, BUFFER_FILE.format(process=trainer.accelerator.process_index))
-            torch.save(generation_buffer(trainer), buffer_path)
+            torch_save(generation_buffer(trainer), buffer_path)
         inner(model, trial)
 
     def _check_checkpoint(self, checkpoint: str) -> None:
