@@ -1,7 +1,8 @@
 """How a command ends early: `ConfigError`, a configuration problem said in one line naming the field (exit status
 2; so is `LinkedRunFileError`, a run file that is a symbolic link, `io/run_files.py`), and `TrainingInterrupted`,
-Ctrl-C during training said in one line (exit status 130). Here, apart from the commands, so that `trl-zoo` catches
-them without importing what the commands need.
+Ctrl-C during training said in one line (exit status 130), and `AnotherProcessFailed`, under a launch another
+process's error, said by that process (its exit status, no word). Here, apart from the commands, so that `trl-zoo`
+catches them without importing what the commands need.
 
 Tests: tests/test_cli.py (bad configuration, Ctrl-C).
 """
@@ -14,6 +15,15 @@ class ConfigError(Exception):
 
 
 ONE_LINE_ERRORS = (ConfigError, LinkedRunFileError)  # said in one line, exit status 2
+
+
+class AnotherProcessFailed(Exception):
+    """Under a distributed launch, another process failed before training and said so (`launch_errors.py`): this one
+    exits with that process's `status`, quietly."""
+
+    def __init__(self, status: int):
+        super().__init__(f"another process of the launch failed (exit status {status})")
+        self.status = status
 
 
 class TrainingInterrupted(Exception):

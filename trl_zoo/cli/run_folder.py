@@ -158,8 +158,9 @@ def holder_text(marker_text: str) -> str:
 
 def shared_run_folder(output_dir: str, rename: bool, resuming: bool, training_args) -> RunFolder:
     """The folder the main process of the launch claimed (`claim_run_folder`), in every process; the main process's
-    refusal, raised in every process. Processes launched together that would each train a run of their own (no GPU
-    and `use_cpu` false: transformers then leaves each process alone) are refused."""
+    refusal (or error), raised in every process (`launch_errors.py` has one of them say it). Processes launched
+    together that would each train a run of their own (no GPU and `use_cpu` false: transformers then leaves each
+    process alone) are refused."""
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched > 1 and training_args.world_size == 1:
         raise ConfigError(
@@ -170,13 +171,15 @@ def shared_run_folder(output_dir: str, rename: bool, resuming: bool, training_ar
         return claim_run_folder(output_dir, rename, resuming)
     from accelerate.utils import broadcast_object_list
 
-    claimed, refusal = None, None
+    claimed, failure, refusal = None, None, None
     if training_args.process_index == 0:
         try:
             claimed = claim_run_folder(output_dir, rename, resuming)
-        except ConfigError as error:
-            refusal = str(error)
+        except Exception as error:  # sent on, so that no process waits for the name in vain
+            failure, refusal = error, str(error)
     path, refusal = broadcast_object_list([claimed and claimed.path, refusal])
+    if failure is not None:
+        raise failure
     if refusal is not None:
         raise ConfigError(refusal)
     return claimed or RunFolder(path, created=False)
