@@ -53,7 +53,7 @@ import warnings
 from importlib import metadata
 
 from .. import __version__
-from .errors import ONE_LINE_ERRORS, AnotherProcessFailed, ConfigError, TrainingInterrupted, one_line
+from .errors import ONE_LINE_ERRORS, AnotherProcessFailed, ConfigError, TrainingInterrupted, error_line, one_line
 
 USAGE = "usage: trl-zoo COMMAND [options]\n\n" + "\n\n".join(__doc__.split("\n\n")[1:3])
 LIST_USAGE = """usage: trl-zoo list
@@ -161,12 +161,12 @@ def main(argv: list[str] | None = None) -> int:
             apply_config_env(rest)  # a config file's env: set before the libraries read it (config_env.py)
         return COMMANDS[command](rest)
     except ONE_LINE_ERRORS as error:
-        print(f"trl-zoo {command}: error: {one_line(error)}", file=sys.stderr)
+        print(error_line(command, error), file=sys.stderr)
         return 2
     except TrainingInterrupted as error:
         print(f"trl-zoo {command}: {one_line(error)}", file=sys.stderr)
         return 130
-    except AnotherProcessFailed as error:  # under a launch: that process said it (launch_errors.py)
+    except AnotherProcessFailed as error:  # under a launch: one process has said it (launch_errors.py)
         return error.status
     except KeyboardInterrupt:
         print(f"trl-zoo {command}: interrupted.", file=sys.stderr)

@@ -18,8 +18,8 @@ ONE_LINE_ERRORS = (ConfigError, LinkedRunFileError)  # said in one line, exit st
 
 
 class AnotherProcessFailed(Exception):
-    """Under a distributed launch, another process failed before training and said so (`launch_errors.py`): this one
-    exits with that process's `status`, quietly."""
+    """Under a distributed launch, a process failed before training and one process has said so
+    (`launch_errors.py`): every process exits with that process's `status`, quietly."""
 
     def __init__(self, status: int):
         super().__init__(f"another process of the launch failed (exit status {status})")
@@ -32,3 +32,8 @@ class TrainingInterrupted(Exception):
 
 def one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
+
+
+def error_line(command: str, error: BaseException) -> str:
+    """How a command's one-line error is printed (to stderr)."""
+    return f"trl-zoo {command}: error: {one_line(error)}"

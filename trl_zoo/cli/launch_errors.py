@@ -8,9 +8,10 @@ trainer), each run by every process. A process that failed in one used to stop a
 the run and died in their next collective with a gloo or NCCL traceback (the folder unwritable on machine 0 only),
 or every process printed the same line (a bad setting). At the end of each step every process now tells the others
 whether it failed (one `all_gather_object` over the launch's process group, made for it when the error came before
-transformers made one): when one did, the process group is taken down and every process stops, the failed process
-of the lowest rank with its own error (the CLI prints its one line, or Python its traceback) and the others with
-`AnotherProcessFailed`, which the CLI turns into that process's exit status without a word.
+transformers made one): when one did, the failed process of the lowest rank prints its error (the CLI's one line, or
+its traceback), every process waits for that at a barrier (a launcher stops the others as soon as one process ends),
+the process group is taken down, and every process raises `AnotherProcessFailed`, which the CLI turns into that
+process's exit status without a word.
 
 A step must hold no other collective, or a failed process would meet the others' collective with this one: the
 steps end before each (the folder's broadcast is inside its step, which every process runs to its end; the
@@ -25,9 +26,13 @@ only, a bad setting on both).
 from __future__ import annotations
 
 import os
+import sys
+import traceback
 from contextlib import contextmanager
 
-from .errors import ONE_LINE_ERRORS, AnotherProcessFailed, ConfigError, TrainingInterrupted, one_line
+from .errors import ONE_LINE_ERRORS, AnotherProcessFailed, ConfigError, TrainingInterrupted, error_line, one_line
+
+COMMAND = "train"  # the command whose steps are agreed on
 
 
 def exit_status(error: BaseException) -> int:
@@ -61,9 +66,18 @@ def _process_group(failed: bool):
     return None
 
 
+def _say(error: Exception) -> None:
+    """The error as the CLI says it: its one line, or its traceback."""
+    if isinstance(error, ONE_LINE_ERRORS):
+        print(error_line(COMMAND, error), file=sys.stderr)
+    else:
+        traceback.print_exception(error)
+    sys.stderr.flush()
+
+
 def _settle(error: Exception | None) -> None:
-    """Return when no process of the launch failed; else raise this process's `error` if it is the failed process
-    of the lowest rank, `AnotherProcessFailed` with that process's exit status otherwise."""
+    """Return when no process of the launch failed; else, once the failed process of the lowest rank has said its
+    error, raise `AnotherProcessFailed` with that process's exit status in every process."""
     group = _process_group(failed=error is not None)
     if group is None:
         if error is not None and os.environ.get("RANK", "0") != "0":
@@ -76,11 +90,11 @@ def _settle(error: Exception | None) -> None:
     failed = [(rank, status) for rank, status in enumerate(statuses) if status is not None]
     if not failed:
         return
-    rank = group.get_rank()
-    group.destroy_process_group()  # every process stops here: none is left to meet in a collective
     speaker, status = failed[0]
-    if rank == speaker:
-        raise error
+    if group.get_rank() == speaker:
+        _say(error)
+    group.barrier()
+    group.destroy_process_group()  # every process stops here: none is left to meet in a collective
     raise AnotherProcessFailed(status) from None
 
 
