@@ -1,7 +1,8 @@
 """A reward called outside training, by the held-out evaluation or by pass@k, goes through training's checks
 (`hooks/rewards.checked_rewards`) and its watchdog (`hooks/reward_watchdog.py`): NaN or ±inf is one line naming the
 function (or, with nan_rewards='drop', a warning and an unscored completion), an output that is not one number or
-None per completion is one line naming the function, and a reward still running gets its line."""
+None per completion is one line naming the function, a reward still running gets its line, and one still running at
+`reward_timeout` stops the evaluation."""
 
 from __future__ import annotations
 
@@ -65,18 +66,34 @@ def test_a_held_out_reward_still_running_gets_the_watchdogs_line(monkeypatch, ca
     assert line in capsys.readouterr().err
 
 
+def test_a_held_out_reward_that_never_returns_stops_at_the_timeout():
+    answered = threading.Event()
+
+    def dead_scorer(completions, **kwargs):
+        answered.wait()
+        return [1.0] * len(completions)
+
+    try:
+        with pytest.raises(reward_watchdog.RewardTimeoutError, match=r"^reward_timeout: reward function "
+                                                                     r"'dead_scorer' has not returned after 0.2 s "
+                                                                     r"on 3 completions, so the run stops"):
+            evaluate(dead_scorer, reward_timeout=0.2)
+    finally:
+        answered.set()
+
+
 def test_the_cli_evaluation_passes_the_configs_reward_settings(monkeypatch):
     seen = {}
     monkeypatch.setattr(trl_zoo.cli.heldout_accuracy, "greedy_evaluation", lambda *args, **kwargs: seen.update(kwargs))
     heldout = Dataset.from_dict({"prompt": PROMPTS, "answer": ["2", "4", "6"]})
     task_args = SimpleNamespace(eval_batch_size=4, eval_every_steps=1)
     training_args = SimpleNamespace(max_completion_length=2, process_index=0, nan_rewards="drop",
-                                    reward_timeout_warning=7.0)
+                                    reward_timeout_warning=7.0, reward_timeout=30.0)
     callback = trl_zoo.cli.heldout_accuracy.heldout_accuracy_callback(
         heldout, None, tiny.digit_reward, SimpleNamespace(kept=[]), task_args, training_args, print
     )
     callback.evaluate(None)
-    assert (seen["nan_rewards"], seen["reward_timeout_warning"]) == ("drop", 7.0)
+    assert (seen["nan_rewards"], seen["reward_timeout_warning"], seen["reward_timeout"]) == ("drop", 7.0, 30.0)
 
 
 @pytest.mark.parametrize(

@@ -17,13 +17,21 @@ from tests import tiny
 from tests.tiny import make_trainer
 from trl_zoo.cli import main
 from trl_zoo.hooks.checkpoint_integrity import CheckpointError, CorruptCheckpointError
+from trl_zoo.hooks.checkpoint_settings import check_same_settings
 
 
 def lora(r=4):
     return LoraConfig(r=r, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
 
 
-RUNS = {"full": dict(), "lora": dict(peft_config=lora()), "gae": dict(peft_config=lora(), advantage_estimator="gae")}
+RUNS = {
+    "full": dict(),
+    "lora": dict(peft_config=lora()),
+    "gae": dict(peft_config=lora(), advantage_estimator="gae"),
+    # a reference that moves (saved as trl_zoo_reference.pt) and a generation cycle of two steps (checkpoint-1 holds
+    # TRL's buffered batch, trl_zoo_buffer_0.pt)
+    "moved": dict(beta=0.1, sync_ref_model=True, num_iterations=2),
+}
 
 
 def trainer(kind: str, output_dir, **changes):
@@ -33,7 +41,8 @@ def trainer(kind: str, output_dir, **changes):
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """checkpoint-1 and checkpoint-2 of a full fine-tuning run, a LoRA run and a LoRA run with gae's critic."""
+    """checkpoint-1 and checkpoint-2 of a full fine-tuning run, a LoRA run, a LoRA run with gae's critic and a full
+    fine-tuning run with a moving reference and a two-step generation cycle."""
     runs = {}
     for kind in RUNS:
         out = tmp_path_factory.mktemp(kind)
@@ -98,6 +107,20 @@ def test_a_changed_layout_setting_is_refused_naming_it(saved, change):
     assert fix in message
 
 
+def test_a_changed_rank_over_many_modules_names_a_few_of_them():
+    """PEFT's all-linear saves every layer's modules by name (SmolLM2: 210); the line names three and the count."""
+    modules = sorted(f"model.layers.{layer}.{name}" for layer in range(30) for name in ("q_proj", "k_proj", "v_proj"))
+    saved = {"peft_config": {"r": 4, "target_modules": modules}}
+    with pytest.raises(CheckpointError) as caught:
+        check_same_settings("run/checkpoint-2", saved, {"peft_config": {"r": 8, "target_modules": modules}})
+    shown = f"90 modules ({modules[0]}, {modules[1]}, {modules[2]}, …)"
+    assert str(caught.value) == (
+        f"resume_from_checkpoint: run/checkpoint-2 was saved with peft_config LoRA r=4 on {shown}, this run has LoRA "
+        f"r=8 on {shown}: it lays out the saved weights; resume with peft_config LoRA r=4 on {shown}, set in the CLI "
+        f"by --use_peft, --lora_r, --lora_target_modules."
+    )
+
+
 def test_an_estimator_without_a_critic_for_another_resumes(saved, tmp_path):
     run = trainer("lora", copy(saved, "lora", tmp_path), advantage_estimator="rloo")
     run.train(resume_from_checkpoint=True)
@@ -134,6 +157,49 @@ def test_nan_weights_or_optimizer_state_are_refused_naming_the_file(saved, tmp_p
     assert message.endswith(
         f"an earlier complete checkpoint is intact: resume from {out / 'checkpoint-1'}, or delete "
         f"{out / 'checkpoint-2'} and resume from the last."
+    )
+
+
+def first_float_set_to_nan(saved) -> bool:
+    """One value of the first floating-point tensor of a saved nest of dicts and lists set to NaN; whether found."""
+    if torch.is_tensor(saved) and saved.is_floating_point() and saved.numel():
+        saved.view(-1)[0] = math.nan
+        return True
+    values = saved.values() if isinstance(saved, dict) else saved if isinstance(saved, list) else ()
+    return any(first_float_set_to_nan(value) for value in values)
+
+
+@pytest.mark.parametrize("name, step", [("trl_zoo_state.pt", 2), ("trl_zoo_reference.pt", 2),
+                                        ("trl_zoo_buffer_0.pt", 1)])
+def test_nan_in_trl_zoos_own_files_is_refused_naming_the_file(saved, tmp_path, name, step):
+    """Loaded unchecked, each failed the first step in words naming none of them."""
+    out = copy(saved, "moved", tmp_path)
+    path = out / f"checkpoint-{step}" / name
+    state = torch.load(path, weights_only=True)
+    if name == "trl_zoo_state.pt":
+        state["zoo_state"]["kl_coef"] = math.nan  # a float of the algorithm state
+    else:
+        assert first_float_set_to_nan(state)
+    torch.save(state, path)
+    message = refusal(trainer("moved", out), resume=str(path.parent))
+    assert message.startswith(f"resume_from_checkpoint: {path} holds NaN or ±inf (first: ")
+    if name == "trl_zoo_state.pt":
+        assert message.startswith(f"resume_from_checkpoint: {path} holds NaN or ±inf (first: zoo_state.kl_coef); ")
+
+
+@pytest.mark.parametrize("kind, name", [("full", "model.safetensors"), ("lora", "adapter_model.safetensors"),
+                                        ("lora", "trainer_state.json")])
+def test_a_deleted_weights_or_trainer_state_file_is_refused_naming_it(saved, tmp_path, kind, name):
+    """transformers said "Can't find a valid checkpoint" without a weights file, and raised a bare FileNotFoundError
+    without trainer_state.json."""
+    out = copy(saved, kind, tmp_path)
+    checkpoint = out / "checkpoint-2"
+    os.remove(checkpoint / name)
+    message = refusal(trainer(kind, out), resume=str(checkpoint))
+    assert message.startswith(f"resume_from_checkpoint: {checkpoint / name} is missing")
+    assert message.endswith(
+        f"an earlier complete checkpoint is intact: resume from {out / 'checkpoint-1'}, or delete {checkpoint} and "
+        f"resume from the last."
     )
 
 

@@ -1,10 +1,14 @@
 """What is not a reward fails with one line naming the function and the fix: a non-callable entry of reward_funcs
 (at construction), an output that is a scalar, strings or the wrong length, or rewards so large that the group std
-overflows float32 (at the first batch)."""
+overflows float32 (at the first batch). And each function scores the inputs TRL gave, whatever another did to its own
+copy."""
+
+import copy
 
 import pytest
 
 import trl_zoo
+from tests import tiny
 from tests.test_nan_rewards import score_one_batch
 from tests.tiny import make_trainer
 
@@ -56,3 +60,30 @@ def test_numbers_of_any_kind_and_none_pass():
     trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, reward_funcs=mixed)
     output = score_one_batch(trainer)
     assert output["advantages"].shape == (8,)
+
+
+def test_each_reward_function_gets_its_own_copy_of_the_inputs():
+    """TRL hands every function the same lists: a first function that changes them in place must not change what
+    the second scores (nor TRL's logged completions)."""
+    seen = {}
+
+    def rewriting(prompts, completions, completion_ids, answer, **kwargs):
+        seen["first"] = copy.deepcopy((prompts, completions, completion_ids, answer))
+        completions[:] = ["42"] * len(completions)
+        prompts[0] += " (rewritten)"
+        completion_ids[0].clear()
+        answer.reverse()
+        return [0.0] * len(completions)
+
+    def scoring(prompts, completions, completion_ids, answer, **kwargs):
+        seen["second"] = copy.deepcopy((prompts, completions, completion_ids, answer))
+        return [1.0] * len(completions)
+
+    trainer = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, reward_funcs=[rewriting, scoring],
+                           dataset=tiny.prompts_dataset(answers=True))
+    score_one_batch(trainer)
+    prompts, completions, completion_ids, answer = seen["second"]
+    assert seen["second"] == seen["first"]
+    assert completions != ["42"] * 8 and all(completion_ids) and not prompts[0].endswith(" (rewritten)")
+    sums = [str(sum(map(int, prompt.rstrip("=").split("+")))) for prompt in prompts]
+    assert answer == sums  # each row's own answer, not reversed

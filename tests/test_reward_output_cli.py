@@ -2,6 +2,7 @@
 whether the greedy held-out evaluation or a training batch finds it."""
 
 import json
+import threading
 
 import pytest
 
@@ -66,3 +67,29 @@ def test_the_evaluation_checks_the_rewards_output():
     model, tokenizer = tiny.model(), tiny.tokenizer()
     with pytest.raises(RewardOutputError, match=r"^reward 'short_reward': returned 2 values for 3 completions"):
         greedy_accuracy(model, tokenizer, ["1+1=", "2+2=", "3+3="], max_new_tokens=2, reward=short_reward)
+
+
+SCORER_ANSWERS = threading.Event()  # set when the test ends: the stuck call's thread then returns
+
+
+def hangs_in_training(completions, **kwargs):
+    """Right for the evaluation's batches; a training batch of 8 waits for a scorer that never answers."""
+    if len(completions) == 8:
+        SCORER_ANSWERS.wait()
+    return [1.0] * len(completions)
+
+
+def test_a_reward_that_never_returns_is_one_line_and_exit_status_2(tmp_path, capsys):
+    argv = [*run(tmp_path, "hangs_in_training"), "--reward_timeout", "0.5", "--reward_timeout_warning", "0"]
+    capsys.readouterr()
+    try:
+        status = main(argv)
+    finally:
+        SCORER_ANSWERS.set()
+    captured = capsys.readouterr()
+    assert status == 2
+    assert captured.err.strip() == (
+        "trl-zoo train: error: reward_timeout: reward function 'hangs_in_training' has not returned after 0.5 s on 8 "
+        "completions, so the run stops (the call is left running in a background thread); check what it waits for "
+        "(a scorer service, a sandbox), or raise reward_timeout."
+    )

@@ -176,3 +176,81 @@ def test_the_marker_stays_out_of_push_to_hub_and_its_earlier_name_still_marks_a_
     claimed = claim_run_folder(str(earlier), rename=False)
     assert claimed.marker is not None and (earlier / MARKER).exists()
     claimed.release()
+
+
+def link_refusal(path, target) -> str:
+    return (
+        f"output_dir: {path} is a symbolic link (to {target}), and trl_zoo writes a run's files only into the folder "
+        f"itself, never through a link; remove the link, or give --output_dir a folder of its own."
+    )
+
+
+@pytest.mark.parametrize("target_exists", [True, False], ids=["to_a_file", "dangling"])
+def test_a_marker_that_is_a_link_is_refused_and_what_it_points_to_left_as_it_was(tmp_path, capsys, target_exists):
+    """A run folder shared or copied with `_trl_zoo_run -> ~/.bashrc` in it: the run wrote its marker over the
+    file the link points to, outside the folder."""
+    outside = tmp_path / "outside.txt"
+    if target_exists:
+        outside.write_text("not a run's\n")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / MARKER).symlink_to(outside)
+    with pytest.raises(ConfigError) as caught:
+        claim_run_folder(str(folder), rename=False)
+    assert str(caught.value) == link_refusal(folder / MARKER, outside)
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        prepare_run_folder(folder)
+    argv = ["train", *local_sums(tmp_path), *TINY_RL, "--output_dir", str(folder)]
+    capsys.readouterr()  # saving the tiny model may print a progress bar
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"trl-zoo train: error: {link_refusal(folder / MARKER, outside)}\n"
+    assert outside.read_text() == "not a run's\n" if target_exists else not outside.exists()
+
+
+@pytest.mark.parametrize("mode", ["w", "a", "a+", "wb"])
+def test_no_run_file_is_written_through_a_link(tmp_path, mode):
+    from trl_zoo.io.run_files import LinkedRunFileError, open_for_writing, torch_save
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not a run's\n")
+    (tmp_path / "summary.json").symlink_to(outside)
+    with pytest.raises(LinkedRunFileError) as caught:
+        open_for_writing(tmp_path / "summary.json", mode)
+    assert str(caught.value) == link_refusal(tmp_path / "summary.json", outside)
+    with open_for_writing(tmp_path / "own.txt", mode) as handle:  # a plain file: written as open() writes it
+        handle.write(b"ok" if "b" in mode else "ok")
+    assert (tmp_path / "own.txt").read_text() == "ok"
+    with pytest.raises(LinkedRunFileError):
+        torch_save({"step": 1}, tmp_path / "summary.json")
+    assert outside.read_text() == "not a run's\n"
+
+
+def test_the_run_log_and_the_report_are_not_written_through_links(tmp_path):
+    from trl_zoo.cli.report import write_report
+    from trl_zoo.cli.run_log import RunLog, load_run
+    from trl_zoo.cli.run_summary import RunSummary
+    from trl_zoo.io.run_files import LinkedRunFileError
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not a run's\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl.tmp").symlink_to(outside)
+    with pytest.raises(LinkedRunFileError, match=r"metrics\.jsonl\.tmp is a symbolic link"):
+        RunLog(run / "metrics.jsonl")
+    (run / "metrics.jsonl.tmp").unlink()
+    log = RunLog(run / "metrics.jsonl")
+    log.write({"kind": "eval", "step": 0, "heldout_accuracy": 0.5})
+    summary = RunSummary(
+        name="run", loss_type="grpo", task="sums", model="tiny", reward_funcs=("digit_reward",), seed=0, steps=1,
+        accuracy_before=0.5, accuracy_after=0.5, mean_reward_before=0.5, mean_reward_after=0.5, base_policy="tiny",
+        updates_per_batch=1, heldout_size=4, best_accuracy=0.5, best_step=0, train_seconds=1.0, total_seconds=1.0,
+        adapter_dir=str(run),
+    )
+    (run / "summary.json").write_text(json.dumps(summary.to_json()))
+    report = run / "report"
+    report.mkdir()
+    (report / "results.md").symlink_to(outside)
+    with pytest.raises(LinkedRunFileError, match=r"results\.md is a symbolic link"):
+        write_report(report, [load_run(run)])
+    assert outside.read_text() == "not a run's\n"

@@ -24,6 +24,7 @@ This package is the command line; its `__init__` only dispatches, to each comman
               progress.py                  the lines printed while training
               cpu_threads.py             torch's threads on a CPU; `cpu_run_notice.py` what a real model there costs
               disk_errors.py             an unwritable output_dir or a full disk, in one line
+              launch_errors.py           under a launch, an error of one process before training stops all, said once
               run_summary.py             summary.json, the model card (`model_card.py`), the closing lines and
                                        the report
     compare   compare.py               one run per loss and seed, then the report
@@ -52,7 +53,7 @@ import warnings
 from importlib import metadata
 
 from .. import __version__
-from .errors import ConfigError, TrainingInterrupted, one_line
+from .errors import ONE_LINE_ERRORS, AnotherProcessFailed, ConfigError, TrainingInterrupted, error_line, one_line
 
 USAGE = "usage: trl-zoo COMMAND [options]\n\n" + "\n\n".join(__doc__.split("\n\n")[1:3])
 LIST_USAGE = """usage: trl-zoo list
@@ -159,12 +160,14 @@ def main(argv: list[str] | None = None) -> int:
 
             apply_config_env(rest)  # a config file's env: set before the libraries read it (config_env.py)
         return COMMANDS[command](rest)
-    except ConfigError as error:
-        print(f"trl-zoo {command}: error: {one_line(error)}", file=sys.stderr)
+    except ONE_LINE_ERRORS as error:
+        print(error_line(command, error), file=sys.stderr)
         return 2
     except TrainingInterrupted as error:
         print(f"trl-zoo {command}: {one_line(error)}", file=sys.stderr)
         return 130
+    except AnotherProcessFailed as error:  # under a launch: one process has said it (launch_errors.py)
+        return error.status
     except KeyboardInterrupt:
         print(f"trl-zoo {command}: interrupted.", file=sys.stderr)
         return 130

@@ -33,6 +33,7 @@ def heldout_accuracy_callback(
             trainer_state=accuracy_callback.state,  # the trainer's, as TRL hands it to a reward
             nan_rewards=training_args.nan_rewards,  # training's reward checks and watchdog
             reward_timeout_warning=training_args.reward_timeout_warning,
+            reward_timeout=training_args.reward_timeout,
         )
 
     def record(step: int, result: HeldOutResult):

@@ -28,6 +28,7 @@ import json
 import math
 from pathlib import Path
 
+from ..io.run_files import open_for_writing
 from ..tasks.evaluation import format_mean_reward
 from .run_log import (  # noqa: F401  (re-exported: they were this module's before the split)
     METRICS_FILE,
@@ -91,11 +92,11 @@ def markdown_table(runs: list[Run]) -> str:
 
 def _write_records(directory: Path, runs: list[Run]):
     rows = [{"run": run.name, **record} for run in runs for record in run.records]
-    with (directory / "metrics.jsonl").open("w") as handle:
+    with open_for_writing(directory / "metrics.jsonl") as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")
     columns = ["run", "kind", "step"] + sorted({key for row in rows for key in row} - {"run", "kind", "step"})
-    with (directory / "metrics.csv").open("w", newline="") as handle:
+    with open_for_writing(directory / "metrics.csv", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
@@ -145,7 +146,8 @@ def _plot(directory: Path, runs: list[Run]) -> bool:
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize="small")
     figure.tight_layout()
-    figure.savefig(directory / "curves.png", dpi=100)
+    with open_for_writing(directory / "curves.png", "wb") as handle:
+        figure.savefig(handle, format="png", dpi=100)
     plt.close(figure)
 
     figure, axis = plt.subplots(figsize=(6, 4))
@@ -157,7 +159,8 @@ def _plot(directory: Path, runs: list[Run]) -> bool:
     axis.grid(alpha=0.3)
     axis.legend()
     figure.tight_layout()
-    figure.savefig(directory / "heldout_accuracy.png", dpi=100)
+    with open_for_writing(directory / "heldout_accuracy.png", "wb") as handle:
+        figure.savefig(handle, format="png", dpi=100)
     plt.close(figure)
     return True
 
@@ -251,5 +254,6 @@ def write_report(
         f"{curves} Every record: metrics.csv, metrics.jsonl.",
     ]
     path = directory / "results.md"
-    path.write_text("\n\n".join(sections) + "\n")
+    with open_for_writing(path) as handle:
+        handle.write("\n\n".join(sections) + "\n")
     return path

@@ -27,7 +27,9 @@ which use it as it is, on every machine. Launched processes that would not train
 A program that launches runs and writes beside them (a benchmark's log) makes the folder first with
 `prepare_run_folder`: the marker, unlocked, says the folder is meant for a run.
 
-A path that is a file or cannot be written is left to `disk_errors.writable_output_dir`, which says so in one line.
+A path that is a file or cannot be written is left to `disk_errors.writable_output_dir`, which says so in one line. A
+marker that is a symbolic link is refused in one line, never written through (`io/run_files.py`), as every file
+trl_zoo writes into the folder.
 Where `fcntl` is missing (Windows) there is no lock: two runs given one named folder at once are not told apart.
 
 Tests: tests/test_run_folders.py (claims started together, a folder in use, a folder of the user's, a taken default
@@ -44,6 +46,7 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
+from ..io.run_files import LinkedRunFileError, open_for_writing
 from .arguments import ConfigError, next_name
 
 try:
@@ -101,7 +104,7 @@ def prepare_run_folder(folder) -> None:
     program that launches `trl-zoo train --output_dir folder` can write its own files there first (its log, its
     records) and the run still claims it."""
     os.makedirs(folder, exist_ok=True)
-    open(os.path.join(folder, MARKER), "a").close()
+    open_for_writing(os.path.join(folder, MARKER), "a").close()
 
 
 def refuse_other_files(folder: str):
@@ -120,8 +123,11 @@ def refuse_other_files(folder: str):
 
 def lock_marker(folder: str) -> IO:
     """The folder's marker, created if missing, opened and locked, stating this process; ConfigError when another
-    process holds its lock."""
-    marker = open(os.path.join(folder, MARKER), "a+")
+    process holds its lock, or when the marker is a symbolic link (`io/run_files.py`: never written through)."""
+    try:
+        marker = open_for_writing(os.path.join(folder, MARKER), "a+")
+    except LinkedRunFileError as error:
+        raise ConfigError(str(error)) from None
     if fcntl is not None:
         try:
             fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -152,8 +158,9 @@ def holder_text(marker_text: str) -> str:
 
 def shared_run_folder(output_dir: str, rename: bool, resuming: bool, training_args) -> RunFolder:
     """The folder the main process of the launch claimed (`claim_run_folder`), in every process; the main process's
-    refusal, raised in every process. Processes launched together that would each train a run of their own (no GPU
-    and `use_cpu` false: transformers then leaves each process alone) are refused."""
+    refusal (or error), raised in every process (`launch_errors.py` has one of them say it). Processes launched
+    together that would each train a run of their own (no GPU and `use_cpu` false: transformers then leaves each
+    process alone) are refused."""
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched > 1 and training_args.world_size == 1:
         raise ConfigError(
@@ -164,13 +171,15 @@ def shared_run_folder(output_dir: str, rename: bool, resuming: bool, training_ar
         return claim_run_folder(output_dir, rename, resuming)
     from accelerate.utils import broadcast_object_list
 
-    claimed, refusal = None, None
+    claimed, failure, refusal = None, None, None
     if training_args.process_index == 0:
         try:
             claimed = claim_run_folder(output_dir, rename, resuming)
-        except ConfigError as error:
-            refusal = str(error)
+        except Exception as error:  # sent on, so that no process waits for the name in vain
+            failure, refusal = error, str(error)
     path, refusal = broadcast_object_list([claimed and claimed.path, refusal])
+    if failure is not None:
+        raise failure
     if refusal is not None:
         raise ConfigError(refusal)
     return claimed or RunFolder(path, created=False)

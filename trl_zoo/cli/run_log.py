@@ -22,6 +22,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from ..io.run_files import open_for_writing
 from ..numerics import short_repr
 from .arguments import ConfigError
 
@@ -89,13 +90,14 @@ class RunLog:
         self.kept = [record for record in earlier if record["step"] <= resume_step]
         if main_process:
             rewritten = self.path.with_name(self.path.name + ".tmp")
-            rewritten.write_text("".join(json.dumps(record) + "\n" for record in self.kept))
+            with open_for_writing(rewritten) as handle:
+                handle.write("".join(json.dumps(record) + "\n" for record in self.kept))
             os.replace(rewritten, self.path)
 
     def write(self, record: dict):
         if not self.main_process:
             return
-        with self.path.open("a") as handle:
+        with open_for_writing(self.path, "a") as handle:
             handle.write(json.dumps(record) + "\n")
 
 

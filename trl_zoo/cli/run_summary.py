@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.generation_buffer import generation_cycle
+from ..io.run_files import open_for_writing
 from ..tasks.evaluation import format_mean_reward as mean_text
 from ..trainer import training_method
 from .model_card import model_card
@@ -97,7 +98,8 @@ def record_and_report(summary: RunSummary, prepared, task_args, training_args, m
     (`write_report`; a run without a held-out set has none to write)."""
     main_process = prepared.trainer.accelerator.is_main_process  # the run's files are written once
     if main_process:
-        Path(training_args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary.to_json(), indent=2))
+        with open_for_writing(Path(training_args.output_dir, SUMMARY_FILE)) as handle:
+            handle.write(json.dumps(summary.to_json(), indent=2))
         save_model_card(summary, prepared, prepared.trainer, training_args, model_args,
                         builtin_task=task_args.dataset_name is None and not task_args.datasets)
     outcome = "No held-out evaluation" if prepared.accuracy is None else (
@@ -134,7 +136,8 @@ def save_model_card(summary: RunSummary, prepared, trainer, training_args, model
         summary.to_json(), method, paper.get("citation"), settings, adapter=model_args.use_peft,
         heldout_reward=prepared.heldout_reward, builtin_task=builtin_task,
     )
-    card.save(os.path.join(training_args.output_dir, "README.md"))
+    with open_for_writing(os.path.join(training_args.output_dir, "README.md"), newline="") as handle:
+        handle.write(str(card))  # as ModelCard.save writes it, never through a link
 
 
 def base_policy_name(model_path: str) -> str:

@@ -11,7 +11,8 @@
     say where the run starts, train, save the adapter (or model)      here
     write summary.json and the model card, say the outcome, report    run_summary.py
 
-Bad input found while setting up raises `ConfigError` (one line naming the field). Errors during training itself are
+Bad input found while setting up raises `ConfigError` (one line naming the field); under a launch, an error of one
+process before training stops every process, said once (`launch_errors.py`). Errors during training itself are
 not configuration errors and keep their traceback, but for an output_dir that cannot be written and a full disk while
 saving (`disk_errors.py`: one line each).
 
@@ -32,12 +33,14 @@ from ..dataset_values import DatasetValueError
 from ..hooks.checkpoint_integrity import CheckpointError
 from ..hooks.prompt_length import PromptTooLongError
 from ..hooks.resume import interrupted_message as resume_interrupted_message
+from ..hooks.reward_watchdog import RewardTimeoutError
 from ..hooks.rewards import RewardOutputError
 from .arguments import ConfigError, one_line, parse_train_args
 from .cpu_run_notice import notice_for_run
 from .cpu_threads import apply_cpu_threads
 from .disk_errors import raise_if_disk_full, writable_output_dir
-from .errors import TrainingInterrupted
+from .errors import AnotherProcessFailed, TrainingInterrupted
+from .launch_errors import agreed_step
 from .progress import ConciseProgress  # noqa: F401  (re-exported, as the names below: this module's before the split)
 from .resume_checkpoint import (  # noqa: F401
     check_output_dir,
@@ -72,22 +75,25 @@ def run_train(task_args, training_args, model_args, log=print) -> RunSummary:
     it saved a checkpoint removes the output_dir it created, so the next run of the same preset takes its name."""
     parent = os.path.dirname(os.path.abspath(training_args.output_dir))
     parent_created = not os.path.exists(parent)  # e.g. runs/ on a first run: removed too if the run is refused
-    folder = shared_run_folder(  # run_folder.py: claimed by the main process, the same in every process
-        training_args.output_dir, rename=getattr(task_args, "default_output_dir", False),
-        resuming=resume_checkpoint_given(training_args.resume_from_checkpoint), training_args=training_args,
-    )
-    training_args.output_dir = folder.path
-    writable_output_dir(training_args.output_dir)
+    folder = None
     try:
+        with agreed_step():  # launch_errors.py: the folder unwritable for one process stops them all
+            folder = shared_run_folder(  # run_folder.py: claimed by the main process, the same in every process
+                training_args.output_dir, rename=getattr(task_args, "default_output_dir", False),
+                resuming=resume_checkpoint_given(training_args.resume_from_checkpoint), training_args=training_args,
+            )
+            training_args.output_dir = folder.path
+            writable_output_dir(training_args.output_dir)
         return _run_train(task_args, training_args, model_args, log)
-    except ConfigError:
-        if folder.created and os.path.isdir(folder.path) and not get_last_checkpoint(folder.path):
+    except (ConfigError, AnotherProcessFailed):
+        if folder and folder.created and os.path.isdir(folder.path) and not get_last_checkpoint(folder.path):
             shutil.rmtree(folder.path)
             if parent_created and os.path.isdir(parent) and not os.listdir(parent):
                 os.rmdir(parent)
         raise
     finally:
-        folder.release()
+        if folder is not None:
+            folder.release()
 
 
 def _run_train(task_args, training_args, model_args, log=print) -> RunSummary:
@@ -117,7 +123,7 @@ def _before_training(prepared: TrainingSetup, training_args, model_args, log):
         # this sees the model before accelerate prepares it; a fresh run measures in on_train_begin instead)
         try:
             accuracy.measure(prepared.trainer.model, 0, prepared.trainer.state)
-        except RewardOutputError as error:
+        except (RewardOutputError, RewardTimeoutError) as error:
             raise ConfigError(one_line(error)) from None
     elif prepared.checkpoint and accuracy is not None:
         log(f"Held-out greedy accuracy before RL: {accuracy.history[0][1]:.1%} (from the run log).")
@@ -141,8 +147,8 @@ def _train_and_save(prepared: TrainingSetup, training_args) -> float:
         trainer.train(resume_from_checkpoint=prepared.checkpoint)
     except KeyboardInterrupt:  # Ctrl-C: one line saying what was saved, no traceback (the CLI exits 130)
         raise TrainingInterrupted(interrupted_message(trainer.state.global_step, training_args.output_dir)) from None
-    except (PromptTooLongError, RewardOutputError, CheckpointError, DatasetValueError) as error:  # bad input only
-        # training finds (DatasetValueError: a streamed row's value)
+    except (PromptTooLongError, RewardOutputError, RewardTimeoutError, CheckpointError, DatasetValueError) as error:
+        # bad input only training finds (DatasetValueError: a streamed row's value)
         raise ConfigError(one_line(error)) from None
     except Exception as error:  # a full disk while saving a checkpoint: one line (other errors keep their traceback)
         raise_if_disk_full(error, training_args.output_dir, "a checkpoint")
@@ -158,10 +164,8 @@ def _train_and_save(prepared: TrainingSetup, training_args) -> float:
 
 def train_command(argv: list[str]) -> int:
     log = print if os.environ.get("RANK", "0") == "0" else silent  # a launch's processes: its main one speaks
-    try:
+    with agreed_step(config_errors=(ValueError, TypeError)):  # launch_errors.py: a failed process stops them all
         task_args, training_args, model_args = parse_train_args(argv, log)
-    except (ValueError, TypeError) as error:
-        raise ConfigError(one_line(error)) from None
     apply_cpu_threads(training_args.use_cpu)  # as `trl grpo`'s launcher: see cpu_threads.py
     run_train(task_args, training_args, model_args, log)
     leave_process_group()

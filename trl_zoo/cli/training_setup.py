@@ -23,6 +23,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from datasets import IterableDataset
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -33,12 +34,13 @@ from ..tasks.evaluation import HeldOutAccuracyCallback
 from ..trainer import GRPOTrainer
 from .arguments import ConfigError, one_line
 from .heldout_accuracy import heldout_accuracy_callback
+from .launch_errors import agreed_step
 from .policy import check_quantization, load_tokenizer, prepare_policy_loading, resolve_policy
 from .policy_prompts import policy_positions, policy_prompts
 from .progress import ConciseProgress
 from .resume_checkpoint import check_output_dir, checkpoint_step, resume_checkpoint
 from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder
-from .run_rewards import run_rewards
+from .run_rewards import RunRewards, run_rewards
 from .training_data import _load_dataset_splits, column_names
 
 
@@ -60,7 +62,45 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     """Everything up to `trainer.train()`: model, data, rewards, callbacks. Raises ConfigError on bad input.
 
     A resumed run continues its run log: the records up to the checkpoint's step stay, and the held-out accuracy
-    history starts from their evaluations."""
+    history starts from their evaluations. Under a launch, steps 1-8 and the trainer are each agreed on by every
+    process (`launch_errors.py`): a process's error there, its data missing say, stops every process."""
+    with agreed_step(config_errors=(ValueError, TypeError)):
+        inputs = _trainer_inputs(task_args, training_args, model_args, log)
+    accuracy_callback, rewards, heldout = inputs.accuracy, inputs.rewards, inputs.heldout
+    progress = [TrainLogRecorder(inputs.run_log), ConciseProgress(accuracy_callback, log)]
+    with agreed_step(config_errors=(ValueError, TypeError)):  # the trainer's construction may hold collectives
+        trainer = _build_trainer(inputs.model_path, rewards.for_trainer, inputs.train, heldout, inputs.tokenizer,
+                                 inputs.peft_config, [*filter(None, [accuracy_callback]), *progress], training_args,
+                                 model_args)
+    return TrainingSetup(
+        trainer=trainer,
+        accuracy=accuracy_callback,
+        source=inputs.source,
+        model_path=inputs.model_path,
+        heldout_size=0 if heldout is None else len(heldout),
+        reward_names=rewards.listed,
+        heldout_reward=rewards.heldout_reward,
+        checkpoint=inputs.checkpoint,
+    )
+
+
+class _TrainerInputs(NamedTuple):
+    """Steps 1-8's results: what the trainer is built from."""
+
+    checkpoint: str | None
+    rewards: RunRewards
+    train: object
+    heldout: object
+    source: str
+    model_path: str
+    tokenizer: object
+    peft_config: object
+    run_log: RunLog
+    accuracy: HeldOutAccuracyCallback | None
+
+
+def _trainer_inputs(task_args, training_args, model_args, log) -> _TrainerInputs:
+    """Steps 1-8: everything the trainer is built from."""
     check_quantization(model_args)
     checkpoint = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir, log)
     if checkpoint is None:
@@ -80,19 +120,8 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     accuracy_callback = None if heldout is None else heldout_accuracy_callback(
         heldout, tokenizer, rewards.scorer, run_log, task_args, training_args, log
     )
-    progress = [TrainLogRecorder(run_log), ConciseProgress(accuracy_callback, log)]
-    trainer = _build_trainer(model_path, rewards.for_trainer, train, heldout, tokenizer, peft_config,
-                             [*filter(None, [accuracy_callback]), *progress], training_args, model_args)
-    return TrainingSetup(
-        trainer=trainer,
-        accuracy=accuracy_callback,
-        source=source,
-        model_path=model_path,
-        heldout_size=0 if heldout is None else len(heldout),
-        reward_names=rewards.listed,
-        heldout_reward=rewards.heldout_reward,
-        checkpoint=checkpoint,
-    )
+    return _TrainerInputs(checkpoint, rewards, train, heldout, source, model_path, tokenizer, peft_config, run_log,
+                         accuracy_callback)
 
 
 def _training_splits(task, task_args, training_args, model_args, reads: dict[str, str], log):

@@ -46,9 +46,13 @@ class RunFields:
         "config and a flag of `trl-zoo train`, and reads as args.<name>."
     )
     reward_timeout_warning: float = help_field(
-        "Seconds after which a reward function that has not returned gets one line naming it (TRL has no timeout; "
-        "the function is not stopped). 0: no line.",
-        60.0,
+        "Seconds after which a reward function that has not returned gets one line naming it (TRL has no timeout). "
+        "0: no line.",
+        10.0,
+    )
+    reward_timeout: float | None = help_field(
+        "Seconds a reward function may take for one call before the run stops with one line naming it (the call "
+        "runs in a worker thread, which is left running). None (default): no limit.",
     )
 
     def _check_batch_counts(self) -> None:
@@ -100,4 +104,8 @@ class RunFields:
         if self.reward_timeout_warning < 0:  # trl_zoo's, checked with these (hooks/reward_watchdog.py)
             raise ValueError(
                 f"reward_timeout_warning: must be ≥ 0 seconds (0: no line), got {self.reward_timeout_warning}."
+            )
+        if self.reward_timeout is not None and not self.reward_timeout > 0:
+            raise ValueError(
+                f"reward_timeout: must be > 0 seconds (None: no limit), got {self.reward_timeout}; e.g. 300."
             )

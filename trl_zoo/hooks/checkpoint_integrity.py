@@ -10,17 +10,22 @@ identifies each file as whole, never the tensors:
   directory, which sits at the end of the file, so any truncation removes it; an empty file is corrupt too;
 - ``*.json``: parsed whole (``trainer_state.json``, configs; small files).
 
-`check_training_state`: a folder without ``optimizer.pt`` or ``scheduler.pt`` (deleted, or saved with
-``save_only_model``), which transformers resumes from silently with a fresh optimizer and the learning-rate schedule
-from its start. `check_finite_state`, once transformers has loaded the checkpoint: weights or optimizer moments
-overwritten with NaN or ±inf keep the file's size, so only their values tell; a run would die in generation.
+`check_resumable`: a folder without ``trainer_state.json`` (which transformers reads, raising a bare
+FileNotFoundError) or without weights (``model.safetensors``, ``adapter_model.safetensors``, ...: transformers' "Can't
+find a valid checkpoint"). `check_training_state`: a folder without ``optimizer.pt`` or ``scheduler.pt`` (deleted, or
+saved with ``save_only_model``), which transformers resumes from silently with a fresh optimizer and the
+learning-rate schedule from its start. `check_finite_state`, once transformers has loaded the checkpoint: weights or
+optimizer moments overwritten with NaN or ±inf keep the file's size, so only their values tell; a run would die in
+generation. `check_finite_file`: the same of trl_zoo's own files as they are loaded (``trl_zoo_state.pt``, the
+buffered batch ``trl_zoo_buffer_{process}.pt``, ``trl_zoo_reference.pt``), which would fail the first step in words
+naming none of them.
 
 Each raises `CorruptCheckpointError` (a ValueError), one line naming the file, what is wrong and the newest earlier
 ``checkpoint-N`` folder beside it that is complete (has ``trainer_state.json``, the optimizer's and the scheduler's
 state) and intact, if any.
 
 Tests: tests/test_bad_input_more.py (a truncated file names itself and the earlier intact checkpoint, in the API and
-the CLI), tests/test_resume_refusals.py (missing and non-finite files).
+the CLI), tests/test_resume_refusals.py (missing and non-finite files, trl_zoo's own among them).
 """
 
 from __future__ import annotations
@@ -33,9 +38,17 @@ import zipfile
 
 import torch
 from safetensors import safe_open
-from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
+from transformers.trainer import FSDP_MODEL_NAME, OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from transformers.utils import CONFIG_NAME
+from transformers.utils import (
+    ADAPTER_SAFE_WEIGHTS_NAME,
+    ADAPTER_WEIGHTS_NAME,
+    CONFIG_NAME,
+    SAFE_WEIGHTS_INDEX_NAME,
+    SAFE_WEIGHTS_NAME,
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+)
 
 from ..numerics import nonfinite_names
 
@@ -129,7 +142,7 @@ def earlier_intact_checkpoint(folder: str) -> str | None:
         if other and int(other.group(1)) < int(match.group(1)):
             steps[os.path.join(parent, name)] = int(other.group(1))
     for candidate in sorted(steps, key=steps.get, reverse=True):
-        finished = os.path.isfile(os.path.join(candidate, TRAINER_STATE_NAME))
+        finished = os.path.isfile(os.path.join(candidate, TRAINER_STATE_NAME)) and missing_weights(candidate) is None
         if finished and missing_training_state(candidate) is None and first_corrupt_file(candidate) is None:
             return candidate
     return None
@@ -152,6 +165,46 @@ def check_checkpoint(folder: str) -> None:
         path, problem = found
         fix = _earlier_or_afresh(folder)
         raise CorruptCheckpointError(f"resume_from_checkpoint: {path} is corrupt ({problem}); {fix}.")
+
+
+ADAPTER_FILES = (ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME)
+WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME, *ADAPTER_FILES)
+
+
+def missing_weights(folder: str, adapter: bool = False) -> str | None:
+    """The weights' file the checkpoint folder lacks (``adapter_model.safetensors`` for an `adapter`, else
+    ``model.safetensors``) when it holds none of those transformers resumes from (`WEIGHT_FILES`, FSDP's, adapters in
+    sub-folders); None when it holds one."""
+    names = os.listdir(folder)
+    if any(name in WEIGHT_FILES or FSDP_MODEL_NAME in name for name in names):
+        return None
+    for name in names:
+        if any(os.path.isfile(os.path.join(folder, name, adapter_file)) for adapter_file in ADAPTER_FILES):
+            return None
+    return os.path.join(folder, ADAPTER_SAFE_WEIGHTS_NAME if adapter else SAFE_WEIGHTS_NAME)
+
+
+def check_resumable(folder: str, adapter: bool, weights: bool = True) -> None:
+    """Raise CheckpointError when `folder` is not a folder, CorruptCheckpointError when it lacks
+    ``trainer_state.json`` (written last by every save) or, with `weights` (not DeepSpeed's, which keeps its own), the
+    weights (`missing_weights`); one line naming the file."""
+    if not os.path.isdir(folder):
+        raise CheckpointError(
+            f"resume_from_checkpoint: {folder} is not a folder; point it at a checkpoint-N folder, or pass True to "
+            f"resume from the last complete one in output_dir."
+        )
+    state = os.path.join(folder, TRAINER_STATE_NAME)
+    if not os.path.isfile(state):
+        raise CorruptCheckpointError(
+            f"resume_from_checkpoint: {state} is missing (each save writes it last: the save did not finish, or the "
+            f"file was deleted), so transformers cannot tell the step; {_earlier_or_afresh(folder)}."
+        )
+    missing = missing_weights(folder, adapter) if weights else None
+    if missing is not None:
+        raise CorruptCheckpointError(
+            f"resume_from_checkpoint: {missing} is missing, so the checkpoint holds no weights to resume; "
+            f"{_earlier_or_afresh(folder)}."
+        )
 
 
 def missing_training_state(folder: str) -> str | None:
@@ -203,12 +256,28 @@ def first_nonfinite_file(folder: str) -> str | None:
 
 
 def _named_tensors(saved, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
-    """(dotted name, tensor) of every floating-point tensor in a saved nest of dicts."""
+    """(dotted name, tensor) of every floating-point tensor and float in a saved nest of dicts and lists."""
     if torch.is_tensor(saved):
-        return [(prefix, saved)] if saved.is_floating_point() else []
+        return [(prefix.rstrip("."), saved)] if saved.is_floating_point() else []
+    if isinstance(saved, float):
+        return [(prefix.rstrip("."), torch.tensor(saved))]
     if isinstance(saved, dict):
-        return [pair for key, value in saved.items() for pair in _named_tensors(value, f"{prefix}{key}.")]
-    return []
+        items = saved.items()
+    elif isinstance(saved, (list, tuple)):
+        items = enumerate(saved)
+    else:
+        return []
+    return [pair for key, value in items for pair in _named_tensors(value, f"{prefix}{key}.")]
+
+
+def check_finite_file(path: str, saved, folder: str) -> None:
+    """Raise CorruptCheckpointError naming `path` and its first bad entry when `saved`, what was just loaded from it
+    (a nest of dicts, lists, tensors and numbers), holds NaN or ±inf; one host sync."""
+    bad = nonfinite_names(_named_tensors(saved))
+    if bad:
+        raise CorruptCheckpointError(
+            f"resume_from_checkpoint: {path} holds NaN or ±inf (first: {bad[0]}); {_earlier_or_afresh(folder)}."
+        )
 
 
 def check_finite_state(folder: str, model, optimizer) -> None:

@@ -58,12 +58,22 @@ def _differs(name: str, saved: dict, current: dict) -> bool:
     return saved[name] != current[name]
 
 
+SHOWN_MODULES = 3  # target modules spelled out in a line; PEFT's "all-linear" lists every layer's modules by name
+
+
+def _modules(targets: list[str]) -> str:
+    """'q_proj, v_proj', or '14 modules (model.layers.0.mlp.down_proj, ..., …)' beyond `SHOWN_MODULES`."""
+    if len(targets) <= SHOWN_MODULES:
+        return ", ".join(targets)
+    return f"{len(targets)} modules ({', '.join(targets[:SHOWN_MODULES])}, …)"
+
+
 def _shown(name: str, value) -> str:
     if name != "peft_config":
         return repr(value)
     if value is None:
         return "None (full fine-tuning)"
-    return f"LoRA r={value['r']} on {', '.join(value['target_modules'])}"
+    return f"LoRA r={value['r']} on {_modules(value['target_modules'])}"
 
 
 def check_same_settings(checkpoint: str, saved: dict, current: dict, speed_recipe: str | None = None) -> None:

@@ -65,6 +65,7 @@ from trl.models.utils import disable_gradient_checkpointing
 
 from ..advantages.gae import policy_gae
 from ..critic import ValueHead, clipped_value_loss, explained_variance, positive_example_nll, value_targets
+from ..io.run_files import torch_save
 from .generation import ScoredRound, row_chunks
 from .loss_step import PolicyForward
 from .model_inputs import forward_inputs, is_multimodal, loss_mask
@@ -351,7 +352,7 @@ class Critic:
     def save(self, output_dir: str):
         """``critic.pt`` in `output_dir` (created if missing)."""
         os.makedirs(output_dir, exist_ok=True)
-        torch.save(self.state_dict(), os.path.join(output_dir, CRITIC_FILE))
+        torch_save(self.state_dict(), os.path.join(output_dir, CRITIC_FILE))
 
     def load(self, checkpoint: str):
         """The weights of ``critic.pt`` in `checkpoint`, if it has one."""

@@ -26,12 +26,13 @@ true``) takes the newest *complete* ``checkpoint-N`` folder: transformers' ``_sa
 ``trainer_state.json`` last (after the model, optimizer, scheduler and RNG states; this component's files come before
 them all), so a folder without it is a save that was interrupted; it is skipped with a one-line warning.
 
-Before transformers loads anything, the checkpoint's files are checked for truncation and for the optimizer's and
-the scheduler's state, which transformers would silently start afresh without (``hooks/checkpoint_integrity.py``),
-and the saved settings against the run's (``hooks/checkpoint_settings.py``); once it has loaded them, the weights
-and the optimizer state are checked to be finite. Each refusal is one line (`CheckpointError`,
-`CorruptCheckpointError`) naming the file or the setting and the fix, instead of an error deep in torch or
-safetensors, or in generation.
+Before transformers loads anything, the checkpoint is checked for ``trainer_state.json`` and the weights, its files
+for truncation, for the optimizer's and the scheduler's state, which transformers would silently start afresh
+without (``hooks/checkpoint_integrity.py``), ``trl_zoo_state.pt`` for NaN or ±inf, and the saved settings against the
+run's (``hooks/checkpoint_settings.py``); once it has loaded them, the weights and the optimizer state are checked to
+be finite, and so are the buffered batch and the moved reference as this component loads them. Each refusal is one
+line (`CheckpointError`, `CorruptCheckpointError`) naming the file or the setting and the fix, instead of an error
+deep in torch or safetensors, or in generation, or at the first step.
 
 Ctrl-C: a ``KeyboardInterrupt`` during ``train()`` propagates unchanged, after one line on stderr with the step
 reached and the last complete checkpoint (``interrupt_notice = False`` turns the line off for callers that print
@@ -50,10 +51,13 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..config.generation_buffer import inside_generation_cycle
+from ..io.run_files import torch_save
 from .checkpoint_integrity import (
     CheckpointError,
     check_checkpoint,
+    check_finite_file,
     check_finite_state,
+    check_resumable,
     check_training_state,
     missing_rng_state,
 )
@@ -135,19 +139,21 @@ class ResumableState(Component):
                 "trl_step": micro_step(trainer),
                 "settings": layout_settings(trainer),
             }
-            torch.save(state, os.path.join(folder, STATE_FILE))
+            torch_save(state, os.path.join(folder, STATE_FILE))
             if self._reference_has_moved():
                 reference = trainer.accelerator.unwrap_model(trainer.ref_model)
-                torch.save(reference.state_dict(), os.path.join(folder, REFERENCE_FILE))
+                torch_save(reference.state_dict(), os.path.join(folder, REFERENCE_FILE))
         if not generation_due(trainer):  # the next micro-steps train on TRL's buffer
             buffer_path = os.path.join(folder, BUFFER_FILE.format(process=trainer.accelerator.process_index))
-            torch.save(generation_buffer(trainer), buffer_path)
+            torch_save(generation_buffer(trainer), buffer_path)
         inner(model, trial)
 
     def _check_checkpoint(self, checkpoint: str) -> None:
-        """The checks that need no loaded state: truncated files, the optimizer's and scheduler's files (DeepSpeed
-        keeps its own), the layout settings."""
+        """The checks that need no loaded state: trainer_state.json and the weights, truncated files, the optimizer's
+        and scheduler's files (DeepSpeed keeps its own), trl_zoo's state finite, the layout settings."""
         trainer = self.trainer
+        adapter = layout_settings(trainer)["peft_config"] is not None
+        check_resumable(checkpoint, adapter, weights=not trainer.is_deepspeed_enabled)
         check_checkpoint(checkpoint)
         if not trainer.is_deepspeed_enabled:
             check_training_state(checkpoint)
@@ -161,8 +167,10 @@ class ResumableState(Component):
             )
         state_path = os.path.join(checkpoint, STATE_FILE)
         if os.path.isfile(state_path):
-            saved = torch.load(state_path, map_location="cpu", weights_only=True).get("settings", {})
-            check_same_settings(checkpoint, saved, layout_settings(trainer), trainer.args.speed_recipe)
+            state = torch.load(state_path, map_location="cpu", weights_only=True)
+            check_finite_file(state_path, state, checkpoint)
+            settings = state.get("settings", {})
+            check_same_settings(checkpoint, settings, layout_settings(trainer), trainer.args.speed_recipe)
 
     def load_optimizer_and_scheduler(self, inner, checkpoint):
         trainer = self.trainer
@@ -191,10 +199,12 @@ class ResumableState(Component):
                     f"and copy the file in if the process that wrote it ran on another machine."
                 )
             buffer = torch.load(buffer_path, map_location=trainer.accelerator.device, weights_only=True)
+            check_finite_file(buffer_path, buffer, checkpoint)
             set_generation_buffer(trainer, buffer)
         reference_path = os.path.join(checkpoint, REFERENCE_FILE)
         if trainer.ref_model is not None and os.path.isfile(reference_path):
             weights = torch.load(reference_path, map_location=trainer.accelerator.device, weights_only=True)
+            check_finite_file(reference_path, weights, checkpoint)
             trainer.accelerator.unwrap_model(trainer.ref_model).load_state_dict(weights)
 
     def _reference_has_moved(self) -> bool:

@@ -3,6 +3,9 @@
 - Reward shaping: the soft overlong punishment (`trl_zoo/reward_shaping.py`) is appended to the reward functions
   before TRL's constructor runs; DLER's truncation penalty scales the task rewards after TRL's reward call.
 - Checks: a reward function that returns NaN or ±inf is an error (or, on request, its completions drop out); below.
+- Own inputs: each plain reward function gets its own deep copy of the lists TRL's reward call hands every function
+  (prompts, completions, completion_ids, the dataset's columns; `environments` are shared, live objects), so one
+  that changes them in place changes neither what the next function scores nor what TRL logs (TRL shares them).
 - The checked rewards, (rows of the generation batch on all processes, reward functions), reach the layers above in
   the round's `ScoredRound` (`hooks/generation.py`), with their weighted sums `total_rewards()` (every function,
   what the advantages use) and `task_rewards()` (without reward shaping, what dynamic sampling and VAPO's positive
@@ -34,13 +37,14 @@ the group becomes 0 and nothing is learned, silently.
 A reward called outside training (the held-out evaluation, pass@k: `tasks/evaluation.py`'s `call_reward`) goes
 through the same checks, one function's output at a time (`checked_rewards`).
 
-Tests: tests/test_nan_rewards.py (raise or drop), tests/test_reward_checks.py (not a reward, overflow),
+Tests: tests/test_nan_rewards.py (raise or drop), tests/test_reward_checks.py (not a reward, overflow, own inputs),
 tests/test_reward_output_cli.py, tests/test_bad_input_more.py (an all-None batch), tests/test_heldout_reward_checks.py
 (the evaluation and pass@k).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 
@@ -81,9 +85,12 @@ class RewardChecks(Component):
         examples: dict[int, str] = {}
         names = trainer.reward_func_names
         seconds = trainer.args.reward_timeout_warning  # a line names a reward still running then (reward_watchdog.py)
+        timeout = trainer.args.reward_timeout  # and the run stops after this
         recording = [
             fn if isinstance(fn, nn.Module)
-            else watched(_recording(fn, names[column], column, findings, examples), names[column], seconds)
+            else watched(
+                _own_inputs(_recording(fn, names[column], column, findings, examples)), names[column], seconds, timeout
+            )
             for column, fn in enumerate(reward_funcs)
         ]
         with swapped(trainer, "reward_funcs", recording):  # for TRL's reward call only (hooks/trl_access.py)
@@ -239,6 +246,32 @@ def _record(values, name: str, column: int, findings: torch.Tensor, examples: di
         findings[row, column] = 1
         examples.setdefault(column, f"completion {row} got {short_repr(values[row])}")
     return values
+
+
+SHARED_INPUTS = ("environments",)  # live objects a reward acts on, TRL's own: handed over as they are
+
+
+def _own_copies(kwargs: dict) -> dict:
+    """`kwargs` with a deep copy of each list (prompts, completions, completion_ids, the dataset's columns)."""
+    return {key: copy.deepcopy(value) if isinstance(value, list) and key not in SHARED_INPUTS else value
+            for key, value in kwargs.items()}
+
+
+def _own_inputs(fn):
+    """`fn` given its own copies of the lists TRL hands every reward function (`_own_copies`): TRL passes the same
+    lists to each in turn, so a function that changed one in place (stripped a completion, appended to a prompt's
+    messages) changed what the next function scored and what TRL logs. A deep copy is cheap next to generation."""
+    if is_async_callable(fn):
+
+        async def own_inputs_async(*args, **kwargs):
+            return await fn(*args, **_own_copies(kwargs))
+
+        return own_inputs_async
+
+    def own_inputs(*args, **kwargs):
+        return fn(*args, **_own_copies(kwargs))
+
+    return own_inputs
 
 
 def _recording(fn, name: str, column: int, findings: torch.Tensor, examples: dict[int, str]):

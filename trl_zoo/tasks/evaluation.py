@@ -137,17 +137,19 @@ def not_recorded(*args, **kwargs) -> None:
 def call_reward(
     reward: Callable, prompts: list, completions: list, completion_ids: list | None, columns: dict,
     trainer_state=None, nan_rewards: str = "raise", reward_timeout_warning: float = REWARD_TIMEOUT_WARNING,
+    reward_timeout: float | None = None,
 ) -> list[float | None]:
     """`reward` called as TRL's `GRPOTrainer._calculate_rewards` calls a reward function: every argument by keyword
     (`prompts`, `completions`, `completion_ids`, `trainer_state`, `log_extra`, `log_metric` and the dataset's other
     columns), so any signature TRL accepts works here, e.g. `(prompts, completions, **kwargs)`. Outside training
     `trainer_state` is the one given (None: no training state) and the two loggers record nothing.
 
-    As in training, a call still running after `reward_timeout_warning` seconds gets one line naming the function
+    As in training, a call still running after `reward_timeout_warning` seconds gets one line naming the function,
+    one running after `reward_timeout` seconds (None: no limit) raises `RewardTimeoutError`
     (`hooks/reward_watchdog.py`), and the output is checked (`hooks/rewards.checked_rewards`: one number or None per
     completion, NaN and ±inf as `nan_rewards` says); returns floats and None."""
     name = getattr(reward, "__name__", type(reward).__name__)
-    values = watched(reward, name, reward_timeout_warning)(
+    values = watched(reward, name, reward_timeout_warning, reward_timeout)(
         prompts=prompts, completions=completions, completion_ids=completion_ids, trainer_state=trainer_state,
         log_extra=not_recorded, log_metric=not_recorded, **columns,
     )
@@ -208,11 +210,12 @@ def greedy_evaluation(
     trainer_state=None,
     nan_rewards: str = "raise",
     reward_timeout_warning: float = REWARD_TIMEOUT_WARNING,
+    reward_timeout: float | None = None,
 ) -> HeldOutResult:
     """Accuracy and mean reward of the prompts' greedy completions (module docstring). The reward's output is checked
-    as in training (`call_reward`, with the config's `nan_rewards` and `reward_timeout_warning`): an output that is
-    not one number or None per prompt raises `RewardOutputError`, and so does NaN or ±inf unless `nan_rewards` is
-    "drop" (then a warning, and the completion is not scored).
+    as in training (`call_reward`, with the config's `nan_rewards`, `reward_timeout_warning` and `reward_timeout`):
+    an output that is not one number or None per prompt raises `RewardOutputError`, and so does NaN or ±inf unless
+    `nan_rewards` is "drop" (then a warning, and the completion is not scored).
 
     `reward` is called like TRL calls a reward function, by keyword (`call_reward`), with the dataset's other columns
     (e.g. `answer`) in `reward_kwargs`, and `trainer_state` (the training's `TrainerState` at the evaluation, as TRL
@@ -224,7 +227,7 @@ def greedy_evaluation(
         raise ValueError("held-out set: no prompts to evaluate; give a non-empty held-out split.")
     reward_kwargs = reward_kwargs or {}
     reward_call = {"trainer_state": trainer_state, "nan_rewards": nan_rewards,
-                   "reward_timeout_warning": reward_timeout_warning}
+                   "reward_timeout_warning": reward_timeout_warning, "reward_timeout": reward_timeout}
     processes = dist.get_world_size() if across_processes and dist.is_available() and dist.is_initialized() else 1
     if processes == 1:
         rewards = _greedy_rewards(
