@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "trl_zoo"
 
 LAYERS = (
-    ("kernel", ("numerics", "specs", "registry", "dataset_values")),
+    ("kernel", ("numerics", "specs", "registry", "dataset_values", "run_files")),
     ("tables", ("losses", "aggregation", "advantages", "kl", "samplers", "reward_shaping", "critic", "expert_sft")),
     ("config", ("config",)),
     ("hooks", ("hooks",)),

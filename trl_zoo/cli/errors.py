@@ -1,5 +1,5 @@
 """How a command ends early: `ConfigError`, a configuration problem said in one line naming the field (exit status
-2; so is `LinkedRunFileError`, a run file that is a symbolic link, `io/run_files.py`), and `TrainingInterrupted`,
+2; so is `LinkedRunFileError`, a run file that is a symbolic link, `run_files.py`), and `TrainingInterrupted`,
 Ctrl-C during training said in one line (exit status 130), and `AnotherProcessFailed`, under a launch another
 process's error, said by that process (its exit status, no word). Here, apart from the commands, so that `trl-zoo`
 catches them without importing what the commands need.
@@ -7,7 +7,7 @@ catches them without importing what the commands need.
 Tests: tests/test_cli.py (bad configuration, Ctrl-C).
 """
 
-from ..io.run_files import LinkedRunFileError
+from ..run_files import LinkedRunFileError
 
 
 class ConfigError(Exception):

@@ -28,7 +28,7 @@ import json
 import math
 from pathlib import Path
 
-from ..io.run_files import open_for_writing
+from ..run_files import open_for_writing
 from ..tasks.evaluation import format_mean_reward
 from .run_log import (  # noqa: F401  (re-exported: they were this module's before the split)
     METRICS_FILE,

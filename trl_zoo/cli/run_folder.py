@@ -28,7 +28,7 @@ A program that launches runs and writes beside them (a benchmark's log) makes th
 `prepare_run_folder`: the marker, unlocked, says the folder is meant for a run.
 
 A path that is a file or cannot be written is left to `disk_errors.writable_output_dir`, which says so in one line. A
-marker that is a symbolic link is refused in one line, never written through (`io/run_files.py`), as every file
+marker that is a symbolic link is refused in one line, never written through (`run_files.py`), as every file
 trl_zoo writes into the folder.
 Where `fcntl` is missing (Windows) there is no lock: two runs given one named folder at once are not told apart.
 
@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
-from ..io.run_files import LinkedRunFileError, open_for_writing
+from ..run_files import LinkedRunFileError, open_for_writing
 from .arguments import ConfigError, next_name
 
 try:
@@ -123,7 +123,7 @@ def refuse_other_files(folder: str):
 
 def lock_marker(folder: str) -> IO:
     """The folder's marker, created if missing, opened and locked, stating this process; ConfigError when another
-    process holds its lock, or when the marker is a symbolic link (`io/run_files.py`: never written through)."""
+    process holds its lock, or when the marker is a symbolic link (`run_files.py`: never written through)."""
     try:
         marker = open_for_writing(os.path.join(folder, MARKER), "a+")
     except LinkedRunFileError as error:

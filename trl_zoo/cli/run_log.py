@@ -22,8 +22,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ..io.run_files import open_for_writing
 from ..numerics import short_repr
+from ..run_files import open_for_writing
 from .arguments import ConfigError
 
 METRICS_FILE = "metrics.jsonl"

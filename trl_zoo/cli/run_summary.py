@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.generation_buffer import generation_cycle
-from ..io.run_files import open_for_writing
+from ..run_files import open_for_writing
 from ..tasks.evaluation import format_mean_reward as mean_text
 from ..trainer import training_method
 from .model_card import model_card

@@ -65,7 +65,7 @@ from trl.models.utils import disable_gradient_checkpointing
 
 from ..advantages.gae import policy_gae
 from ..critic import ValueHead, clipped_value_loss, explained_variance, positive_example_nll, value_targets
-from ..io.run_files import torch_save
+from ..run_files import torch_save
 from .generation import ScoredRound, row_chunks
 from .loss_step import PolicyForward
 from .model_inputs import forward_inputs, is_multimodal, loss_mask

@@ -51,7 +51,7 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..config.generation_buffer import inside_generation_cycle
-from ..io.run_files import torch_save
+from ..run_files import torch_save
 from .checkpoint_integrity import (
     CheckpointError,
     check_checkpoint,
