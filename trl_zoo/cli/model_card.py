@@ -34,7 +34,7 @@ def _hub_id(name: str | None) -> str | None:
 
 
 def model_card(summary: dict, method: str, citation: str | None, settings: dict, adapter: bool,
-               heldout_reward: str, builtin_task: bool) -> ModelCard:
+               heldout_reward: str | None, builtin_task: bool) -> ModelCard:
     """The card of a finished run. `summary` is the run's summary.json, `method` and `citation` the trainer's
     `_name` and `_paper["citation"]`, `settings` the rows of the settings table (name -> value)."""
     base_model = _hub_id(summary["model"])
