@@ -358,7 +358,7 @@ def test_compare_two_losses_writes_table_csv_and_png(tmp_path, capsys):
             assert image.format == "PNG" and image.size[0] > 100
 
 
-def test_report_names_the_winner_and_tabulates_last_values(tmp_path):
+def test_report_names_the_highest_run_and_tabulates_last_values(tmp_path):
     def run(name, accuracies, rewards, seconds):
         records = [{"kind": "eval", "step": step, "heldout_accuracy": acc} for step, acc in accuracies]
         records += [
@@ -377,7 +377,8 @@ def test_report_names_the_winner_and_tabulates_last_values(tmp_path):
     # "—": these summaries, like older runs', record no mean reward
     assert "| grpo | grpo | 50.0% | 70.0% | 80.0% (10) | — | 0.6 | 0.5 | 3 | 0.01 | 30.0 |" in text
     assert "| dapo | dapo | 50.0% | 75.0% | 75.0% (20) | — | 0.5 | 0.5 | 3 | 0.01 | 20.0 |" in text
-    assert "**dapo won** (highest final held-out accuracy): 75.0% final, 75.0% best, against grpo's 70.0%" in text
+    assert ("**No winner on one seed**: dapo ended highest (the highest final held-out accuracy): 75.0% final, 75.0% "
+            "best, against grpo's 70.0%") in text
 
 
 def fake_training(finals: dict, before: dict, commands: list):
