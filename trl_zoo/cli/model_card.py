@@ -39,16 +39,22 @@ def _hub_id(name: str | None) -> str | None:
     return name
 
 
+def _base(summary: dict) -> tuple[str | None, str, str, str | None]:
+    """(hub id or None, how the card names the base model, the expression that loads it, the packaged model's short
+    name or None): a packaged model by its hub id and short name, any other by what the run was given."""
+    packaged = packaged_model_name(summary["model"])
+    if packaged is None:
+        return _hub_id(summary["model"]), summary["base_policy"], f'"{summary["model"]}"', None
+    hub_id = PACKAGED_MODELS[packaged].hub_id
+    named = f"{hub_id} (trl_zoo's packaged `{packaged}`: its GGUF file, dequantized)"
+    return hub_id, named, f'policy_path("{packaged}")', packaged
+
+
 def model_card(summary: dict, method: str, citation: str | None, settings: dict, adapter: bool,
                heldout_reward: str | None, builtin_task: bool) -> ModelCard:
     """The card of a finished run. `summary` is the run's summary.json, `method` and `citation` the trainer's
     `_name` and `_paper["citation"]`, `settings` the rows of the settings table (name -> value)."""
-    packaged = packaged_model_name(summary["model"])
-    base_model = PACKAGED_MODELS[packaged].hub_id if packaged else _hub_id(summary["model"])
-    base_policy = (
-        f"{base_model} (trl_zoo's packaged `{packaged}`: its GGUF file, dequantized)" if packaged
-        else summary["base_policy"]
-    )
+    base_model, base_policy, base_path, packaged = _base(summary)
     dataset = None if builtin_task else _hub_id(summary["task"])
     loss = summary["loss_type"]
     metadata = ModelCardData(
@@ -63,7 +69,6 @@ def model_card(summary: dict, method: str, citation: str | None, settings: dict,
     rows = {"base model": base_policy, "data": summary["task"],
             "reward functions": ", ".join(f"`{name}`" for name in summary["reward_funcs"]), **settings}
     table = "\n".join(["| setting | value |", "|---|---|", *(f"| {key} | {value} |" for key, value in rows.items())])
-    base_path = f'policy_path("{packaged}")' if packaged else f'"{summary["model"]}"'
     load = (
         f'base = AutoModelForCausalLM.from_pretrained({base_path})\n'
         f'model = PeftModel.from_pretrained(base, "{summary["adapter_dir"]}")'

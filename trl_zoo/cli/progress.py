@@ -1,5 +1,5 @@
 """The lines `trl-zoo train` prints while it trains (`ConciseProgress`), in place of transformers' printer and
-progress bar: one line per logging step, and one per TRL evaluation; when a step is slow (over SLOW_STEP_SECONDS, a
+progress bar: one line per logging step, and one per TRL evaluation; when a step is slow (over `slow_step_seconds`, a
 real model on a CPU), one more as each next step begins, so that a step of minutes is not minutes of silence.
 
 Tests: tests/test_cli_messages.py (the step a held-out value was measured at), tests/test_heldout_mean_reward.py,
@@ -15,13 +15,13 @@ from transformers import TrainerCallback
 from ..tasks.evaluation import HeldOutAccuracyCallback, HeldOutResult
 from ..tasks.evaluation import format_mean_reward as mean_text
 
-SLOW_STEP_SECONDS = 30.0  # a step longer than this gets a line as the next one begins
-
 
 class ConciseProgress(TrainerCallback):
     """One line per logging step: step, sampled reward, latest held-out accuracy and mean reward with the step they
     were measured at, elapsed time. The trainer also logs the last step, so a run shorter than logging_steps (or not
     a multiple of it) shows and records its end."""
+
+    slow_step_seconds = 30.0  # a step longer than this gets a line as the next one begins
 
     def __init__(self, accuracy_callback: HeldOutAccuracyCallback | None, log=print):
         self.accuracy_callback = accuracy_callback
@@ -35,7 +35,7 @@ class ConciseProgress(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.step_started = time.perf_counter()
-        if self.last_step_seconds is not None and self.last_step_seconds > SLOW_STEP_SECONDS:
+        if self.last_step_seconds is not None and self.last_step_seconds > self.slow_step_seconds:
             self.log(f"  step {state.global_step + 1:>4}/{state.max_steps}  generating, then training (step "
                      f"{state.global_step} took {self.last_step_seconds:.0f} s)")
 
