@@ -1,6 +1,7 @@
 """`trl-zoo` end to end: train on the built-in task and on local data, list, compare, and bad configuration."""
 
 import csv
+import dataclasses
 import json
 import re
 import subprocess
@@ -20,6 +21,7 @@ from trl_zoo import LOSSES, TABLES
 from trl_zoo.cli import COMMANDS, main
 from trl_zoo.cli.arguments import TaskArguments, make_train_parser, parse_train_args
 from trl_zoo.cli.report import Run, write_report
+from trl_zoo.cli.reward_names import REWARDS
 from trl_zoo.cli.train_help import GROUP_ORDER, TRL_MODEL_GROUP, TRL_SCRIPT_GROUP, TRL_TRAINING_GROUP, own_fields
 from trl_zoo.config import GRPOConfig
 from trl_zoo.tasks import ADDITION
@@ -61,7 +63,7 @@ def test_list_shows_every_plugin_with_description_and_source(capsys):
     for block in capsys.readouterr().out.strip().split("\n\n"):
         header, *rows = block.splitlines()
         sections[header] = rows
-    assert list(sections) == [f"{name} ({len(table.names())})" for name, table in TABLES.items()]
+    assert list(sections)[:len(TABLES)] == [f"{name} ({len(table.names())})" for name, table in TABLES.items()]
     for (header, rows), table in zip(sections.items(), TABLES.values()):
         entry_rows = [row for row in rows if not row.split()[0].startswith("--")]
         assert [row.split()[0] for row in entry_rows] == table.names()
@@ -70,6 +72,26 @@ def test_list_shows_every_plugin_with_description_and_source(capsys):
             fields = getattr(entry.spec, "fields", ())
             below = rows[rows.index(row) + 1:][:len(fields)]
             assert [line.split()[:2] for line in below] == [[f"--{f.name}", str(f.default)] for f in fields]
+
+
+def test_list_shows_the_reward_functions_and_reward_shaping_after_the_tables(capsys):
+    assert main(["list"]) == 0
+    blocks = [block.splitlines() for block in capsys.readouterr().out.strip().split("\n\n")]
+    sections = {header: rows for header, *rows in blocks}
+    assert list(sections)[len(TABLES):] == ["reward functions (4, --reward_funcs)", "reward shaping (3)"]
+    functions = sections["reward functions (4, --reward_funcs)"]
+    assert [row.split()[0] for row in functions[:-1]] == list(REWARDS)  # every name --reward_funcs takes of trl_zoo's
+    assert "label-free" in functions[3] and functions[-1].startswith("  also: a name in TRL's reward registry")
+    flags = [row.split()[0] for row in sections["reward shaping (3)"]]
+    assert flags == ["--overlong_buffer_length", "--truncation_penalty", "--mask_truncated_completions"]
+    assert {flag[2:] for flag in flags} <= {field.name for field in dataclasses.fields(GRPOConfig)}
+
+
+def test_compare_help_says_trains_flags_apply(capsys):
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Every other flag is a `trl-zoo train` flag (`trl-zoo train --help` lists them" in out
 
 
 def test_list_shows_a_plugins_fields_with_default_and_range(capsys):
@@ -358,7 +380,7 @@ def test_compare_two_losses_writes_table_csv_and_png(tmp_path, capsys):
             assert image.format == "PNG" and image.size[0] > 100
 
 
-def test_report_names_the_winner_and_tabulates_last_values(tmp_path):
+def test_report_names_the_highest_run_and_tabulates_last_values(tmp_path):
     def run(name, accuracies, rewards, seconds):
         records = [{"kind": "eval", "step": step, "heldout_accuracy": acc} for step, acc in accuracies]
         records += [
@@ -377,7 +399,8 @@ def test_report_names_the_winner_and_tabulates_last_values(tmp_path):
     # "—": these summaries, like older runs', record no mean reward
     assert "| grpo | grpo | 50.0% | 70.0% | 80.0% (10) | — | 0.6 | 0.5 | 3 | 0.01 | 30.0 |" in text
     assert "| dapo | dapo | 50.0% | 75.0% | 75.0% (20) | — | 0.5 | 0.5 | 3 | 0.01 | 20.0 |" in text
-    assert "**dapo won** (highest final held-out accuracy): 75.0% final, 75.0% best, against grpo's 70.0%" in text
+    assert ("**No winner on one seed**: dapo ended highest (the highest final held-out accuracy): 75.0% final, 75.0% "
+            "best, against grpo's 70.0%") in text
 
 
 def fake_training(finals: dict, before: dict, commands: list):

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import types
 
 import pytest
 
-from trl_zoo.cli import cpu_run_notice, main
-from trl_zoo.cli.cpu_run_notice import evaluation_count
+from trl_zoo.cli import cpu_run_notice, main, progress
+from trl_zoo.cli.cpu_run_notice import EARLY_END_SHARE, estimated, evaluation_count, time_range
+from trl_zoo.cli.progress import ConciseProgress
 from trl_zoo.tasks import evaluation
 from trl_zoo.tasks.evaluation import EvaluationProgress, greedy_evaluation
 
@@ -40,10 +42,13 @@ def test_a_real_model_on_the_cpu_gets_a_notice_with_measured_numbers(tmp_path, m
     start = next(i for i, line in enumerate(out) if line.startswith("No GPU found: training a "))
     assert "M-parameter model on the CPU (" in out[start]
     estimate = out[start + 1]
-    assert re.match(r"^Estimate: ~[\d.]+ s and ~[\d.]+ GB per step \(8 completions of up to 4 tokens\), ~[\d.]+ s "
-                    r"and ~[\d.]+ GB per held-out evaluation \(12 prompts, 3 evaluations\); the run ~[\d.]+ s\. "
-                    r"Measured just now on this model: 8 greedy tokens for 2 and for 8 prompts", estimate), estimate
-    assert "an upper estimate" in estimate
+    span = r"[\d.]+–[\d.]+ (s|min)"
+    assert re.match(rf"^Estimate: {span} and about [\d.]+ GB peak per step \(8 completions of up to 4 tokens\), "
+                    rf"{span} and about [\d.]+ GB peak per held-out evaluation \(12 prompts, 3 evaluations\); the "
+                    rf"run {span}\. Measured just now on this model: 8 greedy tokens for 2 and for 8 prompts",
+                    estimate), estimate
+    assert "the upper end with every completion at full length, the lower with them ending at 0.4 of it" in estimate
+    assert "the peak memory 1.3x what was sampled" in estimate
     assert out[start + 2].startswith("Smaller: fewer --max_steps; a smaller held-out set (--num_heldout N)")
     assert "or a GPU." in out[start + 2]
     assert start < next(i for i, line in enumerate(out) if line.startswith("Training with"))
@@ -80,3 +85,26 @@ def test_evaluation_count_matches_the_callbacks_schedule():
     assert evaluation_count(200, 50) == 5  # 0, 50, 100, 150, 200
     assert evaluation_count(7, 5) == 3  # 0, 5, 7
     assert evaluation_count(200, 50, resumed_at=100) == 2  # 150, 200
+
+
+def test_times_are_a_range_from_early_ends_to_full_length_rounded_outwards():
+    # chat_arithmetic's two steps: 26 min estimated at full length, 12 min measured
+    assert estimated(26 * 60) == "10–30 min" and EARLY_END_SHARE * 26 < 12 < 26
+    assert time_range(100, 250) == "1–5 min"
+    assert time_range(12.3, 30.2) == "12–31 s"
+    assert time_range(0.44, 1.12) == "0.4–1.2 s"
+
+
+def test_a_slow_step_gets_a_line_as_the_next_one_begins(monkeypatch):
+    clock = iter([0.0, 0.0, 0.0, 280.0, 280.0, 285.0, 285.0, 290.0])  # built, train begins, each step's begin, end
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    lines = []
+    printer = ConciseProgress(None, lines.append)
+    state = types.SimpleNamespace(global_step=0, max_steps=3)
+    control = types.SimpleNamespace(should_log=False)
+    printer.on_train_begin(None, state, control)
+    for _ in range(3):  # steps of 280 s, then 5 s
+        printer.on_step_begin(None, state, control)
+        state.global_step += 1
+        printer.on_step_end(None, state, control)
+    assert lines == ["  step    2/3  generating, then training (step 1 took 280 s)"]  # none after the 5 s step

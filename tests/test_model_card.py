@@ -1,11 +1,14 @@
 """The model card TRL writes on `save_model` names the loss, advantage estimator and sampler the run used and
-cites their papers, instead of TRL's fixed "GRPO (DeepSeekMath)"."""
+cites their papers, instead of TRL's fixed "GRPO (DeepSeekMath)"; a packaged model's card names its hub id."""
 
 from pathlib import Path
+
+import pytest
 
 import trl_zoo
 from tests.tiny import make_trainer
 from tests.trl_internals import training_method
+from trl_zoo.cli.model_card import model_card
 
 
 def test_model_card_names_and_cites_the_run_s_loss_estimator_and_sampler(tmp_path):
@@ -85,3 +88,32 @@ def test_the_saved_adapter_has_the_real_card_with_checkpoints(tmp_path):
     card, summary = card_run(tmp_path, "--save_strategy", "steps", "--save_steps", "1")
     assert (tmp_path / "run" / "checkpoint-1").is_dir()
     assert_real_card(card, summary)
+
+
+def packaged_summary(tmp_path, folder: str) -> dict:
+    """A finished run's summary.json whose policy is a dequantized checkpoint in the cache (`folder` under gguf/)."""
+    model = str(tmp_path / "cache" / "gguf" / folder)
+    return {"name": "run", "loss_type": "grpo", "task": "chat_arithmetic", "model": model, "base_policy": model,
+            "reward_funcs": ["final_number"], "seed": 0, "steps": 40, "accuracy_before": 0.156, "accuracy_after": 0.75,
+            "best_accuracy": 0.756, "best_step": 30, "heldout_size": 500, "adapter_dir": "run"}
+
+
+@pytest.mark.parametrize("short_name, folder, hub_id", [
+    ("smollm2-135m-instruct", "SmolLM2-135M-Instruct.Q4_1-91424000", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+    ("gemma3-270m", "gemma-3-270m-q4_k_m-253114016", "google/gemma-3-270m"),
+])
+def test_a_packaged_models_card_names_its_hub_id_and_no_cache_path(tmp_path, short_name, folder, hub_id):
+    summary = packaged_summary(tmp_path, folder)
+    card = str(model_card(summary, "trl_zoo's GRPOTrainer", None, {}, adapter=True, heldout_reward="final_number",
+                          builtin_task=True))
+    assert f"base_model: {hub_id}\n" in card
+    assert f"A LoRA adapter for {hub_id} (trl_zoo's packaged `{short_name}`: its GGUF file, dequantized)" in card
+    assert f'base = AutoModelForCausalLM.from_pretrained(policy_path("{short_name}"))' in card
+    assert f'AutoTokenizer.from_pretrained(policy_path("{short_name}"))' in card
+    assert str(tmp_path) not in card and "gguf/" not in card
+
+
+def test_a_folder_that_only_looks_like_a_packaged_one_keeps_its_path(tmp_path):
+    summary = packaged_summary(tmp_path, "SmolLM2-135M-Instruct.Q4_1-latest")  # not <file stem>-<size>
+    card = str(model_card(summary, "m", None, {}, adapter=True, heldout_reward="final_number", builtin_task=True))
+    assert "base_model:" not in card and f'from_pretrained("{summary["model"]}")' in card

@@ -7,6 +7,7 @@ import ast
 import inspect
 import pathlib
 import re
+import subprocess
 import sys
 import textwrap
 import types
@@ -321,6 +322,61 @@ def test_a_drifted_newer_trl_stops_the_trainers_construction_in_one_line(monkeyp
     assert "\n" not in message and message.startswith("trl_zoo relies on TRL's GRPOTrainer._generate(self, prompts)")
     assert "installed TRL 1.19.0" in message and "tested with TRL 1.16.x" in message
     assert not [warning for warning in caught if "is installed and trl_zoo is tested" in str(warning.message)]
+
+
+# ---------------------------------------------------------------------- a trl.GRPOTrainer not TRL's own
+# What `import unsloth` does to TRL (unsloth/models/rl.py): a module of its own compiled cache, named after the class,
+# defines UnslothGRPOTrainer, and trl.GRPOTrainer, trl.trainer.GRPOTrainer and trl.trainer.grpo_trainer.GRPOTrainer are
+# rebound to it; its compute_loss is Unsloth's own and never calls TRL's _compute_loss.
+UNSLOTH_STAND_IN = """
+import sys, types
+import trl, trl.trainer, trl.trainer.grpo_trainer
+sys.modules["unsloth"] = types.ModuleType("unsloth")
+compiled = types.ModuleType("UnslothGRPOTrainer")
+sys.modules["UnslothGRPOTrainer"] = compiled
+class UnslothGRPOTrainer(trl.trainer.grpo_trainer.GRPOTrainer):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        raise AssertionError("Unsloth's loss")
+UnslothGRPOTrainer.__module__ = compiled.__name__
+compiled.UnslothGRPOTrainer = UnslothGRPOTrainer
+trl.GRPOTrainer = trl.trainer.GRPOTrainer = trl.trainer.grpo_trainer.GRPOTrainer = UnslothGRPOTrainer
+"""
+
+
+def test_trl_zoo_imported_after_unsloth_refuses_its_trainer_in_one_line():
+    """In a subprocess: the rebinding would stay in this one. The refusal comes at import, where the base is bound."""
+    code = UNSLOTH_STAND_IN + textwrap.dedent("""
+        try:
+            from trl_zoo import GRPOTrainer
+        except Exception as error:
+            print(type(error).__name__, str(error))
+        else:
+            print("imported", [cls.__module__ + "." + cls.__qualname__ for cls in GRPOTrainer.__mro__])
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent,
+                            check=True)
+    assert result.stdout.strip() == (
+        "TRLDriftError trl.GRPOTrainer is not TRL's own class but UnslothGRPOTrainer.UnslothGRPOTrainer (unsloth, "
+        "imported before trl_zoo, rebinds it): trl_zoo's GRPOTrainer subclasses TRL's and runs its losses in TRL's "
+        "_compute_loss, which that class's compute_loss never calls, so trl_zoo's loss_type would be ignored; import "
+        "trl_zoo before unsloth, or do not import unsloth in a trl_zoo run."
+    )
+
+
+def test_trls_own_trainer_passes_and_another_class_is_named_by_module_and_name():
+    assert trl_access.replaced_trainer(TRLGRPOTrainer) is None
+    assert TRLSeams.__mro__[1] is TRLGRPOTrainer  # trl_zoo imported first: its layers stand on TRL's own class
+
+    class GRPOTrainer(TRLGRPOTrainer):  # TRL's name, another module: still not TRL's own class
+        pass
+
+    line = trl_access.replaced_trainer(GRPOTrainer)
+    assert line.startswith(
+        f"trl.GRPOTrainer is not TRL's own class but {__name__}.{GRPOTrainer.__qualname__} (another library rebound "
+        f"it): trl_zoo's GRPOTrainer subclasses TRL's"
+    )
+    with pytest.raises(TRLDriftError, match=r"^trl\.GRPOTrainer is not TRL's own class"):
+        trl_access.check_trainer_class(GRPOTrainer)
 
 
 # ---------------------------------------------------------------------- swaps

@@ -19,10 +19,14 @@ turn rewards r_i is (0, …, 0, R_i), the sparse setting of the paper's ALFWorld
 Without tool replies every completion is one turn from its prompt: Â = (1 + ω) · Â^E.
 
 Where the paper and the reference code (verl-agent's `gigpo/core_gigpo.py`) differ or leave a choice, this reads:
-- the episode group's mean (and std) over its trajectories, one value each: the paper's Eq. 3 and the reference's
-  `compute_mean_std_cross_steps=False`. The reference's other setting weighs each trajectory by its number of turns
-  (a batch row there is one turn); the two agree when every trajectory has the same number of turns.
-- F: "mean_norm" by default, the reference's default configuration and its ALFWorld script; the paper allows both.
+- the episode group's mean (and std) over its trajectories, one value each: the paper's Eq. 3, not the reference.
+  The reference's `episode_norm_reward` has a flag for that (`compute_mean_std_cross_steps=False`), but
+  `compute_gigpo_outcome_advantage` never passes it, so the reference always weighs a trajectory by its number of
+  turns (a batch row there is one turn). The two agree when every trajectory has the same number of turns and F = 1
+  ("mean_norm"); with "mean_std_norm" the std of K copies of each value is not the std of the values (unbiased: the
+  count n·K − 1 against n − 1), so even then they differ.
+- F: "mean_norm" by default, the default of the reference's `compute_gigpo_outcome_advantage`; the authors' ALFWorld
+  scripts run "mean_std_norm" (mean and std), and the paper allows both.
 - γ = 0.95 and ω = 1, the paper's and the reference scripts' values.
 - anchor states compared exactly (the reference's default; its similarity-based grouping is not offered).
 - a group (or anchor group) whose values are all equal, a group of one included, gets exactly 0 (the reference
@@ -51,7 +55,8 @@ FIELDS = (
                 "GiGPO: discount γ of the turn returns G_k = Σ γ^(k'−k) r_k' (paper: 0.95).", low=0, high=1),
     PluginField("gigpo_mode", str, "mean_norm",
                 "GiGPO: 'mean_norm' subtracts the group's (and anchor group's) mean; 'mean_std_norm' also divides by "
-                "the std + advantage_epsilon (the reference's two modes; its default: mean_norm).",
+                "the std + advantage_epsilon (the reference's two modes; its function's default: mean_norm, its "
+                "ALFWorld scripts': mean_std_norm).",
                 choices=("mean_norm", "mean_std_norm")),
 )
 

@@ -1,7 +1,8 @@
 """`trl-zoo`: train, list, compare.
 
     trl-zoo train [--config configs/X.yaml] [--field value ...]     (no arguments: the offline quickstart)
-    trl-zoo list                                                    every plugin table: name, description, paper
+    trl-zoo list                                                    every plugin table: name, description, paper;
+                                                                    the reward functions and reward shaping
     trl-zoo compare --losses grpo,dapo [--report_dir DIR] [train flags ...]
 
 `trl-zoo COMMAND --help` shows a command's options; `trl-zoo --version` the version.
@@ -32,6 +33,7 @@ This package is the command line; its `__init__` only dispatches, to each comman
               verdict.py, report.py    the verdict on the runs; the report
               config_env.py            a config file's `env:`, applied before the libraries read it
               one_gpu.py               one GPU without a launcher
+    list      listed_rewards.py        the reward functions and reward shaping it shows after the tables
               errors.py                the errors a command ends with
 
 A command's modules are imported when it runs: `--help` and `--version` import no library, `list` torch alone (the
@@ -60,7 +62,8 @@ LIST_USAGE = """usage: trl-zoo list
 
 Every plugin table (losses, aggregations, advantage estimators, KL estimators, samplers, plugins included): each
 entry's name, one-line description and source paper, and under it the entry's own hyperparameters (flag, default,
-allowed range; `trl-zoo train --help` has their full help)."""
+allowed range; `trl-zoo train --help` has their full help). Then the built-in reward functions (--reward_funcs) and
+the fields that shape rewards."""
 
 
 def package_version() -> str:
@@ -83,6 +86,7 @@ def list_command(argv: list[str]) -> int:
     if argv:
         raise ConfigError(f"list: takes no arguments, got {' '.join(argv)}.")
     from ..registry import TABLES
+    from .listed_rewards import listed_rewards
 
     for table_name, table in TABLES.items():
         entries = table.entries()
@@ -94,6 +98,7 @@ def list_command(argv: list[str]) -> int:
             for plugin_field in getattr(entry.spec, "fields", ()):
                 print(f"      {field_line(plugin_field)}")
         print()
+    print(listed_rewards())
     return 0
 
 

@@ -35,7 +35,9 @@ def _compare_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="trl-zoo compare",
         allow_abbrev=False,  # "--seed" is a train flag, not a prefix of "--seeds"
-        description="Train one run per loss (same task, model and seed; or several seeds) and compare.",
+        description="Train one run per loss (same task, model and seed; or several seeds) and compare. Every other "
+        "flag is a `trl-zoo train` flag (`trl-zoo train --help` lists them: --task, --max_steps, --dataset_name, "
+        "...) and applies to every run.",
     )
     parser.add_argument("--losses", required=True, help="Comma-separated loss names or YAML config paths.")
     parser.add_argument("--report_dir", default=None, help="Where runs and the report go (default runs/compare).")

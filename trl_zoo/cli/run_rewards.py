@@ -5,12 +5,14 @@ greedy held-out evaluation.
 
 As `trl grpo`: the reward model (if any) first, then the reward functions (`--reward_funcs`, resolved by
 `reward_names.py`; by default the built-in task's reward, or exact_match with a dataset). The held-out scorer is the
-first function that reads the completions (never a label-free one, majority_vote), else exact_match. A function that
-reads a column the dataset lacks is refused in one line (`check_columns`); the null-reward control shuffles the
-training rewards (`shuffled`).
+first function that reads the completions (never a label-free one, majority_vote), else exact_match; with
+`num_heldout 0` there is no held-out evaluation and no scorer, so a label-free run (TTRL's majority_vote) needs no
+`answer` column. A function that reads a column the dataset lacks is refused in one line (`check_columns`); the
+null-reward control shuffles the training rewards (`shuffled`).
 
 Tests: tests/test_trl_grpo_fields.py (a reward reading a missing column), tests/test_chat_arithmetic.py (the
-null-reward control), tests/test_model_card.py (the held-out scorer named), tests/test_reward_paths.py.
+null-reward control), tests/test_model_card.py (the held-out scorer named), tests/test_reward_paths.py,
+tests/test_majority_vote.py (a label-free run on prompts alone).
 """
 
 from __future__ import annotations
@@ -30,21 +32,24 @@ class RunRewards:
 
     names: tuple[str, ...]  # the reward functions' names, as given (the reward model's is `model`)
     functions: tuple[Callable, ...]  # what the trainer calls, in the order of `names`
-    scorer: Callable  # scores the greedy held-out evaluation
+    scorer: Callable | None  # scores the greedy held-out evaluation; None: there is none (num_heldout 0)
     model: str | None  # reward_model_name_or_path
 
     @property
     def reads(self) -> dict[str, str]:
         """The dataset columns the rewards read, each with the first reward that reads it (the values checked)."""
-        readers = [*zip(self.names, self.functions), ("exact_match (the held-out evaluation's scorer)", self.scorer)]
+        readers = [*zip(self.names, self.functions)]
+        if self.scorer is not None:
+            readers.append(("exact_match (the held-out evaluation's scorer)", self.scorer))
         return {column: name for name, function in reversed(readers) for column in read_columns(function)}
 
     def check_columns(self, columns) -> None:
         """A one-line ConfigError when a reward (or the held-out scorer) reads a column the dataset lacks."""
         for name, function in zip(self.names, self.functions):
             check_reward_columns(name, function, columns)
-        if self.scorer not in self.functions:
-            check_reward_columns("exact_match (the greedy held-out evaluation's scorer)", self.scorer, columns)
+        if self.scorer is not None and self.scorer not in self.functions:
+            scorer = "exact_match (the greedy held-out evaluation's scorer; --num_heldout 0 evaluates none)"
+            check_reward_columns(scorer, self.scorer, columns)
 
     def shuffled(self, seed: int, log=print) -> RunRewards:
         """The null-reward control's rewards: each function's outputs permuted across each batch; the held-out
@@ -65,8 +70,10 @@ class RunRewards:
         return tuple(filter(None, [self.model, *self.names]))
 
     @property
-    def heldout_reward(self) -> str:
-        """The name of the function that scores the held-out evaluation."""
+    def heldout_reward(self) -> str | None:
+        """The name of the function that scores the held-out evaluation; None without one."""
+        if self.scorer is None:
+            return None
         return self.names[self.functions.index(self.scorer)] if self.scorer in self.functions else "exact_match"
 
 
@@ -76,4 +83,5 @@ def run_rewards(task_args, max_completion_length: int | None, log=print) -> RunR
     default_reward = get_task(task_args.task).reward_name if builtin else "exact_match"
     names = task_args.reward_funcs or ([] if task_args.reward_model_name_or_path else [default_reward])
     functions = tuple(resolve_reward(name, max_completion_length, log) for name in names)
-    return RunRewards(tuple(names), functions, heldout_scorer(functions), task_args.reward_model_name_or_path)
+    scorer = None if task_args.num_heldout == 0 else heldout_scorer(functions)
+    return RunRewards(tuple(names), functions, scorer, task_args.reward_model_name_or_path)

@@ -54,7 +54,7 @@ class TrainingSetup:
     model_path: str  # the base policy: model_name_or_path or the bootstrapped tiny policy's directory
     heldout_size: int
     reward_names: tuple[str, ...]
-    heldout_reward: str  # the reward function that scores the greedy held-out evaluation
+    heldout_reward: str | None  # the reward function that scores the greedy held-out evaluation (None: none)
     checkpoint: str | None  # the checkpoint folder the run resumes from, None for a fresh run
 
 

@@ -1,9 +1,10 @@
 """The verdict on finished runs: which run or loss won, and whether that is told apart from noise.
 
-The verdict separates signal from noise. With one seed the winner has the highest final held-out accuracy (a tie
-goes to the higher best accuracy; runs equal on both are tied), and the verdict adds that one seed cannot separate
-losses whose gap is below the seed-to-seed spread, and whether the gap at least exceeds the held-out evaluation
-noise, 1.96 * sqrt(p1 (1 - p1) / N + p2 (1 - p2) / N) for accuracies p on N prompts (`eval_noise_sentence`).
+The verdict separates signal from noise. With one seed it names no winner: it says which run ended highest (the
+highest final held-out accuracy, a tie going to the higher best accuracy; runs equal on both are tied), that one
+seed cannot separate losses whose gap is below the seed-to-seed spread, and whether the gap at least exceeds the
+held-out evaluation noise, 1.96 * sqrt(p1 (1 - p1) / N + p2 (1 - p2) / N) for accuracies p on N prompts
+(`eval_noise_sentence`).
 With several seeds per loss, losses are ranked by mean final accuracy, and the first is compared with each other
 loss paired by seed (`PairedDifference`): d_s = acc_first(s) - acc_other(s) over the seeds both finished (one seed
 gives both losses the same base policy), 95% CI = mean(d) +- t_{0.975, n-1} * sd(d) / sqrt(n). "significant" only
@@ -100,10 +101,11 @@ def winner_sentence(runs: list[Run]) -> str:
             f"best held-out accuracy; {winner.name} was the fastest of them."
         )
     tied = winner.final_accuracy == runner_up.final_accuracy
-    reason = "tied on final accuracy, ahead on best accuracy" if tied else "highest final held-out accuracy"
+    reason = "tied on final accuracy, ahead on best accuracy" if tied else "the highest final held-out accuracy"
     return (
-        f"**{winner.name} won** ({reason}): {winner.final_accuracy:.1%} final, {winner.best[0]:.1%} best, against "
-        f"{runner_up.name}'s {runner_up.final_accuracy:.1%} (all from {winner.summary['accuracy_before']:.1%})."
+        f"**No winner on one seed**: {winner.name} ended highest ({reason}): {winner.final_accuracy:.1%} final, "
+        f"{winner.best[0]:.1%} best, against {runner_up.name}'s {runner_up.final_accuracy:.1%} (all from "
+        f"{winner.summary['accuracy_before']:.1%})."
     )
 
 

