@@ -209,7 +209,7 @@ def test_a_marker_that_is_a_link_is_refused_and_what_it_points_to_left_as_it_was
 
 @pytest.mark.parametrize("mode", ["w", "a", "a+", "wb"])
 def test_no_run_file_is_written_through_a_link(tmp_path, mode):
-    from trl_zoo.io.run_files import LinkedRunFileError, open_for_writing, torch_save
+    from trl_zoo.run_files import LinkedRunFileError, open_for_writing, torch_save
 
     outside = tmp_path / "outside.txt"
     outside.write_text("not a run's\n")
@@ -229,7 +229,7 @@ def test_the_run_log_and_the_report_are_not_written_through_links(tmp_path):
     from trl_zoo.cli.report import write_report
     from trl_zoo.cli.run_log import RunLog, load_run
     from trl_zoo.cli.run_summary import RunSummary
-    from trl_zoo.io.run_files import LinkedRunFileError
+    from trl_zoo.run_files import LinkedRunFileError
 
     outside = tmp_path / "outside.txt"
     outside.write_text("not a run's\n")
