@@ -8,8 +8,10 @@ micro-batches of `--micro_batch` completions, `--steps` optimizer steps of `trai
 Measured:
 - `step_s`: mean of TRL's logged `step_time` over the steps after the first two (the first records or compiles;
   with an even `--steps` and two optimizer steps per generation batch the mean covers whole generation cycles);
-- `generation_s`: seconds inside TRL's `_generate_single_turn` (the decoding, merge and restore included) per
-  optimizer step, over the same steps; `generation_share` = generation_s / step_s;
+- `generation_s`: seconds inside TRL's `_generate_single_turn` (the decoding, merge and restore included; with vLLM
+  the weight sync and vLLM's generation) per optimizer step, over the same steps; `generation_share` = generation_s /
+  step_s; `sync_s`: the weight sync into vLLM per optimizer step (inside generation_s; contenders `trl_vllm`,
+  `zoo_vllm`, whose peaks include vLLM's pool of 0.3 of the card);
 - `train_peak_gib`: the peak GPU memory allocated outside the decoding (old log-probs, loss, backward, optimizer),
   `generation_peak_gib` the peak inside it, measured apart by resetting torch's peak counter around each decoding;
 
