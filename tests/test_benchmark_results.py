@@ -120,6 +120,7 @@ STUDIES: dict[str, tuple[str, list[str]]] = {
     "2026-11-27-h100x4-time-to-target-cuda-graph": time_to_target_study("graph_kept_alive/records.jsonl"),
     "2026-11-27-h100x4-time-to-target-lora-graphed": time_to_target_study(),
     "2026-11-28-h200-size-ladder": ("README.md", ["ladder.jsonl"]),
+    "2026-12-02-h200-vllm": ("README.md", ["results.jsonl"]),
     "2026-11-29-h200-step-profile": ("README.md", ["profile.jsonl"]),
 }
 
