@@ -28,13 +28,9 @@ token_sum_over_max_length   Σ_{i∈p} T_i / (B · T_max)         each token 1/(
 sequence_sum                Σ_{i∈p} T_i / B                   each completion's token sum, 1/B
 ==========================  ================================  ===========================================
 
-With equal groups (n_p = G) sequence_mean is GRPO's (1/P) Σ_p (1/G) Σ_{i∈p}; with unequal groups it is not a mean
-over prompts: a group of 8 weighs 4× a group of 2. On-policy the gradient of log π(y_{i,t}) is Â_i·m_{i,t} times
-the row's weight (1/(B·T_i) for sequence_mean, 1/Σ_j T_j for the token means), so a prompt pushes by
-Σ_{i∈p} |Â_i| × weight: with GRPO's advantages of one right answer among n (Â = (n−1)/√n and −1/√n, unbiased std
-1/√n, ε = 0), Σ |Â_i| = 2(n − 1)/√n = √2, 3, 7/√2 for n = 2, 4, 8 — the group of 8 pushes 3.5× the group of 2
-under sequence_mean. No normaliser here weighs prompts equally (1/(P · n_p) per completion); the group sizes are
-the sampler's budget.
+With equal groups (n_p = G) sequence_mean is GRPO's (1/P) Σ_p (1/G) Σ_{i∈p}; with unequal groups no normaliser here
+weighs prompts equally (1/(P · n_p) per completion): the group sizes are the sampler's budget (how hard each group
+then pushes: docs/formulas.md, "Aggregation with groups of unequal size").
 
 Tests: tests/test_parity.py (TRL's normalisers, with gradient accumulation), tests/test_losses_math.py,
 tests/test_numerics.py and tests/test_losses_extreme.py (every loss under every aggregation),

@@ -2,15 +2,12 @@
 package registers its estimators on import: adding an estimator is adding one file here (and its test); what the
 estimators share (`AdvantageInputs`, group statistics, whitening, GDPO's per-reward form) is in `base.py`.
 
-An estimator is a pure function ``estimator(inputs: AdvantageInputs, args) -> Tensor`` of the rewards of a
-whole generation batch (all processes). Rewards come as N = P·G values, P groups of G = num_generations
-consecutive completions of the same prompt. It returns per-completion advantages (N,) or per-token advantages
-(N, T). ``args`` is the trainer's config (any object with ``advantage_std_unbiased``, ``advantage_epsilon`` and
-``scale_rewards``). A NaN reward marks an unscorable completion: it is left out of every baseline and its
-advantage comes back NaN (the trainer turns it into 0).
-
-With R_i the rewards of one group, mean and std over that group (std unbiased or population per
-``advantage_std_unbiased``), ε = ``advantage_epsilon``, l_i the completion lengths:
+An estimator is a pure function ``estimator(inputs: AdvantageInputs, args) -> Tensor`` of the rewards of a whole
+generation batch (all processes), N = P·G values, P groups of G = num_generations consecutive completions of one
+prompt; it returns per-completion (N,) or per-token (N, T) advantages. ``args`` is the trainer's config (any object
+with ``advantage_std_unbiased``, ``advantage_epsilon``, ``scale_rewards``). A NaN reward (unscorable) is left out of
+every baseline and its advantage comes back NaN (the trainer turns it into 0). With R_i the rewards of one group,
+mean and std over it (std unbiased or not per ``advantage_std_unbiased``), ε = ``advantage_epsilon``, l_i lengths:
 
 ========================  ===============================================================  ==========================
 name                      Â_i                                                              source
@@ -29,28 +26,17 @@ optimal_baseline          R_i − Σ_j ‖s_j‖² R_j / Σ_j ‖s_j‖²       
 gae                       Â_{i,t} = GAE(γ, λ)_{i,t} of the critic's V(s_t), whitened         GAE, arXiv:1506.02438
 a2po                      R_i − V*(x_i), V* = β₁ ln mean_k exp(r_k/β₁) over reference      A*-PO, arXiv:2505.20686
                           samples' rewards r_k (the dataset column reference_rewards)
-gigpo                     Â_{i,t} = Â^E_i + ω Â^S_{i,k(t)}: the group's episode advantage    GiGPO, arXiv:2505.10978
-                          plus that of turn k's discounted return among the group's
-                          turns from the same state (multi-turn rollouts, `Turns`)
-mt_grpo                   Â_{i,t} = Â^O_i + λ [t in turn 0] Â^T_i: the outcome's group      MT-GRPO, arXiv:2505.11821
-                          advantage plus that of the tool-calling turn's reward on its
-                          tokens (two-turn rollouts, `Turns`)
+gigpo                     Â_{i,t} = Â^E_i + ω Â^S_{i,k(t)}: episode advantage plus turn    GiGPO, arXiv:2505.10978
+                          k's among the group's turns from the same state (`Turns`)
+mt_grpo                   Â_{i,t} = Â^O_i + λ [t in turn 0] Â^T_i: outcome advantage plus  MT-GRPO, arXiv:2505.11821
+                          the tool-calling turn's on its tokens (two-turn rollouts, `Turns`)
 ========================  ===============================================================  ==========================
 
-Groups of unequal size: with ``AdvantageInputs.group_sizes`` = (n_1, …, n_P), group p is n_p consecutive rows and
-"the group" above is i's own group: its mean and std are over its n_p rows (GRPO's unbiased std ÷ (n_p − 1)),
-RLOO leaves one out of n_p, the weighted baselines sum over n_p. A group of one has Â = 0 (GRPO: std 0, as TRL
-for num_generations=1), except for RLOO, which has no other completion: NaN, zeroed by the trainer. The batch-level
-estimators (reinforce, reinforce_batch_baseline, reinforce_pp, grpo with scale_rewards="batch") do not see groups
-and are unchanged. Every estimator of the table takes ``group_sizes``; none refuses it.
-
-whiten_batch(x) = (x − mean x) / (std x + ε) over every completion token of the batch (REINFORCE++'s global
-normalisation), or over the completions when no mask is given. The KL terms are only there with
-``kl_placement="reward"``; there ``R_i`` already is R_i − β Σ_t KL_{i,t} for every estimator (the penalty passes
-through the baseline), and REINFORCE++ distributes it as a return-to-go per token.
-
-‖s_j‖², the score's squared norm in logit space, and why b* minimises the variance: `optimal_baseline.py`.
-Each file's docstring has its estimator's formula.
+whiten_batch(x) = (x − mean x) / (std x + ε) over every completion token of the batch, or over the completions
+without a mask. The KL terms are there only with ``kl_placement="reward"``, where every estimator's R_i already is
+R_i − β Σ_t KL_{i,t}. Groups of unequal size (``AdvantageInputs.group_sizes``): every estimator takes them, its group
+statistics over i's own group (docs/formulas.md, "Groups of unequal size"). Each file's docstring has its formula
+(‖s_j‖², the score's squared norm in logit space, and why b* minimises the variance: `optimal_baseline.py`).
 """
 
 import importlib

@@ -11,32 +11,22 @@ advantage goes to every token, the turn advantage to the first turn's:
 means and stds over i's group (every rollout of the prompt, of either kind; std unbiased or not per
 `advantage_std_unbiased`, ε = `advantage_epsilon`), λ = `mt_grpo_turn_advantage_coef` (the reference's
 `turn_advantage_coef`, 1). The turns come from TRL's multi-turn layout (`AdvantageInputs.turns`, `hooks/turns.py`):
-turn 0 is the model's reply before the tool reply, turn 1 the one after it; tool replies and padding get 0.
+turn 0 is the model's reply before the tool reply (every tool reply counts, an error reply included), turn 1 the one
+after it; tool replies and padding get 0. R_i is the trajectory's reward (the reward functions' weighted sum, as
+every estimator's); r_i is the environment's reward of turn 0, the first entry of its `turn_rewards` list (0 without
+the list, for a rollout that called no tool and whose environment listed nothing, or for a row with no trained
+token, as in gigpo).
 
-The reference code (SiliangZeng/Multi-Turn-RL-Agent, `verifiers/trainers/mt_grpo_env_trainer.py`,
-`_assign_advantages`) scores a rollout with two lists of reward functions: turn reward functions (did the tool run,
-did its result hold the answer) and outcome reward functions (the answer's correctness and format). Here:
-- the outcome reward is R_i, the trajectory's reward (the reward functions' weighted sum, as every estimator's);
-- the turn reward r_i is the environment's reward of turn 0, the first entry of its `turn_rewards` list (the
-  environment judges the tool call it answered; 0 without the list, or for a rollout that called no tool and whose
-  environment listed nothing; a row with no trained token counts with 0, as in gigpo). An environment that gives
-  the answer's turn a reward of its own (a second entry other than 0) is refused: MT-GRPO's answer is scored by the
-  reward functions alone.
-- the reference's combined reward of a rollout without a tool result (its turn and outcome reward functions summed
-  with their weights) is R_i + r_i.
-- the reference's "turn before the first result" (the tokens before the first environment message holding
-  `<result>`) is turn 0: every tool reply counts as a result, an error reply included.
+A group whose values are all equal (a group of one included) gets exactly 0; an unscorable reward (NaN R_i, or a
+None turn reward) is left out of every mean, and the tokens whose advantage it enters are NaN (the trainer turns them
+into 0). Without turn rewards (every r_i = 0) Â^T = 0 and Â^C = Â^O: MT-GRPO is GRPO. Without tool replies every
+rollout is one turn: Â = Â^C.
 
-Where the paper and the reference code leave a choice, this reads:
-- two turns at most: the reference gives each rollout one turn reward and runs its tool environment with two
-  assistant turns (`max_steps=2`); a rollout with more turns is refused in one line naming TRL's
-  `max_tool_calling_iterations=1`, which bounds a rollout to two turns (one round of tool calls).
-- λ multiplies the turn advantage (the reference's `outcome_adv + turn_advantage_coef · turn_adv`).
-- a group whose values are all equal (a group of one included) gets exactly 0 (the reference divides the float
-  residue by 1e-4); an unscorable reward (NaN R_i, or a None turn reward) is left out of every mean, and the tokens
-  whose advantage it enters are NaN (the trainer turns them into 0).
-Without turn rewards (every r_i = 0) Â^T = 0 and Â^C = Â^O: MT-GRPO is GRPO. Without tool replies every rollout is
-one turn: Â = Â^C.
+Refused, in one line each: a rollout of more than two turns (naming TRL's `max_tool_calling_iterations=1`, which
+bounds a rollout to one round of tool calls), and an environment that gives the answer's turn a reward of its own
+(a second `turn_rewards` entry other than 0: MT-GRPO's answer is scored by the reward functions alone). How this
+reads the reference code (SiliangZeng/Multi-Turn-RL-Agent) where the paper leaves a choice: docs/algorithms.md,
+"Two-turn tool use".
 
 Tests: tests/test_mt_grpo.py (a transcription of the reference's advantage assignment on random batches, the closed
 form of a two-turn environment through the trainer, the refused settings and rollouts).

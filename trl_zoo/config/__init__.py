@@ -30,13 +30,10 @@ One file a concern, each a dataclass of its fields with the checks of those fiel
     generation_buffer.py  TRL's generation-buffer rule and old-log-prob condition in the config's numbers (read by
                           generation_speed.py's checks and by the door, hooks/trl_access.py)
 
-The built-in losses, estimators and samplers declare their own fields in their own files (`PluginField`s in their
-specs, in `trl_zoo/losses/`, `trl_zoo/advantages/` and `trl_zoo/samplers/`), made ordinary fields of `GRPOConfig` by
-`fields.py`; their type and choices are checked whenever the config is built, their range when their entry is chosen.
-
-A third party's loss, estimator or sampler declares its fields the same way; their values live in `plugin_args`,
-`GRPOConfig(my_field=3)` and `args.my_field` work, and `trl-zoo train` makes a flag and a YAML key of each
-(`cli/arguments.py`).
+Losses, estimators and samplers declare their fields in their specs (`PluginField`): the built-in entries' become
+ordinary fields of `GRPOConfig` (`fields.py`), a third party's live in `plugin_args` (`GRPOConfig(my_field=3)` and
+`args.my_field` work); their type and choices are checked whenever the config is built, their range when their entry
+is chosen, and `trl-zoo train` makes a flag and a YAML key of each (docs/architecture.md, "Plugin hyperparameters").
 
 Tests: tests/test_validation.py (every impossible setting, plugin fields), tests/test_table_fields.py (the built-in
 entries' fields), tests/test_hyperparameter_ranges.py (NaN, ±inf, inert clips).

@@ -1,4 +1,4 @@
-"""`speed_recipe`: one field that sets the measured single-GPU LoRA speed-ups together.
+"""`speed_recipe`: one field that sets the single-GPU LoRA speed-ups together.
 
 The fields a recipe sets are ordinary config fields; the recipe only fills them in before TRL derives its batch
 sizes (`GRPOConfig.__post_init__`), so the config a run prints and saves shows them.
@@ -19,9 +19,8 @@ off-policy (TRL's clipped importance ratio); "lora_graphed" also records the dec
 on a first run (for long or repeated runs; transformers >= 5.24 and bf16 or fp16). What each costs and gives (time
 to TRL's accuracy, × TRL's, peak memory): docs/benchmarks.md, "Time to a target", one row of its table each.
 
-On a CPU, "lora_compiled" warns in one line that torch's compile (about a minute before the first generation batch,
-for steps of a second on a small model) does not pay there, and names "lora"; "lora_graphed" compiles nothing (its
-decode step runs eagerly on a CPU).
+On a CPU, "lora_compiled" warns in one line that torch's compile does not pay there, and names "lora";
+"lora_graphed" compiles nothing (its decode step runs eagerly on a CPU).
 
 A value the user gives for `steps_per_generation` or `generation_batch_size` wins; the recipe's other fields are set.
 A recipe that cannot work stops at the refusals of the fields it set, and those name the recipe and say "unset

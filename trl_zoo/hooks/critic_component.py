@@ -5,48 +5,35 @@ The critic takes one of two forms (``critic_model``):
 
 - ``"adapter"`` (default for a PEFT policy): a second LoRA adapter, ``"value"``, with the policy adapter's
   configuration, plus a scalar head V = w·h + b on the backbone's last hidden state. The value pass switches the
-  active adapter with peft's ``set_adapter`` (no weights are copied) and runs the backbone only, never the LM head.
-  peft's ``set_adapter`` also freezes every inactive adapter; the trainable flags of the policy and the critic are
-  restored after each switch. Gradient checkpointing is turned off for the value pass: its recomputation would run
-  in the backward, when the policy adapter is active again.
+  active adapter with peft's ``set_adapter`` (no weights are copied) and runs the backbone only, never the LM head;
+  the trainable flags of the policy and the critic, which ``set_adapter`` changes, are restored after each switch.
+  Gradient checkpointing is off for the value pass (its recomputation would run when the policy adapter is active).
 - ``"head"`` (the fallback for a model without PEFT): an MLP head (one hidden layer) on the policy's own last hidden
-  states, *detached*: the value regression never moves the policy, so the policy objective stays PPO's and the
-  trust region is not bypassed by a critic gradient. The hidden states are those of the loss's policy forward
-  (`PolicyForward.hidden_states`, kept by a forward hook on the backbone: no extra forward); the rows that forward
-  skipped (``skip_zero_advantage``) get theirs from a no-grad backbone pass over those rows only, and value
-  pre-training, which runs no policy forward, from a no-grad pass over the micro-batch.
+  states, *detached*, so the value regression never moves the policy. The hidden states are those of the loss's
+  policy forward (`PolicyForward.hidden_states`, a forward hook on the backbone: no extra forward); the rows that
+  forward skipped (``skip_zero_advantage``) and value pre-training (no policy forward) take a no-grad backbone pass.
 
-Why the adapter is the default for PEFT policies: it is a critic with a representation of its own, as PPO's and
-VAPO's separate value model is, while a head on detached policy features is a probe whose inputs drift as the
-policy trains. Its price (benchmarks/critic_overhead.py; docs/benchmarks.md, "Critic overhead"): more than the
-head's in the loss's forward and backward, trainable parameters and activations, about the same in generation and
-scoring (both add one no-grad backbone pass). With real LLMs the autoregressive generation dominates a step, so the
-adapter's extra backbone forward and backward per micro-batch weighs less than on the tiny model measured.
-
-Either way the value loss reaches only the critic's parameters (the value adapter and head, or the head), and the
-policy loss only the policy's: the critic adds no gradient to the policy and the policy none to the critic.
+Why the adapter is the default for a PEFT policy, and what it costs: docs/algorithms.md, "A learned critic". Either
+way the value loss reaches only the critic's parameters and the policy loss only the policy's.
 
 Per generation round the critic gives ``old_values`` V_old (B, T) from a no-grad value pass (`old_values`), which
 the estimator reads as ``AdvantageInputs.values`` over the global batch, and, from what the estimator saw, the
 value targets ``value_targets`` (Monte-Carlo λ = 1 during value pre-training) and, for VAPO's positive-example loss,
 ``positive_example`` (task reward > threshold) per row (`add_value_targets`). Per micro-batch its loss (`loss`) is
 ``value_coef`` × the clipped value loss plus ``vapo_positive_nll_coef`` × the positive-example NLL (on the log-probs
-of the loss's policy forward), each a micro-batch token mean divided by the gradient-accumulation steps like the
-trainer's other auxiliary terms.
+of the loss's policy forward), each a micro-batch token mean divided by the gradient-accumulation steps.
 
-The head is registered as a submodule of the model (``trl_zoo_value_head``), so gradient clipping and the logged
-grad norm cover it (the clip norm is global over policy and critic, as in PPO implementations with one optimizer).
-The critic's parameters form their own optimizer group (``value_learning_rate``, or learning_rate), added to the
-trainer's optimizer and scheduled with it (`add_param_groups`). Its weights are saved as ``critic.pt`` (`save`,
-`load`). Several processes: DDP only; the critic's parameters are kept out of DDP (the value passes run outside the
-wrapped forward), every process starts from rank 0's weights, and their gradients are averaged once per optimizer
-step, before clipping (`average_gradients`). DeepSpeed and FSDP shard the parameters and are refused.
+The head is a submodule of the model (``trl_zoo_value_head``), so gradient clipping (global over policy and critic,
+as in PPO implementations with one optimizer) and the logged grad norm cover it. The critic's parameters form their
+own optimizer group (``value_learning_rate``, or learning_rate), scheduled with the trainer's (`add_param_groups`),
+and are saved as ``critic.pt`` (`save`, `load`). Several processes: DDP only; the critic's parameters are kept out
+of DDP, every process starts from rank 0's weights and their gradients are averaged once per optimizer step, before
+clipping (`average_gradients`). DeepSpeed and FSDP shard the parameters and are refused.
 
 Logged: ``critic/value_loss``, ``critic/clip_fraction``, ``critic/value_mean`` (per micro-batch), and per generation
 round ``critic/explained_variance`` (1 − Var(R̂ − V_old)/Var(R̂), the critic before this batch against its new
-targets), ``critic/return_mean``, ``critic/gae_mean`` and ``critic/gae_std`` (token advantages before whitening;
-the advantages component logs them after), ``critic/value_warmup`` (1 during value pre-training), and
-``vapo/positive_nll``, ``vapo/positive_fraction`` with the positive-example loss.
+targets), ``critic/return_mean``, ``critic/gae_mean`` and ``critic/gae_std`` (token advantages before whitening),
+``critic/value_warmup`` (1 during value pre-training), and ``vapo/positive_nll``, ``vapo/positive_fraction``.
 
 Tests: tests/test_critic.py (value passes, targets, the clipped value loss, gradient separation, critic.pt),
 tests/test_critic_multiprocess.py (DDP gradient averaging across two processes).

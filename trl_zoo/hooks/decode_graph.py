@@ -21,8 +21,7 @@ at its own counter (`cumulative_length`, a device tensor advanced in place), so 
 the eager forward would. A capture costs one eager step and one recording (no torch.compile and its compile time);
 `generate` builds a new static cache each call, so each call captures once; when `generate` returns, the graph, its
 memory pool and its hold on the static cache are released (`install` wraps the model's `generate`), so neither
-the loss step nor a held-out evaluation carries decoding memory. (Kept alive, they raised the real-model task's
-training peak from 3.75 to 5.36 GiB.)
+the loss step nor a held-out evaluation carries decoding memory (docs/architecture.md, "Decoding").
 
 What the graph reads at replay — the weights, the LoRA factors, the cache — it reads from the tensors it recorded,
 so optimizer updates, the merge of `merge_adapter_for_generation` (written in place) and autocast
@@ -209,8 +208,8 @@ class GraphedDecodeStep:
         return output
 
     def _side_stream(self) -> torch.cuda.Stream:
-        """One side stream for every warm-up and capture: cuBLAS keeps a workspace per stream (PyTorch's default: 32
-        MiB on Hopper GPUs), so a new stream per generation batch would hold one more workspace each time."""
+        """One side stream for every warm-up and capture: cuBLAS keeps a workspace per stream, so a new
+        stream per generation batch would hold one more workspace each time."""
         if self._stream is None:
             self._stream = torch.cuda.Stream()
         return self._stream

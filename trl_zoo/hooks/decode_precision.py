@@ -18,22 +18,12 @@ The adapter's own parameters (the trainable `lora_` tensors) stay in their dtype
 floating-point buffers (the rotary frequencies) are left as they are, as when a model is loaded in bf16. With the
 merge, the copy replaces `merge_residue`: the float32 weights are not written, so there is nothing to undo.
 
-Memory: the copy is 2 bytes a copied parameter, held while TRL generates and freed at the restore (on the device
-that holds the weights; nothing crosses to the host). Casting the model in place and back was the alternative. An
-exact restore needs each weight's 16 low bits and one more bit: round-to-nearest-even sends two float32 values
-(h·2¹⁶ ± 2¹⁵) to the same bf16 h. So an in-place cast keeps as much memory as the float32 originals it frees, and
-the copy is the simpler of the two. The KV cache, kept in the weights' dtype, shrinks by half.
-
-What the sampler computes: the same function as TRL generating from the policy's weights cast to bf16 (the merged
-weights rounded once, as `model.merge_and_unload()` in float32 then `.to(bfloat16)`), so the same tokens for the
-same seed where the computation is the same. It differs from TRL with `dtype: bfloat16` and the merge: there the
-base is rounded to bf16 first and the adapter's update added to it in bf16, two roundings, and the weights can
-differ in their last bit. The old log-probs and the loss are computed after the restore, from the float32 weights
-under autocast, as without the field.
-
-Each generation batch decodes from new tensors. trl_zoo's graphed decode step (`compile_generation_backend=
-"cuda_graph"`) records once per `generate` call anyway; torch.compile's backends see new weight addresses at every
-batch, which their CUDA graphs may record again each time (not checked).
+Memory: 2 bytes a copied parameter, held while TRL generates and freed at the restore, on the weights' device; the KV
+cache, kept in the weights' dtype, shrinks by half. The sampler computes the same function as TRL generating from
+the policy's weights cast to bf16 (the merged weights rounded once, as `model.merge_and_unload()` in float32 then
+`.to(bfloat16)`), so the same tokens for the same seed where the computation is the same; the old log-probs and the
+loss are computed after the restore, from the float32 weights under autocast. Why a copy rather than a cast in
+place, and how it differs from a bf16 base: docs/architecture.md, "Decoding".
 
 Refused (one line) where it cannot work: in the config, without bf16, with vLLM or TRL's continuous batching (their
 own dtypes); in the trainer (`refusal`), a quantized base, DeepSpeed ZeRO-3 or FSDP (sharded weights).

@@ -1,108 +1,40 @@
-"""Component: the generation-speed component, three switches around TRL's decoding (`GenerationSpeed`), each off by
-default and each independent of the others:
+"""Component: the generation-speed component (`GenerationSpeed`), three switches around TRL's one decoding of a batch
+of prompts, `_generate_single_turn` (its seam `_zoo_generate_single_turn`, no log-probs), each off by default and
+independent of the others: the merge outermost, then autocast; compilation is switched on once, in the generation
+config TRL built. The old log-probs, the reference and the loss are computed as without them, by the unmerged model.
+Why each is built as it is (what TRL and transformers do without it): docs/architecture.md, "Decoding".
 
-    merge_adapter_for_generation   the LoRA adapter merged into the base weights while TRL generates with
-                                   `model.generate`, the base weights restored exactly afterwards
-    generation_autocast            TRL's generation under the training forward's mixed precision
-    compile_generation             TRL's `model.generate` decoding compiled with a static KV cache
-
-TRL's one decoding of a batch of prompts, `_generate_single_turn` (its seam `_zoo_generate_single_turn`, no
-log-probs), runs inside the merge (outermost) and autocast; compilation is switched on once, in the generation config
-TRL built.
-
-## merge_adapter_for_generation
-
-An unmerged LoRA layer computes y = W x + s · B (A x) (s = lora_alpha / r): two extra small matmuls per targeted
-projection per decoded token, each a kernel launch that dominates decoding of a small model. Merged, the layer
-computes y = (W + s · B A) x, the same function up to float rounding, in one matmul.
+merge_adapter_for_generation: the LoRA adapter merged into the base weights while TRL generates with `model.generate`,
+restored exactly after. Unmerged, y = W x + s · B (A x) (s = lora_alpha / r); merged, y = (W + s · B A) x:
 
     switch off: each LoRA layer computes W x alone     peft's `disable_adapter()`
     merge:      W ← fl(W + s · B A) in place            `merge_residue.merge`: and a residue of 2 bits an element
     generate    TRL's `_generate_single_turn` (the transformers paths: `generate`, `generate_batch`)
     restore:    W ← fl(W − s · B A) + residue = W₀      `merge_residue.restore`, bit for bit
 
-Restoring W₀ exactly rather than trusting W + s·BA − s·BA keeps the base weights bit-identical from step to step (in
-bfloat16 the round trip alone would move W by up to half an ulp of W at every generation batch). The residue
-(`hooks/merge_residue.py`) is what the round trip loses, in units of W's last bit: 1/8 of the adapted weights' bytes
-in bf16, 1/16 in fp32, held on their device during the decoding only and freed at the restore, when the training
-forward's memory is needed; nothing crosses to the host. (An earlier version kept a full copy of W₀ in host
-memory: two transfers of every adapted weight per generation batch, 28 GB each way for a 7 B model in fp32, which
-made the merge slower than no merge at that size.) The old log-probs, the reference and the loss are computed after
-the restore, by the unmerged model, as without the option.
+The residue (`hooks/merge_residue.py`) is 1/8 of the adapted weights' bytes in bf16, 1/16 in fp32, on their device
+during the decoding only. Refused (one line, at construction): no PEFT adapter; vLLM (TRL already syncs merged
+weights to vLLM); DoRA or a LoRA bias (the update is not W + s·BA); DeepSpeed ZeRO-3 or FSDP (sharded weights); a
+quantized base (merging into 4/8-bit weights is lossy) — where `speed_recipe` set the field, a quantized base keeps
+the recipe's other fields and generates unmerged, saying so in one line (`fields_a_quantized_base_drops`), without
+compiled decoding where transformers does not compile the quantization (bitsandbytes).
 
-Refused (one line, at construction) where it cannot work: no PEFT adapter; vLLM (TRL already syncs merged weights to
-vLLM); a LoRA variant whose update is not W + s·BA (DoRA) or a LoRA bias; DeepSpeed ZeRO-3 or FSDP (sharded weights);
-a quantized base (merging into 4/8-bit weights is lossy) — where `speed_recipe` set the field, a quantized base
-(QLoRA) instead keeps the recipe's other fields and generates unmerged, saying so in one line
-(`fields_a_quantized_base_drops`), and without compiled decoding where transformers does not compile the
-quantization (bitsandbytes: its quantizer is not compileable, so transformers never calls the compiled-decoding hook
-and the static cache only costs: the size ladder in docs/benchmarks.md).
+generation_autocast, TRL's generation under the training forward's mixed precision: TRL's `_generate_single_turn` run
+inside `accelerator.autocast()`, so fp32 weights decode with bf16 (or fp16) matmuls; the weights are not touched.
+Refused when the config is built (`config/`): without bf16 or fp16, with vLLM (its own dtype), with TRL's continuous
+batching (TRL casts the model for it itself), and with a static KV cache under transformers < 5.24, whose cache
+fails on autocast's mixed dtypes (`static_cache_fails_on_mixed_dtypes`, config/generation_speed.py).
 
-## generation_autocast
-
-TRL computes the old log-probs and the loss under accelerate's autocast (`_get_per_token_logps_and_entropies`), but
-generates outside it: `Trainer.training_step` calls `_prepare_inputs` before its autocast context, and accelerate's
-autocast wrapper sits on the wrapped model's `forward`, which `model.generate` does not call. With float32 weights
-(TRL's default `ModelConfig.dtype`) every decoding matmul therefore runs in fp32, while every other forward of the
-step runs in bf16 (or fp16). With the field on, the component runs TRL's `_generate_single_turn` inside
-`accelerator.autocast()`:
-
-    decoding:  fp32 weights, fp32 matmuls   →   fp32 weights, bf16 matmuls (the training forward's precision)
-
-The weights are not touched (no copy, no cast in place); the sampler then computes at the precision of the old
-log-probs and the loss. It is not the same computation (one token at a time with a KV cache against whole
-sequences), so the sampled distribution still differs from the one the loss scores by rounding, as it does in fp32.
-Compiled decoding (`compile_generation`) traces the decoding under the same autocast.
-
-Measured (docs/benchmarks.md, the sixth time-to-target study and its decoding probe): compiled, the decoding is
-faster in bf16 than in fp32; eager decoding is launch-bound and autocast's casts make it slower, so the field pays
-only with `compile_generation`.
-
-Refused when the config is built (`config/`): without bf16 or fp16 (no mixed precision to apply), with vLLM (its
-own dtype), with TRL's continuous batching (TRL casts the model for it itself), and with a static KV cache
-(`compile_generation`, `cache_implementation="static"`) under transformers < 5.24: under autocast the keys leave
-the rotary embedding in fp32 (the fp32 residual stream's cos/sin) while the values stay bf16, and those versions'
-`StaticLayer` allocates both in the keys' dtype, so the first cache update fails in `index_copy_` (transformers
-5.17: docs/benchmarks.md, the sixth study's decoding probe); 5.24 allocates each in its own dtype.
-
-The config refuses that pair under such a transformers (`static_cache_fails_on_mixed_dtypes`,
-config/generation_speed.py).
-
-## compile_generation
-
-transformers compiles a model's decoding forward by itself when `generate` runs with a compileable (static) cache,
-unless the generation config says `disable_compile` (`GenerationMixin._valid_auto_compile_criteria`); its
-`CompileConfig` defaults to inductor with `mode="reduce-overhead"`, i.e. generated kernels and CUDA graphs, which
-replace the kernel launches that dominate the decoding of a small model. TRL 1.16 builds its generation config with
-`disable_compile=True` (`GRPOTrainer.__init__`), so the `model.generate` path never compiles, and passing
-`generation_kwargs={"disable_compile": False}` is a duplicate keyword there. With the field on, the component sets, on
-the generation config TRL built (`switch_on_compiled_decoding`, `hooks/trl_access.py`):
+compile_generation, TRL's `model.generate` decoding compiled with a static KV cache, sets on the generation config
+TRL built (`switch_on_compiled_decoding`, `hooks/trl_access.py`):
 
     disable_compile = False,  cache_implementation = "static" (when unset),  compile_config = CompileConfig()
 
-`compile_generation_backend="cudagraphs"` sets `CompileConfig(backend="cudagraphs", mode=None)` instead: torch
-traces the decoding and replays it as CUDA graphs without generating kernels. On a CPU that backend runs the traced
-graph eagerly.
-
-`compile_generation_backend="cuda_graph"` compiles nothing: transformers' compiled-decoding hook
-(`get_compiled_call`) returns trl_zoo's `GraphedDecodeStep` (hooks/decode_graph.py), which records the decode
-forward as a CUDA graph once per generation batch (one eager step and one recording, no tracing) and replays it for
-every later token.
-
-Measured (benchmarks/compiled_decoding.py; docs/benchmarks.md, the fifth time-to-target study): inductor decodes
-faster than "cudagraphs" after a longer first call, less with the compile cache a previous process left: the graphs
-remove the launches, inductor's fused kernels most of the rest.
-
-The prefill stays eager; the decode forward is compiled once and again for a new shape (after that torch marks the
-length dynamic), so the first generation batches pay the compile. On a CPU transformers compiles only with
-the compile config's `_compile_all_devices`, which the component sets there too (tests run it; it is no speed lever
-there).
-The LoRA layers, merged or not (`merge_adapter_for_generation`), are compiled with the rest; the weights are read
-at every call, so optimizer updates and the merge reach the compiled decoding.
-
-Refused when the config is built (`config/`): with vLLM (it compiles its own decoding), with TRL's continuous
-batching (its own `transformers_continuous_batching_config` has the compile options) and with a cache
-implementation other than "static" (the others are not compileable).
+(inductor, `mode="reduce-overhead"`); `compile_generation_backend="cudagraphs"` sets `CompileConfig(backend=
+"cudagraphs", mode=None)`; `"cuda_graph"` compiles nothing: transformers' compiled-decoding hook returns trl_zoo's
+`GraphedDecodeStep` (hooks/decode_graph.py). The LoRA layers, merged or not, are compiled with the rest, and the
+weights are read at every call, so optimizer updates and the merge reach the compiled decoding. Refused when the
+config is built: with vLLM, with TRL's continuous batching, and with a cache implementation other than "static".
 
 Tests: tests/test_merged_generation.py, tests/test_autocast_generation.py, tests/test_compiled_generation.py,
 tests/test_speed_recipe.py, tests/test_decode_precision.py.

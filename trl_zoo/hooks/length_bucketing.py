@@ -19,22 +19,11 @@ iterations read, and the one `hooks/resume.py` saves are the bucketed ones. `len
 (rows × (prompt + completion width), summed over the micro-batches of all processes) is logged once per
 generation batch next to `length_bucketing/padded_token_slots_unbucketed`, the same count for TRL's micro-batches.
 
-When is the optimizer step unchanged? Its loss is Σ_j L(M_j) over the micro-batches M_j of the step. Trimming only
-removes padding: completion columns after the last real token cannot change a causal model's log-probs of earlier
-tokens, and removing left padding shifts every position of a row alike, which rotary models (relative positions)
-see only as float rounding. Re-grouping the rows of a step leaves Σ_j L(M_j) unchanged iff L(M) = Σ_{i∈M} c_i with
-c_i a function of row i and of constants only. With m the completion mask, ℓ the per-token term, B the (equal)
-micro-batch size and G the gradient-accumulation steps:
-
-- sequence_mean: L(M) = (1/(G·B)) Σ_{i∈M} (1/T_i) Σ_t m ℓ: B is the same for every micro-batch. Invariant.
-- sequence_sum: L(M) = (1/(G·B)) Σ_{i∈M} Σ_t m ℓ. Invariant.
-- token_mean_global: L(M) = Σ_{i∈M} Σ_t m ℓ / (N · G / steps_per_generation), N = num_items_in_batch, the
-  tokens of the whole generation batch: a constant. Invariant.
-- token_sum_over_max_length: L(M) = Σ_{i∈M} Σ_t m ℓ / (G · B · max_completion_length), with the configured
-  max_completion_length (not the micro-batch's padded width). Invariant.
-- token_mean_local: L(M) = Σ_{i∈M} Σ_t m ℓ / (G · Σ_{i∈M} Σ_t m): the normaliser is the micro-batch's own token
-  count, which bucketing changes (short rows end up together and weigh more). Refused, as is any aggregation not
-  listed above.
+Which steps it leaves unchanged: the step's loss Σ_j L(M_j) over its micro-batches M_j does not change when its rows
+are regrouped iff L(M) = Σ_{i∈M} c_i, c_i a function of row i and constants only (trimming only removes padding).
+That holds for sequence_mean, sequence_sum, token_mean_global and token_sum_over_max_length; token_mean_local
+normalises by the micro-batch's own token count, which bucketing changes, and is refused, as is any aggregation not
+listed (the derivation per aggregation: docs/formulas.md, "Length bucketing").
 
 The same test refuses the other terms normalised per micro-batch: the entropy bonus (a local token mean of the
 entropy), `top_entropy_quantile` < 1 (the quantile spans the micro-batch), the MoE router auxiliary loss, and the

@@ -11,22 +11,20 @@
   what the advantages use) and `task_rewards()` (without reward shaping, what dynamic sampling and VAPO's positive
   examples use).
 
-TRL's reward contract has one way to say "I cannot score this completion": return ``None``. TRL turns it into NaN,
-and a completion for which every function returned None is unscorable (left out of the baselines, advantage 0).
-A function that returns ``float('nan')``, ``±inf`` or a number beyond float32 (which TRL's float32 tensor turns into
-±inf) is a different thing, almost always a bug: a NaN is indistinguishable from None once TRL has converted it, and
-an inf poisons its group's mean and std. TRL cannot tell them apart after the conversion, so this hook checks the
-raw outputs: while TRL's `_calculate_rewards` runs, every plain (sync or async) reward function is called through
-a wrapper that records which of its values are not finite float32 numbers, and passes the values on unchanged.
-Reward models (``nn.Module``) cannot return None, so a non-finite value in their column is checked afterwards.
+TRL's reward contract has one way to say "I cannot score this completion": return ``None`` (TRL turns it into NaN;
+a completion every function returned None for is unscorable: left out of the baselines, advantage 0). A
+``float('nan')``, ``±inf`` or a number beyond float32 (±inf in TRL's float32 tensor) is almost always a bug, and an
+inf poisons its group's mean and std; TRL cannot tell them from None after its conversion, so while TRL's
+`_calculate_rewards` runs every plain (sync or async) reward function is called through a wrapper that records
+which of its values are not finite float32 numbers and passes them on unchanged. Reward models (``nn.Module``)
+cannot return None, so a non-finite value in their column is checked afterwards.
 
 With ``nan_rewards="raise"`` (default) the first such batch raises a one-line ``ValueError`` naming the functions.
 With ``nan_rewards="drop"`` every reward of such a completion becomes NaN, so it is unscorable exactly like an
 all-None completion: left out of every baseline, advantage 0; a warning names the functions and the count is logged
-as ``rewards/nonfinite_dropped``. The findings are gathered over processes, so every process decides alike.
-
-A generation batch in which every function returned None for every completion is scored not at all: a warning
-says so (usually the reward did not get the dataset columns it needs).
+as ``rewards/nonfinite_dropped``. The findings are gathered over processes, so every process decides alike. A
+generation batch in which every function returned None for every completion warns that nothing was scored (usually
+the reward did not get the dataset columns it needs).
 
 What is not a reward at all fails at once with one line naming the function and the fix: an entry of
 ``reward_funcs`` that is neither callable nor a model name (at construction), and at the first batch an output that

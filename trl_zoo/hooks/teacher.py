@@ -22,16 +22,13 @@ The teacher is
   model TRL built (beta > 0: the initial weights), else refused.
 
 The teacher's prompt: `teacher_prompt_template` (a str.format template over the dataset columns, e.g.
-"{prompt}\n(The answer is {answer}.)") gives it privileged context; the teacher scores the same completion tokens
+"{prompt}\\n(The answer is {answer}.)") gives it privileged context; the teacher scores the same completion tokens
 after the templated prompt, tokenized by TRL's `_tokenize_prompts` (chat template included) and left-padded. A chat
 prompt keeps its messages; the last user message's text becomes the filled template, {prompt} being that text.
 
-Identity: the teacher "self" with no template is the reference π_ref (the PEFT base), so its term is
-−λ·k1_t = −λ·(log π_old(y_t) − log π_ref(y_t)) per token, after the estimator. `kl_placement="reward"` with
-`kl_estimator="k1"` and β = λ subtracts β Σ_t k1_t from R_i before it. For an estimator linear in R
-(reinforce, dr_grpo, rloo, ...): Â^reward_i − est(R)_i = est(Σ_t teacher term_t)_i; with "reinforce" (no baseline)
-the reward placement puts on every token of sequence i the sum the teacher spreads over its tokens one by one.
-(grpo's std normalisation makes the reward placement non-linear: no such identity.)
+Identity: the teacher "self" with no template is the reference π_ref, so its term is −λ·k1_t per token, after the
+estimator; how it relates to `kl_placement="reward"` (the same for an estimator linear in R, not for grpo):
+docs/formulas.md, "Teacher signal".
 
 Composition: the component sits just outside the estimator, so every estimator and loss sees the sum (a sequence-level
 loss takes its masked mean per sequence). A critic's value targets come from the rewards alone (the teacher term is

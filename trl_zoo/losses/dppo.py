@@ -19,25 +19,15 @@ The policy term is importance-weighted by the unclipped ratio (the paper's trust
 the KL term acts on every token, masked or not, and pulls π_θ back towards μ. On-policy p = q and δ = 0: nothing is
 masked, the KL gradient is 0, and the gradient is REINFORCE's.
 
-Defaults: the paper's (its verl scripts for Qwen3-30B-A3B), every one of them, so that a bare `loss_type="dppo"` is
-the paper's loss:
+Defaults: the paper's (its verl scripts for Qwen3-30B-A3B), every one, so a bare `loss_type="dppo"` is its loss:
 - `dppo_divergence="tv"`, the paper's main variant (DPPO-Binary-TV); `dppo_mask_low/high` the paper's thresholds,
-  0.15 for tv and 0.05 for kl.
-- `dppo_kl_coef` = c_KL = 0: the paper's DPPO has no KL term.
-- Aggregated with Dr. GRPO's normaliser, the token sum over G · max_completion_length
-  (`token_sum_over_max_length`), as the paper's runs are.
-prime-rl's DPPO, its default loss until prime-rl removed DPPO in 2026-08, was the same mask with other settings:
-`dppo_mask_low=0.2` (and high 0.2, tv), `dppo_kl_coef=1e-3` (its `kl_tau`, after Kimi K2.5's KL loss,
-arXiv:2602.02276) and `loss_aggregation="token_mean_global"` (the token sum over the batch's token count). prime-rl's
-default is now IPO, here `loss_type="ipo"` (losses/ipo.py): a two-sided probability-gap mask (a token is masked when
-|π_train − π_infer| > ε, on either side; ε = 0.3 by default); DPPO's mask is one-sided, by the sign of Â.
-configs/dppo.yaml adds the rest of the paper's recipe (Dr. GRPO's advantages, 16 completions, 8 updates per rollout).
-- μ is π_old: the policy that generated the batch, recomputed by the trainer (the paper's "recompute" variant);
-  under vLLM generation TRL's importance-sampling correction is applied on top by the trainer. The paper prefers
-  measuring against the inference engine's own log-probs ("bypass mode"), which TRL does not hand to the loss.
-- The authors' code (Stable-RL, on verl) weights by sg(min(r, C))·log π, C read from verl's ratio-cap setting, whose
-  default is 3; the paper's scripts set it to 1e4, which leaves r uncapped in practice. r·Â has the same gradient
-  as sg(r)·log π, uncapped (as prime-rl's DPPO was).
+  0.15 for tv and 0.05 for kl; `dppo_kl_coef` = c_KL = 0 (the paper's DPPO has no KL term).
+- Dr. GRPO's normaliser, the token sum over G · max_completion_length (`token_sum_over_max_length`), as the paper's
+  runs; configs/dppo.yaml adds the rest of its recipe (Dr. GRPO's advantages, 16 completions, 8 updates per rollout).
+- μ is π_old, the policy that generated the batch, recomputed by the trainer (the paper's "recompute" variant);
+  under vLLM TRL's importance-sampling correction is applied on top. r is uncapped.
+prime-rl's DPPO settings, IPO (`loss_type="ipo"`, losses/ipo.py, its two-sided mask), the paper's "bypass mode" and
+the authors' ratio cap: docs/formulas.md, "DPPO".
 
 Tests: tests/test_losses_math.py (TV and KL masks, thresholds, KL term), tests/test_losses_train.py (the mask in the
 trainer), tests/test_validation.py, tests/test_table_fields.py.

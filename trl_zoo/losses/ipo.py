@@ -15,15 +15,8 @@ by the unclipped ratio (its gradient is r·Â·∇log π, as sg(r)·Â·log π's
 a clip. The KL term acts on every token, masked or not, and pulls π_θ back towards the sampling policy. On-policy
 p = q and δ = 0: nothing is masked, the KL gradient is 0, and the gradient is REINFORCE's under token_mean_global.
 
-DPPO (`loss_type="dppo"`, arXiv:2602.04879) has the same policy term and KL term but masks one-sidedly, by the sign
-of Â (Â > 0: p − q > ε_high; Â < 0: p − q < −ε_low): a token whose probability fell far is still pushed down by
-DPPO when Â < 0, and no longer trained by IPO. IPO drops it from the policy term either way, since in asynchronous
-training a large gap in either direction says the sample is stale or the engines disagree.
-
-Read in prime-rl at commit 559b447 (2026-08-21), where `ipo_loss_fn` is an opt-in `[trainer.loss] type = "ipo"`
-with `ipo_threshold` 0.1, `kl_tau` 1e-3, `adv_tau` 1.0. Later, by prime-rl's pull requests: #3418 (merged
-2026-08-27) removed DPPO (`default_loss_fn`), made IPO the only and default RL loss and renamed `ipo_threshold` to
-`eps`; #3586 (merged 2026-09-18) set the defaults to `eps = 0.3` and `kl_tau = 0.0`. The defaults here are those:
+DPPO (`loss_type="dppo"`) has the same policy and KL terms but masks one-sidedly, by the sign of Â (docs/formulas.md,
+"IPO", with prime-rl's history of the loss). The defaults are prime-rl's since 2026-09:
 - `ipo_eps` = ε = 0.3 (prime-rl's `eps`), in (0, 1): a probability moves by less than 1.
 - `ipo_kl_coef` = c = 0 (prime-rl's `kl_tau`; 1e-3 before 2026-09).
 - prime-rl's `adv_tau` (a factor on Â, default 1) has no field: scale the rewards or the advantages instead.

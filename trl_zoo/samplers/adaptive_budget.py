@@ -1,94 +1,38 @@
 """adaptive_budget — a per-prompt rollout budget: each prompt is generated in increments along a grid; it stops
 once its group is informative, or is given up when it is not after enough completions.
 
-The grid. n_1 = `adaptive_budget_first_size`, G_max = `adaptive_budget_max_size` (None: `num_generations`); the
-grid doubles from n_1 and ends at G_max: n_1 < 2 n_1 < 4 n_1 < … < G_max (2, 4, 8 for the defaults with G = 8).
-Two more sizes place the decisions on it: n_stop = `adaptive_budget_min_size` (None: n_1), the least size of a
-trained group, and n_give = `adaptive_budget_give_up_size` (None: G_max).
-
-The rule, after each round, per prompt with n completions so far (a grid point; R_1 … R_n its task rewards, NaN
-ignored as in resample's group spread):
+The grid doubles from n_1 = `adaptive_budget_first_size` and ends at G_max = `adaptive_budget_max_size` (None:
+`num_generations`): n_1 < 2 n_1 < … < G_max (2, 4, 8 for the defaults with G = 8). After each round, per prompt with
+n completions so far (R_1 … R_n its task rewards, NaN ignored as in resample's spread), n_stop =
+`adaptive_budget_min_size` (None: n_1), n_give = `adaptive_budget_give_up_size` (None: G_max):
 
     stop      max R > min R  and  n ≥ n_stop     informative: its group is these n completions
     give up   max R = min R  and  n ≥ n_give     all equal after enough samples
     continue  otherwise                          next round it gets the completions up to the next grid point
 
-With the defaults a prompt stops at its first spread and is given up when all G_max rewards are equal.
-
-Confidence of giving up (binary rewards, p the prompt's success rate): n completions all agree with probability
-q(n) = p^n + (1 − p)^n, so a prompt is given up with probability q(n_give): with n_give = 8 at most 0.100 for
-p ∈ [0.25, 0.75] and 0.0078 at p = 0.5; with n_give = 4 at most 0.32 and 0.125. A prompt with p = 0 or 1 is
-always given up, after n_give completions. To give up a prompt of p ≥ p_min (and ≤ 1 − p_min) with probability
-≤ α needs (1 − p_min)^{n_give} + p_min^{n_give} ≤ α, about n_give ≥ log α / log(1 − p_min) (p_min = 0.25,
-α = 0.05: 11). This is a fixed-grid rule, the same for every prompt. A rule calibrated per prompt — split-conformal
-prediction sets along the grid 2, 4, 8, 16, 32 — is C-GRPO's (the `trl-cgrpo` package, discussed for TRL in
-huggingface/trl#7402); it is not built here.
-
-Cost (`expected_counts`, exact for binary rewards). A prompt's state after n completions is all-0 (probability
-(1 − p)^n), all-1 (p^n) or spread; spread stays spread. Then
-
-    E[completions] = Σ_j (n_j − n_{j−1}) · P(reach n_j)          n_0 = 0
-    E[trained]     = Σ_j n_j · P(stop at n_j),    P(informative) = Σ_j P(stop at n_j)
-
-With the defaults P(reach n_j) = q(n_{j−1}) (q(0) = 1) and P(stop at n_j) = q(n_{j−1}) − q(n_j): grid 2, 4, 8 at
-p = 0.5 costs 3.5 completions (resample: 8) for 3.4375 trained; at p = 0 or 1, 8 and 0, as resample.
-
-Against resample (groups of G = G_max) on the same prompts, with H prompts given up and I informative of sizes
-n_i: resample generates (H + I)·G and trains I·G, adaptive_budget with the defaults generates H·G + Σ n_i and
-trains Σ n_i, so
-
-    generated / trained:   resample 1 + H / I   ≤   adaptive_budget 1 + H·G / Σ n_i      (n_i ≤ G)
-
-The defaults save completions per informative *prompt*, never per trained completion. Per trained completion the
-saving comes from the two sizes: n_give < G gives hopeless prompts up after n_give completions instead of G, and
-n_stop = G tops every informative group up to G, so it trains what it generates: generated / trained =
-1 + H'·n_give / (I'·G) (H', I' counted at n_give: a prompt whose spread would appear only after n_give is lost,
-with probability q(n_give) − q(G)).
-
-The stop at the first spread is optional stopping: a group of 2 is always one right and one wrong, so its baseline
-is 0.5 whatever p; the group sizes carry p rather than the baselines (n_stop > n_1 weakens this).
+What that costs and saves against resample (exact for binary rewards: `expected_counts`), and how sure a give-up
+is: docs/formulas.md, "Adaptive budget"; measured: docs/algorithms.md, "Groups without reward spread".
 
 Rounds. Every round generates exactly one generation batch of B = `generation_batch_size` completions (all
-processes), as resample's rounds do, so TRL's batch layout and the split across processes are unchanged: the
-prompts still open first take the completions up to the next grid point where the rule can act (one with spread
-straight to the first point ≥ n_stop, one without to the next point ≥ min(n_stop, n_give): the points skipped
-could only say "continue", so the counts above are unchanged and a prompt needs fewer rounds), in the order they
-were opened (one that does not fit waits for the next round); then new prompts from the stream (the inputs TRL
-handed over, then the sampler's own prompt stream) fill the rest with n_1 completions each (fewer in the last
-slots); in the last allowed round (`dynamic_sampling_max_rounds`) with the first grid point ≥ n_stop instead: a
-prompt opened there is never topped up, so opened with n_1 < n_stop its spread could not be trained. Rounds stop
-once the informative groups hold ≥ B completions, or at `dynamic_sampling_max_rounds`. Prompts open or drawn when
-the batch is full are dropped (they come round again with the stream); nothing is kept between batches. Every
-process takes the same decisions (the rewards are the whole batch's).
+processes), so TRL's batch layout and its split across processes are unchanged: the open prompts first, in the
+order they were opened, each up to the next grid point where the rule can act (one that does not fit waits), then
+new prompts from the stream (TRL's inputs, then the sampler's own prompts) with n_1 completions each — in the last
+allowed round (`dynamic_sampling_max_rounds`) with the first grid point ≥ n_stop, as they are never topped up.
+Rounds stop once the informative groups hold ≥ B completions, or at the cap; prompts still open are dropped (they
+come round again with the stream), nothing is kept between batches, and every process decides alike.
 
-The batch. The trained batch has exactly B rows, as TRL's layout expects: the informative groups in the order they
-stopped, whole while they fit; the first that does not fit into the r ≥ 2 slots left is cut to r completions — its
-first r when they have spread, else its first lowest-reward and first highest-reward completions and then its
-earliest others (so it keeps spread); one slot left (possible only with an odd grid size) or, when the round cap
-was hit, every slot left takes a *filler*: a completion of a given-up or unfinished prompt with Â = 0 that no
-estimator sees (`dynamic_sampling_on_exhausted`: "fill" warns once, "raise" raises). Rows:
+The batch has exactly B rows: the informative groups in the order they stopped, whole while they fit; the first that
+does not fit into the r ≥ 2 slots left is cut to r completions keeping spread; one slot left, or every slot left
+when the round cap was hit, takes a *filler*: a completion of a given-up or unfinished prompt with Â = 0 that no
+estimator sees (`dynamic_sampling_on_exhausted`: "fill" warns once, "raise" raises). B = Σ_p n'_p + F, n'_p ≤ n_p
+the trained sizes, F fillers. The advantages are computed again over the trained groups (`advantage_estimator`,
+TRL's grpo when None) with `AdvantageInputs.group_sizes` = (n'_1, …, n'_P); a filler still counts in the loss's
+normaliser and in the KL term.
 
-    B = Σ_p n'_p + F        n'_p ≤ n_p the trained size of informative group p, F fillers (F ≤ 1 unless exhausted)
-
-The advantages are computed again over the trained groups (`advantage_estimator`, TRL's grpo when None) with
-`AdvantageInputs.group_sizes` = (n'_1, …, n'_P): group means and stds over each group's own rows
-(docs/formulas.md, "Groups of unequal size"); a filler's Â is 0 and leaves every estimator statistic (like
-resample's filled groups it still counts in the loss's normaliser, and in the KL term). Settings whose
-per-round state follows TRL's groups of G (an estimator's declared inputs beyond the rewards: a critic's values, ‖s‖²,
-reference rewards, turns; the teacher's term, a KL penalty in the reward, GDPO's per-function normalisation, LUFFY's
-expert traces in each group's first slots) are refused, and so is an estimator of pass@k (`passk_k`) whose k is not
-below the smallest trained group (the first grid point ≥ n_stop): a group of n ≤ k has one k-subset or none, so Â = 0
-(with the defaults every group of 2). verl's grpo_passk takes k = each group's own size, so its best completion still
-gets R_max − R_second.
-
-Measured on the real model (SmolLM2-135M-Instruct, chat_arithmetic_medium, 3 seeds; the figures are in
-docs/algorithms.md, "Groups without reward spread", and the study in docs/benchmarks.md): with (n_1, n_stop, n_give)
-= (4, 8, 4) it generated more completions than resample per trained informative completion, at lower held-out
-accuracy on every seed. With rare successes (small p) the spread within n grows about linearly in n, so n_give < G
-loses informative prompts in proportion; and a prompt whose spread showed in the last allowed round was never topped
-up (since then, new prompts of the last round open with the first grid point ≥ n_stop; a bound from the study's
-counts, every such prompt topped up, still generates more than resample). Use it for fewer
-completions per informative prompt at p near 0.5; resample fills batches with informative groups more cheaply.
+Refused: settings whose per-round state follows TRL's groups of G (an estimator's declared inputs beyond the
+rewards: a critic's values, ‖s‖², reference rewards, turns; the teacher's term, a KL penalty in the reward, GDPO's
+per-function normalisation, LUFFY's expert traces), and a pass@k estimator whose `passk_k` is not below the smallest
+trained group (the first grid point ≥ n_stop: a group of n ≤ k has one k-subset or none, so Â = 0).
 
 Metrics (under `dynamic_sampling/`): `generated_per_trained` (completions generated / trained completions of
 informative groups), `informative_share` (informative prompts / prompts opened), `generation_rounds`,

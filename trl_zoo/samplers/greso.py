@@ -24,9 +24,8 @@ easy and hard zero-spread groups among the groups generated (the GRESO authors' 
     t_easy = T/3, t_hard = 2T/3                  T = greso_target_zero_spread, Δ = greso_step
 
 (T = 0.25 split 1/3 easy, 2/3 hard, p starting at 0.5, Δ = 0.01 and the upper bound 0.95 are our reading of
-the public reproduction scripts. Their lower bound is 0.05; ours, p_floor, defaults to 0.01: on a small prompt set
-revisited for many epochs (benchmarks/rollout_efficiency.py) most zero-spread groups were solved prompts explored
-again at the floor, and 0.01 generated ~35 % fewer completions per trained one than 0.05 at equal accuracy.)
+the public reproduction scripts. Their lower bound is 0.05; ours, p_floor, defaults to 0.01: why, docs/formulas.md,
+"GRESO pre-rollout filtering".)
 
 The batch is filled like resample's: every generation round generates exactly one generation batch of explored
 prompts (candidates come from the inputs TRL handed over, then the sampler's own prompt stream; skipped ones are

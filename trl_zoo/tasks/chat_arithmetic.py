@@ -16,11 +16,12 @@ chosen by `prompt_format_for(tokenizer)`; `prompts_for` rewrites the datasets):
 
     few_shot          FEW_SHOT_EXAMPLES solved questions of the level (the first training questions, never held
                       out), each answered with its worked line, then the question:
-                          Question: What is 12 + 34?\nAnswer: 12 + 34 = 46\n\n ... Question: What is 47 + 38?\nAnswer:
+                          Question: What is 12 + 34?\\nAnswer: 12 + 34 = 46\\n\\n ...
+                          Question: What is 47 + 38?\\nAnswer:
     few_shot_short    the same examples answered with the number alone ("Answer: 46")
-    question_answer   "Question: What is 47 + 38?\nAnswer:" alone
+    question_answer   "Question: What is 47 + 38?\\nAnswer:" alone
 
-and, since the model goes on after its answer ("Answer: 47 + 38 = 85\n\nQuestion: ..."), the reward reads the
+and, since the model goes on after its answer ("Answer: 47 + 38 = 85\\n\\nQuestion: ..."), the reward reads the
 answer line:
 
     reward R = [ number on the completion's first line == answer ]   (final_number with the dataset column
@@ -30,19 +31,11 @@ answer line:
 
 Gemma 3 270M's greedy accuracy in each format is in docs/models.md; few_shot is the one chosen (BASE_FORMAT).
 
-How the levels were chosen (SmolLM2-135M-Instruct, greedy, 64 new tokens, chat template; the GPU runs' figures are
-in docs/benchmarks.md, "The real model"): two-digit sums start at 20 % of the first 100 held-out questions on a CPU
-in float32, and at step 1 of training most groups of 8 samples carry no reward spread — yet enough signal for plain
-GRPO (every loss learned in 40 steps). A third term drops the model to 2 % (first 100 held-out, CPU): the regime
-where most groups carry no spread and what is learned depends on spending generation on the few informative prompts
-(dynamic sampling, GRESO); on a GPU no recipe moved it in 40 steps. The medium level sits between: two-digit
-differences start at 4 % greedy against 20 % for sums (the same 100 random operand pairs, CPU, float32), yet sampled
-at temperature 1 they are right almost as often (1.5 % of 8 samples a question against 2.0 %) and 11 % of the groups
-of 8 have spread (sums: 13 %) — a start below 5 % with signal in a tenth of the groups. Word problems (0 % greedy on
-a first try) were left out: no recipe gets a signal there at this model size.
+How the levels were chosen (the base model's accuracy at each, and how many groups carry reward spread):
+docs/benchmarks.md, "The real model".
 
 The default policy is the packaged SmolLM2-135M-Instruct (`smollm2-135m-instruct`, see gguf_checkpoint.py), and
-`preset()` holds the hyperparameters measured on one GPU (LoRA r 16 on every linear layer, 16 prompts × 8
+`preset()` holds the hyperparameters chosen on one GPU (LoRA r 16 on every linear layer, 16 prompts × 8
 completions a step in micro-batches of 32, 64 new tokens, learning rate 2e-4, 40 steps).
 """
 
@@ -146,7 +139,7 @@ class ChatArithmeticTask:
     # ------------------------------------------------------------------ base-model prompt formats
     def few_shot_header(self, worked: bool = True) -> str:
         """The solved examples that open a few-shot prompt: the level's first FEW_SHOT_EXAMPLES training questions
-        (never held out), each "Question: …\nAnswer: a + b = N" (`worked`) or "…\nAnswer: N", and a blank line."""
+        (never held out), each "Question: …\\nAnswer: a + b = N" (`worked`) or "…\\nAnswer: N", and a blank line."""
         return "".join(
             f"Question: {self.prompt(q, self.signs)}\n{ANSWER_CUE} "
             f"{self.expression(q, self.signs) + ' = ' if worked else ''}{self.answer(q, self.signs)}\n\n"

@@ -8,10 +8,10 @@ on demonstrations in which every carry is forgotten with probability `carry_slip
 and batch: the policy keeps the algorithm and acquires the slip as a habit (greedy accuracy drops, sampling still
 finds right answers), which is what RL with a verifier should remove. The held-out split decides nothing.
 
-`SCALES` sizes the model: "cpu" (0.3 M parameters, the 1-3-digit task; 600 supervised steps to a 97 % probe, 5
-minutes on a shared CPU core) and "gpu" (29.5 M parameters, the 1-7-digit task; at most 3000 steps of 256 sequences,
-estimated at 2-3 minutes on one H200, not yet measured). The result is cached like the quickstart's policy
-(`bootstrap.cache_root()`), under a name that encodes the task and the recipe.
+`SCALES` sizes the model: "cpu" (0.3 M parameters, the 1-3-digit task) and "gpu" (29.5 M parameters, the 1-7-digit
+task; at most 3000 steps of 256 sequences); how long each takes: docs/benchmarks.md, "Mechanism testbed". The
+result is cached like the quickstart's policy (`bootstrap.cache_root()`), under a name that encodes the task and the
+recipe.
 
 Tests: tests/test_testbed_task.py (demonstration batches, a CPU bootstrap that learns, the cache).
 """
