@@ -25,8 +25,9 @@ from trl_zoo.hooks.trl_access import (
 
 __all__ = [
     "AfterGenerationBatch", "BeforeGradientNorm", "buffered_micro_batches", "compiles_on_all_devices",
-    "completions_log", "drop_generation_buffer", "generate_and_score", "last_world_entropy", "metric_values",
-    "metrics_stand_in", "micro_step", "pad_token_id", "policy_loss", "prepare_micro_batch", "replace_decoding",
+    "completions_log", "drop_generation_buffer", "generate_and_score", "last_world_entropy", "mark_vllm_weights",
+    "metric_values", "metrics_stand_in", "micro_step", "pad_token_id", "policy_loss", "prepare_micro_batch",
+    "replace_decoding",
     "replace_every_trainers_decoding", "replace_generate_and_score", "replace_model_loading", "set_micro_step",
     "token_logps_and_entropies", "training_method",
 ]
@@ -56,6 +57,12 @@ def policy_loss(trainer, model, inputs):
 
 
 # ---------------------------------------------------------------------- TRL's state, read and set
+def mark_vllm_weights(trainer, synced: bool) -> None:
+    """Tell TRL's vLLM generation whether vLLM holds the current weights (`synced`: no sync before the next
+    generation) or not (a sync is due)."""
+    trainer._last_loaded_step = trainer.state.global_step if synced else -1
+
+
 def metric_values(trainer, mode: str = "train") -> dict[str, list[float]]:
     """The values TRL has collected per metric name for `mode` since it last logged (it logs their mean)."""
     return trainer._metrics[mode]

@@ -23,7 +23,7 @@ import trl_zoo
 from tests import tiny
 from tests.gpu.conftest import STAND_IN
 from tests.tiny import relative_error
-from tests.trl_internals import generate_and_score, metric_values
+from tests.trl_internals import generate_and_score, mark_vllm_weights, metric_values
 from trl_zoo.registry import ADVANTAGES, LOSSES, SAMPLERS
 
 GROUP = 4
@@ -267,7 +267,7 @@ def test_a_changed_adapter_reaches_vllm_at_the_next_sync(policy_path):
     rows = next(iter(trainer.get_train_dataloader()))
 
     def gap(sync: bool) -> float:
-        trainer._last_loaded_step = -1 if sync else trainer.state.global_step
+        mark_vllm_weights(trainer, synced=not sync)
         generate_and_score(trainer, rows)
         return metric_values(trainer)["sampling/sampling_logp_difference/mean"][-1]
 
