@@ -6,7 +6,7 @@ default and each independent of the others:
     generation_autocast            TRL's generation under the training forward's mixed precision
     compile_generation             TRL's `model.generate` decoding compiled with a static KV cache
 
-TRL's one decoding of a batch of prompts, `_generate_single_turn` (its seam `_zoo_generate_single_turn`, no
+TRL's one decoding of a batch of prompts, `_generate_single_turn` (its hook point `generate_single_turn`, no
 log-probs), runs inside the merge (outermost) and autocast; compilation is switched on once, in the generation config
 TRL built.
 

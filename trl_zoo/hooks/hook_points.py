@@ -11,8 +11,8 @@ Three kinds of hook point (hooks/pipeline.py calls them):
                                           and what comes out; a component not taking part passes straight through
     CHAIN  component.hook(value) -> value each in the order listed, on what the one before returned
 
-`TRL's _x` in `called_from` is TRL's private method, overridden in the door (hooks/trl_access.py) to call its hook
-point directly.
+A private method `_x` in `called_from` is TRL's (or transformers'), overridden in the door (hooks/trl_access.py) to
+call its hook point directly.
 
 Tests: tests/test_pipeline.py (a recorded run against the nesting; each component's hook methods against its rows).
 """
@@ -100,7 +100,10 @@ ON_OPTIMIZER_STEP = HookPoint(
 )
 CREATE_OPTIMIZER = HookPoint("create_optimizer", WRAP, ("critic",), "`Trainer.create_optimizer`")
 LOAD_OPTIMIZER_AND_SCHEDULER = HookPoint(
-    "load_optimizer_and_scheduler", WRAP, ("resume", "critic"), "TRL's `_load_optimizer_and_scheduler` (resuming)"
+    "load_optimizer_and_scheduler",
+    WRAP,
+    ("resume", "critic"),
+    "transformers' `_load_optimizer_and_scheduler` (resuming)",
 )
 SAVE_MODEL = HookPoint("save_model", WRAP, ("critic",), "`Trainer.save_model`")
 SAVE_CHECKPOINT = HookPoint("save_checkpoint", WRAP, ("resume",), "TRL's `_save_checkpoint`", (SAVE_MODEL,))
