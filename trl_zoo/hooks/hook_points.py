@@ -8,7 +8,9 @@ Three kinds of hook point (hooks/pipeline.py calls them):
     EVENT  component.hook(*args)          each taking component in the order listed; returns nothing
     WRAP   component.hook(inner, *args)   the first listed is outermost: each calls `inner(*args)` (the next one's,
                                           the innermost being TRL's or the trainer's own) and may change what goes in
-                                          and what comes out; a component not taking part passes straight through
+                                          and what comes out (the critic's, during value pre-training, does not
+                                          call it: no policy loss); a component not taking part passes straight
+                                          through
     CHAIN  component.hook(value) -> value each in the order listed, on what the one before returned
 
 A private method `_x` in `called_from` is TRL's (or transformers'), overridden in the door (hooks/trl_access.py) to
