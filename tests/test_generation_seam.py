@@ -20,9 +20,13 @@ class RecordingPipeline:
     def get(self, name):
         return self.pipeline.get(name)
 
-    def event(self, hook, *args):
+    def chain(self, point, value):
+        return self.pipeline.chain(point, value)
+
+    def event(self, point, *args):
+        hook = point.name
         before = args[0].batch["advantages"].clone() if hook == "replace_advantages" else None
-        self.pipeline.event(hook, *args)
+        self.pipeline.event(point, *args)
         calls, (argument,) = self.trainer.calls, args
         if hook == "before_advantages":
             calls.append(("before", "old_values" in argument.batch))
@@ -34,8 +38,8 @@ class RecordingPipeline:
         elif hook == "on_generation_batch":
             calls.append(("whole batch", argument["completion_ids"].size(0)))
 
-    def wrap(self, hook, innermost):
-        call = self.pipeline.wrap(hook, innermost)
+    def wrap(self, point, innermost):
+        hook, call = point.name, self.pipeline.wrap(point, innermost)
 
         def recorded(*args, **kwargs):
             result = call(*args, **kwargs)

@@ -1,46 +1,134 @@
-"""The pipeline (hooks/pipeline.py): its docstring's table is `HOOKS`; every component's hook methods are declared
-there and every declared one exists; EVENT hook points run in the declared order and WRAP ones nest with the first
-listed outermost; a component that is off takes part in nothing; no component assigns an attribute of the trainer."""
+"""The pipeline (hooks/pipeline.py) and its table (hooks/hook_points.py): a real run calls every hook point inside
+the one the table nests it in, each component's first frame at most two trl_zoo frames from TRL's; every component's
+hook methods are declared there and every declared one exists; EVENT and CHAIN hook points run in the declared order
+and WRAP ones nest with the first listed outermost; a component that is off takes part in nothing; no component
+assigns an attribute of the trainer."""
 
 import ast
+import dataclasses
 import inspect
-import re
+import sys
 from pathlib import Path
 
 import pytest
 
 import trl_zoo
-from tests.tiny import make_trainer
-from trl_zoo.hooks import pipeline
+from tests.test_kl import lora
+from tests.tiny import make_trainer, prompts_dataset
+from trl_zoo.hooks import hook_points, pipeline
 from trl_zoo.hooks.component import Component
-from trl_zoo.hooks.pipeline import COMPONENTS, EVENT, HOOKS, WRAP, Pipeline
+from trl_zoo.hooks.hook_points import CHAIN, EVENT, HOOKS, WRAP, walk
+from trl_zoo.hooks.pipeline import COMPONENTS, Pipeline
+
+PACKAGE = str(Path(trl_zoo.__file__).parent)
 
 
-def docstring_table() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """The hook-point table of the module docstring: hook point, kind, the components taking part."""
-    rows = re.findall(r"^ {4} *(\w+) +(EVENT|WRAP) +(\w+(?:, \w+)*)", pipeline.__doc__, flags=re.MULTILINE)
-    return {hook: (kind.lower(), tuple(names.split(", "))) for hook, kind, names in rows}
+def trl_zoo_frames_from_trl(frame) -> int | None:
+    """The trl_zoo frames from `frame` outwards to the nearest one that is TRL's or transformers' (a hook point's
+    own call in `Pipeline` and this file's recording wrappers passed over; functools.partial adds none); None when
+    another component's frame comes first (a component called inside another is not the first)."""
+    count = 0
+    while frame is not None:
+        path, owner = frame.f_code.co_filename, frame.f_locals.get("self")
+        if path.startswith(PACKAGE):
+            if isinstance(owner, Component):
+                return None
+            count += not isinstance(owner, Pipeline)
+        elif path != __file__:
+            return count
+        frame = frame.f_back
+    return count
 
 
-def test_the_docstring_table_is_the_hooks_table():
-    assert docstring_table() == HOOKS
+@pytest.fixture(scope="module")
+def recorded_run(tmp_path_factory):
+    """One optimizer step, its checkpoint and a resume from it, with the components a tiny run can turn on together
+    (the critic, expert SFT, the teacher, KL control, a sampler): per hook point, the hook points it was called
+    inside, and per hook method of a component that is the first called from TRL, the trl_zoo frames between."""
+    parents, frames, stack = {}, {}, []
+    wrap, event, chain = Pipeline.wrap, Pipeline.event, Pipeline.chain
+    taking_part = Pipeline._taking_part
+
+    def opened(point, call):
+        def run(*args, **kwargs):
+            parents.setdefault(point.name, set()).add(stack[-1] if stack else None)
+            stack.append(point.name)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                stack.pop()
+
+        return run
+
+    def counted(method):
+        def run(*args, **kwargs):
+            count = trl_zoo_frames_from_trl(sys._getframe(1))
+            if count is not None:
+                name = f"{method.__self__.name}.{method.__name__}"
+                frames[name] = max(frames.get(name, 0), count)
+            return method(*args, **kwargs)
+
+        return run
+
+    def counted_taking_part(self, point, kind):
+        return [counted(method) for method in taking_part(self, point, kind)]
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(Pipeline, "wrap", lambda self, point, innermost: opened(point, wrap(self, point, innermost)))
+    patch.setattr(Pipeline, "event", lambda self, point, *args: opened(point, lambda: event(self, point, *args))())
+    patch.setattr(Pipeline, "chain", lambda self, point, value: opened(point, lambda: chain(self, point, value))())
+    patch.setattr(Pipeline, "_taking_part", counted_taking_part)
+    try:
+        trainer = make_trainer(
+            trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), dataset=prompts_dataset(answers=True),
+            output_dir=str(tmp_path_factory.mktemp("recorded")), max_steps=1, save_strategy="steps", save_steps=1,
+            advantage_estimator="gae", expert_column="answer",
+            teacher_model="self", kl_target=0.1, beta=0.05, dynamic_sampling="resample",
+        )
+        trainer.train()
+        trainer.train(resume_from_checkpoint=True)  # checkpoint-1, at max_steps: loaded, no step
+    finally:
+        patch.undo()
+    return trainer, parents, frames
+
+
+def test_a_real_run_calls_every_hook_point_inside_the_one_the_table_nests_it_in(recorded_run):
+    trainer, parents, _ = recorded_run
+    assert {"critic", "expert_sft", "teacher", "kl_control"} <= set(trainer.pipeline.active())
+    expected = {point.name: {None if parent is None else parent.name} for point, parent in walk()}
+    assert parents == expected
+
+
+def test_a_component_is_at_most_two_trl_zoo_frames_from_trl(recorded_run):
+    _, _, frames = recorded_run
+    assert {"expert_sft.micro_batch_loss", "dynamic_sampling.generation_batch", "kl_control.on_optimizer_step"} <= set(
+        frames
+    )
+    assert {name: count for name, count in frames.items() if count > 2} == {}
+
+
+def test_the_table_is_a_tree_of_distinct_hook_points():
+    names = [point.name for point, _ in walk()]
+    assert len(names) == len(set(names)) == len(HOOKS)
+    assert {point.kind for point in HOOKS.values()} == {EVENT, WRAP, CHAIN}
+    assert all(getattr(hook_points, point.name.upper()) is point for point in HOOKS.values())
 
 
 def test_every_component_has_a_unique_name_and_every_declared_name_is_a_component():
     names = [component.name for component in COMPONENTS]
     assert len(set(names)) == len(names) and all(names)
-    declared = {name for _, taking in HOOKS.values() for name in taking}
+    declared = {name for point in HOOKS.values() for name in point.taking_part}
     assert declared <= set(names)
 
 
 @pytest.mark.parametrize("component", COMPONENTS, ids=lambda component: component.name)
 def test_a_components_hook_methods_are_exactly_those_declared_for_it(component):
     defined = {name for name in HOOKS if callable(getattr(component, name, None))}
-    declared = {hook for hook, (_, taking) in HOOKS.items() if component.name in taking}
+    declared = {hook for hook, point in HOOKS.items() if component.name in point.taking_part}
     assert defined == declared
     for hook in declared:
         parameters = list(inspect.signature(getattr(component, hook)).parameters)
-        assert (parameters[1] == "inner") == (HOOKS[hook][0] == WRAP), (hook, parameters)
+        assert (parameters[1] == "inner") == (HOOKS[hook].kind == WRAP), (hook, parameters)
 
 
 def test_no_component_assigns_an_attribute_of_the_trainer():
@@ -63,6 +151,9 @@ class _Recorder(Component):
     def on_generation_batch(self, batch):
         self.calls.append(self.name)
 
+    def new_buffer(self, value):
+        return value + [self.name]
+
     def policy_forward(self, inner, value):
         self.calls.append(f"{self.name} in")
         result = inner(value + [self.name])
@@ -76,32 +167,46 @@ def _pipeline_of(names, calls):
     return built
 
 
+def _declared(monkeypatch, name, taking_part):
+    monkeypatch.setitem(HOOKS, name, dataclasses.replace(HOOKS[name], taking_part=taking_part))
+    return HOOKS[name]
+
+
 def test_events_run_in_the_declared_order_and_wraps_nest_first_listed_outermost(monkeypatch):
-    monkeypatch.setitem(HOOKS, "on_generation_batch", (EVENT, ("b", "a", "c")))
-    monkeypatch.setitem(HOOKS, "policy_forward", (WRAP, ("a", "b")))
+    on_generation_batch = _declared(monkeypatch, "on_generation_batch", ("b", "a", "c"))
+    policy_forward = _declared(monkeypatch, "policy_forward", ("a", "b"))
     calls = []
     built = _pipeline_of(["a", "b", "c"], calls)
-    built.event("on_generation_batch", {})
+    built.event(on_generation_batch, {})
     assert calls == ["b", "a", "c"]
     calls.clear()
-    assert built.wrap("policy_forward", lambda value: value + ["trl"])([]) == ["a", "b", "trl"]
+    assert built.wrap(policy_forward, lambda value: value + ["trl"])([]) == ["a", "b", "trl"]
     assert calls == ["a in", "b in", "b out", "a out"]
     with pytest.raises(TypeError, match="'policy_forward' is an wrap hook point, called as event"):
-        built.event("policy_forward", [])
+        built.event(policy_forward, [])
+
+
+def test_a_chain_hands_each_component_what_the_one_before_returned(monkeypatch):
+    new_buffer = _declared(monkeypatch, "new_buffer", ("b", "a"))
+    calls = []
+    built = _pipeline_of(["a", "b"], calls)
+    assert built.chain(new_buffer, ["trl"]) == ["trl", "b", "a"]
+    assert built.chain(_declared(monkeypatch, "new_buffer", ()), ["trl"]) == ["trl"]
 
 
 def test_a_component_that_is_off_takes_part_in_nothing(monkeypatch):
-    monkeypatch.setitem(HOOKS, "policy_forward", (WRAP, ("a", "b")))
+    policy_forward = _declared(monkeypatch, "policy_forward", ("a", "b"))
     calls = []
     built = _pipeline_of(["a", "b"], calls)
     built.get("a").active = False
-    assert built.wrap("policy_forward", lambda value: value)([]) == ["b"]
+    assert built.wrap(policy_forward, lambda value: value)([]) == ["b"]
     assert built.active() == ["b"] and built.get("a") is not None
 
 
 def test_the_empty_pipeline_passes_every_hook_point_through():
-    assert pipeline.EMPTY.wrap("train", lambda value: value + 1)(1) == 2
-    pipeline.EMPTY.event("after_advantages", None)  # nothing to call
+    assert pipeline.EMPTY.wrap(hook_points.TRAIN, lambda value: value + 1)(1) == 2
+    pipeline.EMPTY.event(hook_points.AFTER_ADVANTAGES, None)  # nothing to call
+    assert pipeline.EMPTY.chain(hook_points.NEW_BUFFER, [1]) == [1]
     assert pipeline.EMPTY.active() == [] and pipeline.EMPTY.get("critic") is None
 
 

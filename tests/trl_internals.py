@@ -52,8 +52,9 @@ def token_logps_and_entropies(trainer, model, input_ids, attention_mask, logits_
 
 
 def policy_loss(trainer, model, inputs):
-    """The policy loss of one micro-batch (the loss table's, without a critic's loss, which `compute_loss` adds)."""
-    return trainer._compute_loss(model, inputs)
+    """The policy loss of one micro-batch (the loss table's, without a critic's loss, which the `micro_batch_loss`
+    hook point adds around it)."""
+    return trainer._policy_loss(model, inputs)[0]
 
 
 # ---------------------------------------------------------------------- TRL's state, read and set

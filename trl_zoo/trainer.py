@@ -1,16 +1,17 @@
 """`GRPOTrainer`: TRL's trainer with the policy term taken from the loss table.
 
 Everything but the loss is TRL's: generation, rewards, PEFT, accelerate, logging, checkpoints. trl_zoo's features are
-components (hooks/component.py) of one pipeline, whose file, hooks/pipeline.py, says which hook points each takes part
-in and in what order; the trainer builds them once TRL's constructor has run and calls the hook points. Its classes,
+components (hooks/component.py) of one pipeline (hooks/pipeline.py); the table of hooks/hook_points.py says which hook
+points each takes part in, in what order, and how they nest; the trainer builds them once TRL's constructor has run and
+calls the hook points. Its classes,
 outermost first:
 
-    GRPOTrainer              construction; TRL's seams to the pipeline's hook points    trainer.py
+    GRPOTrainer              construction; Trainer's public methods to hook points      trainer.py
     PolicyLossStep           the loss step: `_policy_forward`, loss table, metrics,     hooks/loss_step.py
                              the optimizer-step points
     GenerationSeam           the generation seam: a generation batch of rounds,         hooks/generation.py
                              each a typed `ScoredRound` through the round's hook points
-    TRLSeams                 the door: TRL's private methods forwarded to seams;        hooks/trl_access.py
+    TRLSeams                 the door: TRL's private methods calling hook points;       hooks/trl_access.py
                              what trl_zoo relies on, checked against the installed TRL
     trl.GRPOTrainer
 
@@ -39,7 +40,7 @@ from trl.trainer.utils import get_config_model_id
 from .config import GRPOConfig, to_zoo_config
 from .config.vllm_engine import check_vllm_engine, vllm_engine_errors
 from .dataset_values import REFERENCE_REWARDS, check_one_format, check_prompts, check_read_columns
-from .hooks import pipeline
+from .hooks import hook_points, pipeline
 from .hooks.generation import GenerationSeam
 from .hooks.loss_step import PolicyLossStep
 from .hooks.model_object import reference_for_model_object
@@ -205,36 +206,12 @@ class GRPOTrainer(PolicyLossStep, GenerationSeam, TRLSeams):
         component = self.pipeline.get("critic")
         return None if component is None else component.critic
 
-    # ------------------------------------------------------------------ TRL's seams → the pipeline's hook points
+    # ------------------------------------------------------------------ Trainer's public methods → hook points
     def train(self, *args, **kwargs):
-        return self.pipeline.wrap("train", super().train)(*args, **kwargs)
+        return self.pipeline.wrap(hook_points.TRAIN, super().train)(*args, **kwargs)
 
     def create_optimizer(self, *args, **kwargs):
-        return self.pipeline.wrap("create_optimizer", super().create_optimizer)(*args, **kwargs)
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        return self.pipeline.wrap("compute_loss", super().compute_loss)(model, inputs, return_outputs,
-                                                                       num_items_in_batch)
+        return self.pipeline.wrap(hook_points.CREATE_OPTIMIZER, super().create_optimizer)(*args, **kwargs)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
-        return self.pipeline.wrap("save_model", super().save_model)(output_dir, _internal_call)
-
-    def _zoo_prepare_inputs(self, generation_batch):
-        return self.pipeline.wrap("prepare_inputs", super()._zoo_prepare_inputs)(generation_batch)
-
-    def _zoo_generate(self, prompts):
-        return self.pipeline.wrap("generate", super()._zoo_generate)(prompts)
-
-    def _zoo_tokenize_prompts(self, prompts):
-        return self.pipeline.wrap("tokenize_prompts", super()._zoo_tokenize_prompts)(prompts)
-
-    def _zoo_generate_single_turn(self, *args, **kwargs):
-        return self.pipeline.wrap("generate_single_turn", super()._zoo_generate_single_turn)(*args, **kwargs)
-
-    def _zoo_save_checkpoint(self, model, trial):
-        return self.pipeline.wrap("save_checkpoint", super()._zoo_save_checkpoint)(model, trial)
-
-    def _zoo_load_optimizer_and_scheduler(self, checkpoint):
-        return self.pipeline.wrap("load_optimizer_and_scheduler", super()._zoo_load_optimizer_and_scheduler)(
-            checkpoint
-        )
+        return self.pipeline.wrap(hook_points.SAVE_MODEL, super().save_model)(output_dir, _internal_call)

@@ -46,7 +46,7 @@ from .component import Component
 from .generation import ScoredRound, row_chunks
 from .kl_control import reward_kl_penalty
 from .model_inputs import forward_inputs, is_multimodal, loss_mask
-from .trl_access import log_metric, replace_logged_advantages, restored, swapped
+from .trl_access import log_metric, per_token_logps, replace_logged_advantages, restored, swapped
 from .turns import gathered_turns
 
 _FUSED_OUTPUTS_WITH_SQUARES = ("log_probs", "entropy", "log_sum_sq_probs")
@@ -170,7 +170,8 @@ class Advantages(Component):
         trainer = self.trainer
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(output)
         with trainer._generation_pass("reward_kl_logps") as chunk:
-            logps, _, _ = trainer._zoo_get_per_token_logps_and_entropies(
+            logps, _, _ = per_token_logps(
+                trainer,
                 trainer.model,
                 input_ids,
                 attention_mask,

@@ -4,8 +4,8 @@ A component is built once TRL's trainer is, in the order `hooks/pipeline.py` dec
 `self.trainer`; what it keeps is its own (`self`), and what it needs of another component it asks the trainer's
 pipeline for by name (`trainer.pipeline.get(name)`), never through state another constructor left on the trainer.
 It takes part in a hook point by defining a method of the hook point's name; the pipeline calls it there, in the
-declared order, while the component is `active` (a feature that is off sets it False once built, and then takes part
-in no hook point).
+order the table of hooks/hook_points.py declares, while the component is `active` (a feature that is off sets it
+False once built, and then takes part in no hook point).
 
 Tests: tests/test_pipeline.py (the declared order is the order of the calls; every hook method is declared).
 """

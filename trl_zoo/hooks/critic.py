@@ -12,7 +12,7 @@ the estimator's inputs in `scored.advantage_inputs`), the value targets (``value
 value pre-training) and, for VAPO's positive-example loss, ``positive_example`` (task reward > threshold) are added
 per row. They travel with the batch through TRL's shuffling and splitting and through dynamic sampling's regrouping.
 
-Loss side (`compute_loss`): the policy loss as the trainer computes it (skipped while
+Loss side (`micro_batch_loss`): the loss inside it (the policy loss, from the trainer) (skipped while
 ``state.global_step < vapo_value_warmup_steps``), plus the critic's loss from the same policy forward: ``value_coef``
 × the clipped value loss, plus ``vapo_positive_nll_coef`` × the positive-example NLL, each a micro-batch token mean
 divided by the gradient-accumulation steps like the trainer's other auxiliary terms. In head mode `policy_forward`
@@ -39,7 +39,7 @@ from ..registry import ADVANTAGES
 from .component import Component
 from .critic_component import VALUE_HEAD, Critic
 from .generation import ScoredRound
-from .loss_step import OptimizerStep, StepPhase
+from .optimizer_step import OptimizerStep, StepPhase
 from .trl_access import log_metric, weight_sync_without
 
 
@@ -89,17 +89,16 @@ class CriticHooks(Component):
             forward = inner(model, inputs, compute_entropy)
         return replace(forward, hidden_states=torch.cat(captured)) if captured else forward
 
-    def compute_loss(self, inner, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The policy loss (none during value pre-training) plus the critic's terms, from the same policy forward."""
+    def micro_batch_loss(self, inner, model, inputs):
+        """The loss inside (the policy loss; not computed during value pre-training) plus the critic's terms, from
+        the same policy forward."""
         trainer = self.trainer
-        if return_outputs:
-            raise ValueError("The GRPOTrainer does not support returning outputs")
         mode = "train" if trainer.model.training else "eval"
         accumulation = trainer.current_gradient_accumulation_steps if mode == "train" else 1
         if self.critic.value_warmup(mode, trainer.state.global_step):
-            return self.critic.loss(inputs, None, mode, accumulation)
-        policy_loss, forward = trainer._policy_loss(model, inputs)
-        return policy_loss + self.critic.loss(inputs, forward, mode, accumulation)
+            return self.critic.loss(inputs, None, mode, accumulation), None
+        loss, forward = inner(model, inputs)
+        return loss + self.critic.loss(inputs, forward, mode, accumulation), forward
 
     # ------------------------------------------------------------------ optimizer step
     def create_optimizer(self, inner, *args, **kwargs):

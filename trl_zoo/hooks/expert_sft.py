@@ -22,8 +22,8 @@ their rows through TRL's shuffling and splitting, dynamic sampling's regrouping 
 the row's own ``prompt_ids``, TRL's tokenization (chat template included): the expert answer is scored as a
 completion of exactly the prompt the policy answered.
 
-At `compute_loss` (outermost, around the critic and the policy loss), one forward of the policy (TRL's log-prob pass,
-at the sampling temperature, with grad) over the micro-batch's distinct (prompt, answer) rows, each row's tokens
+At `micro_batch_loss` (outermost, around the critic and the policy loss), one forward of the policy (TRL's log-prob
+pass, at the sampling temperature, with grad) over the micro-batch's distinct (prompt, answer) rows, each row's tokens
 weighted by how many rows carry it (a prompt's G completions share one demonstration), the columns cut at the
 longest answer. Rows whose value is None or blank ('' or whitespace) have no demonstration and take no part (a
 number, 42 from a JSON file, is the answer '42': `dataset_values.expert_answer`); a micro-batch without any adds no
@@ -47,7 +47,7 @@ from .batch_layout import kept_width
 from .component import Component
 from .generation import ScoredRound
 from .model_inputs import is_multimodal
-from .trl_access import log_metric, pad_token_id
+from .trl_access import log_metric, pad_token_id, per_token_logps
 
 EXPERT_IDS, EXPERT_MASK = "expert_ids", "expert_mask"
 
@@ -94,20 +94,21 @@ class ExpertSFT(Component):
         return ids, mask
 
     # ------------------------------------------------------------------ the loss
-    def compute_loss(self, inner, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """(1 − μ)·L_RL + μ·L_SFT / accumulation in training; L_RL as it is in evaluation."""
-        loss = inner(model, inputs, return_outputs, num_items_in_batch)
+    def micro_batch_loss(self, inner, model, inputs):
+        """(1 − μ)·L_RL + μ·L_SFT / accumulation in training; L_RL as it is in evaluation (with the policy forward
+        of L_RL)."""
+        loss, forward = inner(model, inputs)
         trainer = self.trainer
         if not trainer.model.training:
-            return loss
+            return loss, forward
         mu = self.mu(trainer.state.global_step)
         log_metric(trainer, "expert/mu", mu)
         if mu == 0.0:
-            return loss
+            return loss, forward
         sft, demonstrated = self.sft_loss(model, inputs)
         logged = sft.detach() if demonstrated else loss.new_tensor(float("nan"))
         log_metric(trainer, "expert/sft_loss", trainer.accelerator.gather(logged.reshape(1)).nanmean().item())
-        return (1.0 - mu) * loss + mu * sft / trainer.current_gradient_accumulation_steps
+        return (1.0 - mu) * loss + mu * sft / trainer.current_gradient_accumulation_steps, forward
 
     def sft_loss(self, model, inputs: dict) -> tuple[torch.Tensor, bool]:
         """(L_SFT of the micro-batch `inputs`, with grad, from one forward over its distinct (prompt, answer) rows;
@@ -128,7 +129,7 @@ class ExpertSFT(Component):
         distinct = torch.empty_like(counts).scatter_(0, inverse, positions)  # a row of each
         input_ids = torch.cat([prompt_ids[distinct], expert_ids[distinct]], dim=1)
         attention_mask = torch.cat([prompt_mask[distinct], expert_mask[distinct]], dim=1)
-        logps, _, _ = self.trainer._zoo_get_per_token_logps_and_entropies(model, input_ids, attention_mask, width)
+        logps, _, _ = per_token_logps(self.trainer, model, input_ids, attention_mask, width)
         weights = expert_mask[distinct] * counts.unsqueeze(1)
         return sft_loss(logps, weights, self.trainer.args.expert_phi), demonstrated
 

@@ -1,20 +1,10 @@
-"""The generation seam: the one override of TRL's `_generate_and_score_completions` and `_calculate_rewards` (through
-their seams in `hooks/trl_access.py`, `_zoo_generate_and_score_completions` and `_zoo_calculate_rewards`), just above
-TRL's door.
+"""The generation seam: what TRL's `_generate_and_score_completions` and `_calculate_rewards` do in trl_zoo (the
+door, `hooks/trl_access.py`, overrides them to call `_generation_batch` and `_round_rewards_of` here).
 
 A generation batch is built from one generation round or more; each round is TRL's generation and scoring of some
 prompts, handed to the components as a typed `ScoredRound` (TRL's batch dict and the rewards of every reward function
-over every process). The seam calls the pipeline's hook points (hooks/pipeline.py says which components take part):
-
-    per generation batch (`_zoo_generate_and_score_completions`):
-      generation_batch(inputs) -> batch                     WRAP   rounds → one batch; innermost `_one_round`
-      on_generation_batch(batch)                            EVENT  the batch is assembled
-    per round (`_scored_round`):
-      generated_round(inputs) -> batch                      WRAP   TRL's generation and scoring of the round
-        scored_rewards(inputs, prompts, completions, ids)   WRAP   TRL's reward call, inside it: (N, K) rewards
-      before_advantages(scored)                             EVENT  TRL's advantages are in `scored.batch`
-      replace_advantages(scored)                            EVENT  the estimator's Â in place of TRL's
-      after_advantages(scored)                              EVENT  the round's advantages are final
+over every process). Which hook points a batch and a round run, and in what nesting, is the table of
+hooks/hook_points.py (`GENERATION_BATCH` and what it holds).
 
 Nothing a round produced is kept on the trainer after the round (the one window: `_round_rewards`, written by TRL's
 reward call and read back as soon as TRL returns).
@@ -29,6 +19,7 @@ rounds).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +30,8 @@ from trl.extras.profiling import profiling_context
 from trl.models.utils import disable_gradient_checkpointing
 
 from ..reward_shaping import is_reward_shaping
+from . import hook_points
+from .trl_access import trl_generated_round
 
 
 @dataclass
@@ -79,37 +72,38 @@ class GenerationSeam:
 
     _round_rewards: torch.Tensor | None = None  # the window between TRL's reward call and the end of its round
 
-    # ------------------------------------------------------------------ TRL's methods' seams, overridden here only
-    def _zoo_generate_and_score_completions(self, inputs):
-        """A generation batch: the rounds (`generation_batch`), then `on_generation_batch`."""
-        batch = self.pipeline.wrap("generation_batch", self._one_round)(inputs)
-        self.pipeline.event("on_generation_batch", batch)
+    # ------------------------------------------------------------------ called by the door (hooks/trl_access.py)
+    def _generation_batch(self, inputs) -> dict:
+        """TRL's `_generate_and_score_completions`: a generation batch, `generation_batch` around one round (a
+        `ScoredRound`), then `on_generation_batch`."""
+        batch = self.pipeline.wrap(hook_points.GENERATION_BATCH, self._scored_round)(inputs)
+        if isinstance(batch, ScoredRound):  # no component took part: the batch is the one round's
+            batch = batch.batch
+        self.pipeline.event(hook_points.ON_GENERATION_BATCH, batch)
         return batch
 
-    def _zoo_calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        inner = super()._zoo_calculate_rewards
-        self._round_rewards = self.pipeline.wrap("scored_rewards", inner)(inputs, prompts, completions,
-                                                                          completion_ids_list)
+    def _round_rewards_of(self, calculate_rewards, inputs, prompts, completions, completion_ids_list):
+        """TRL's `_calculate_rewards` (`calculate_rewards`) through `scored_rewards`, kept for the round's
+        `ScoredRound`."""
+        scored_rewards = self.pipeline.wrap(hook_points.SCORED_REWARDS, calculate_rewards)
+        self._round_rewards = scored_rewards(inputs, prompts, completions, completion_ids_list)
         return self._round_rewards
 
     # ------------------------------------------------------------------ one round
-    def _one_round(self, inputs) -> dict:
-        """The generation batch of one round of `inputs` (dynamic sampling generates more)."""
-        return self._scored_round(inputs).batch
-
     def _scored_round(self, inputs) -> ScoredRound:
         """TRL's generation and scoring of `inputs` (`generated_round`), then the round's hook points in order."""
         self._round_rewards = None
         try:
-            batch = self.pipeline.wrap("generated_round", super()._zoo_generate_and_score_completions)(inputs)
+            trl_round = functools.partial(trl_generated_round, self)
+            batch = self.pipeline.wrap(hook_points.GENERATED_ROUND, trl_round)(inputs)
             rewards = self._round_rewards
         finally:
             self._round_rewards = None
         task_columns = [k for k, fn in enumerate(self.reward_funcs) if not is_reward_shaping(fn)]
         scored = ScoredRound(batch, rewards, self.reward_weights, task_columns, inputs=inputs)
-        self.pipeline.event("before_advantages", scored)
-        self.pipeline.event("replace_advantages", scored)
-        self.pipeline.event("after_advantages", scored)
+        self.pipeline.event(hook_points.BEFORE_ADVANTAGES, scored)
+        self.pipeline.event(hook_points.REPLACE_ADVANTAGES, scored)
+        self.pipeline.event(hook_points.AFTER_ADVANTAGES, scored)
         return scored
 
     # ------------------------------------------------------------------ extra passes
@@ -117,7 +111,7 @@ class GenerationSeam:
     def _generation_pass(self, name: str) -> Iterator[int]:
         """The context of one extra no-grad pass over a generation batch: TRL's `profiling_context` under `name`, no
         grad, gradient checkpointing off; yields the chunk size, the per-device batch size (train or eval), which
-        the pass uses for its rows (or hands to TRL's log-prob pass, `_zoo_get_per_token_logps_and_entropies`, as
+        the pass uses for its rows (or hands to TRL's log-prob pass, `trl_access.per_token_logps`, as
         `batch_size`)."""
         training = self.model.training
         chunk = self.args.per_device_train_batch_size if training else self.args.per_device_eval_batch_size

@@ -1,5 +1,5 @@
 """Component: the generation-speed component (`GenerationSpeed`), three switches around TRL's one decoding of a batch
-of prompts, `_generate_single_turn` (its seam `_zoo_generate_single_turn`, no log-probs), each off by default and
+of prompts, `_generate_single_turn` (its hook point `generate_single_turn`, no log-probs), each off by default and
 independent of the others: the merge outermost, then autocast; compilation is switched on once, in the generation
 config TRL built. The old log-probs, the reference and the loss are computed as without them, by the unmerged model.
 Why each is built as it is (what TRL and transformers do without it): docs/architecture.md, "Decoding".

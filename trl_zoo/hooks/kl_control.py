@@ -36,8 +36,8 @@ from trl.trainer.callbacks import SyncRefModelCallback
 
 from ..kl import adaptive_kl_coefficient, proportional_kl_coefficient
 from .component import Component
-from .loss_step import OptimizerStep, StepPhase
 from .model_inputs import loss_mask
+from .optimizer_step import OptimizerStep, StepPhase
 from .trl_access import log_metric
 
 REF_ADAPTER = "ref"  # the adapter name TRL's reference pass looks for

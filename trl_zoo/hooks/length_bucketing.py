@@ -14,7 +14,8 @@ whole batch. Right after TRL has built that buffer, this component re-cuts it:
    beyond its longest completion, in every per-token tensor (layouts from `trl_zoo.hooks.batch_layout`), respecting
    `pad_to_multiple_of`.
 
-The buffer is replaced in place, so the micro-batch `_prepare_inputs` returns, the ones later micro-steps and
+The buffer is replaced (the `new_buffer` hook point, before the old-log-prob component's), so the micro-batch
+`_prepare_inputs` returns, the ones later micro-steps and
 iterations read, and the one `hooks/resume.py` saves are the bucketed ones. `length_bucketing/padded_token_slots`
 (rows × (prompt + completion width), summed over the micro-batches of all processes) is logged once per
 generation batch next to `length_bucketing/padded_token_slots_unbucketed`, the same count for TRL's micro-batches.
@@ -46,14 +47,7 @@ import torch
 
 from .batch_layout import batch_layouts, trim_padding
 from .component import Component
-from .trl_access import (
-    buffered_micro_batch,
-    generation_buffer,
-    generation_due,
-    log_metric,
-    pad_token_id,
-    set_generation_buffer,
-)
+from .trl_access import log_metric, pad_token_id
 
 SLOTS = "length_bucketing/padded_token_slots"
 SLOTS_UNBUCKETED = "length_bucketing/padded_token_slots_unbucketed"
@@ -74,20 +68,15 @@ class LengthBucketing(Component):
                 "re-grouped; set length_bucketing=False or router_aux_loss_coef=0."
             )
 
-    def prepare_inputs(self, inner, generation_batch):
+    def new_buffer(self, micro_batches: list[dict]) -> list[dict]:
+        """The new buffer re-cut by length (`bucketed`), its token slots before and after logged."""
         trainer = self.trainer
-        new_buffer = trainer.model.training and generation_due(trainer)
-        inputs = inner(generation_batch)
-        if not new_buffer:
-            return inputs
-        unbucketed = token_slots(generation_buffer(trainer))
-        buffer = self.bucketed(generation_buffer(trainer))
-        set_generation_buffer(trainer, buffer)
-        counts = torch.tensor([token_slots(buffer), unbucketed], device=trainer.accelerator.device)
+        buffer = self.bucketed(micro_batches)
+        counts = torch.tensor([token_slots(buffer), token_slots(micro_batches)], device=trainer.accelerator.device)
         bucketed_total, unbucketed_total = trainer.accelerator.reduce(counts, reduction="sum").tolist()
         log_metric(trainer, SLOTS, float(bucketed_total))
         log_metric(trainer, SLOTS_UNBUCKETED, float(unbucketed_total))
-        return buffered_micro_batch(trainer)
+        return buffer
 
     def bucketed(self, micro_batches: list[dict]) -> list[dict]:
         """`micro_batches` re-cut by length and trimmed (`bucket_micro_batches`)."""

@@ -1,9 +1,9 @@
 """The loss step: one micro-batch's policy forward, loss term, masks, KL, aggregation and metrics.
 
-`PolicyLossStep`, a base of `trl_zoo.GRPOTrainer`, takes TRL's loss of a micro-batch (TRL's `compute_loss` calls
-`_compute_loss`, whose seam is `_zoo_compute_loss`, `hooks/trl_access.py`). It calls TRL's own methods (the log-prob
-pass `_zoo_get_per_token_logps_and_entropies`, `get_high_entropy_mask`, `get_off_policy_mask`) and then, in TRL's
-order:
+`PolicyLossStep`, a base of `trl_zoo.GRPOTrainer`, takes TRL's loss of a micro-batch: the door
+(`hooks/trl_access.py`) overrides TRL's `_compute_loss` to call the `micro_batch_loss` hook point around
+`_policy_loss`. It calls TRL's own methods (the log-prob pass `per_token_logps`, `get_high_entropy_mask`,
+`get_off_policy_mask`) and then, in TRL's order:
 
     term   = LOSSES[loss_type](PolicyBatch, args)          per-token (B, T) or per-sequence (B, 1)
     term  *= off-policy mask · entropy mask · vLLM IS ratio (when enabled)
@@ -14,8 +14,8 @@ It calls two of the pipeline's hook points (hooks/pipeline.py): `policy_forward`
 policy forward of the loss (`_policy_forward(model, inputs) -> PolicyForward`, a typed result that components extend:
 router statistics, zero-advantage skipping and the critic's hidden states; none writes into `inputs`), and
 `on_optimizer_step(step: OptimizerStep)` after its own work at each of three points of every optimizer step, in this
-order. `_policy_loss(model, inputs) -> (loss, PolicyForward)` is the policy loss with the forward it came from (the
-critic adds its terms from it).
+order. `_policy_loss(model, inputs) -> (loss, PolicyForward)` is the policy loss with the forward it came from, the
+innermost of `micro_batch_loss` (the critic adds its terms from that forward).
 
     GRADIENTS   the step's gradients are accumulated, before clipping      the critic averages its gradients (DDP)
     CLIPPED     after clipping, before optimizer.step()                     the non-finite guard (may drop the update)
@@ -32,11 +32,9 @@ tests/test_nonfinite_guard.py, tests/test_kl.py (the optimizer-step seam's order
 
 from __future__ import annotations
 
-import enum
 import math
 import weakref
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -45,8 +43,10 @@ from transformers.utils import logging
 
 from ..aggregation import AggregationContext
 from ..losses.base import PolicyBatch, importance_log_weights, importance_ratio
+from . import hook_points
 from .model_inputs import forward_inputs, loss_mask
-from .trl_access import EntropyController, log_metric
+from .optimizer_step import OptimizerStep, StepPhase
+from .trl_access import EntropyController, log_metric, per_token_logps
 
 logger = logging.get_logger(__name__)
 
@@ -56,7 +56,7 @@ class PolicyForward:
     """What the loss's one policy forward produced for a micro-batch of B rows and T completion tokens.
 
     `logps` (B, T) log π_θ(y_t) with grad, `entropies` (B, T) or None, `aux_loss` the MoE router loss or None: TRL's
-    log-prob pass (`_zoo_get_per_token_logps_and_entropies`). Hooks extend it (`dataclasses.replace`):
+    log-prob pass (`trl_access.per_token_logps`). Hooks extend it (`dataclasses.replace`):
     `router_logps` (B, T, L, K) the current routers' log-probs of the old top-K experts (RSPO, `hooks/router.py`);
     `hidden_states` (R, T, H) the backbone's last hidden states at the positions predicting the completion tokens,
     detached (the critic's head, `critic_component.py`); `computed_rows` the R row indices the forward ran on (None:
@@ -70,25 +70,6 @@ class PolicyForward:
     router_logps: torch.Tensor | None = None
     hidden_states: torch.Tensor | None = None
     computed_rows: torch.Tensor | None = None
-
-
-class StepPhase(enum.Enum):
-    """The points of one optimizer step at which `_on_optimizer_step` runs, in this order (module docstring)."""
-
-    GRADIENTS = "gradients"  # accumulated, before clipping
-    CLIPPED = "clipped"  # clipped, before optimizer.step()
-    UPDATED = "updated"  # after optimizer.step(), the scheduler and global_step += 1
-
-
-@dataclass
-class OptimizerStep:
-    """One optimizer step at one of its points: what `_on_optimizer_step` receives."""
-
-    phase: StepPhase
-    global_step: int  # optimizer steps completed (at UPDATED: this one included)
-    model: Any = None  # the (wrapped) model being trained (GRADIENTS, CLIPPED)
-    grad_norm: Any = None  # the gradient norm transformers computed (CLIPPED)
-    means: dict[str, float] = field(default_factory=dict)  # the step's token-mean metrics (UPDATED, `StepMeans`)
 
 
 class PolicyLossStep:
@@ -115,19 +96,13 @@ class PolicyLossStep:
             if on_optimizer_step is not None:
                 for name, value in (on_optimizer_step(self.zoo_state, self.args, step.means) or {}).items():
                     log_metric(self, name, value)
-        self.pipeline.event("on_optimizer_step", step)
+        self.pipeline.event(hook_points.ON_OPTIMIZER_STEP, step)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
         if self.accelerator.sync_gradients:  # the last micro-batch of the optimizer step
             self._on_optimizer_step(OptimizerStep(StepPhase.GRADIENTS, self.state.global_step, model))
         return loss
-
-    def _zoo_get_grad_norm(self, model, grad_norm=None):
-        """transformers' gradient norm, once per optimizer step after clipping and before `optimizer.step()`."""
-        grad_norm = super()._zoo_get_grad_norm(model, grad_norm)
-        self._on_optimizer_step(OptimizerStep(StepPhase.CLIPPED, self.state.global_step, model, grad_norm))
-        return grad_norm
 
     # ------------------------------------------------------------------ non-finite guard
     def _record_step_health(self, loss, terms: dict[str, torch.Tensor]):
@@ -173,15 +148,17 @@ class PolicyLossStep:
 
     # ------------------------------------------------------------------ loss
     def _policy_forward(self, model, inputs, compute_entropy: bool = True) -> PolicyForward:
-        """The policy forward of the micro-batch `inputs`: the pipeline's `policy_forward` hook point around TRL's
-        log-prob pass (`_log_prob_forward`). A component there may slice the rows, or return what else the forward
-        produced in the result (`PolicyForward`); `inputs` is never written."""
-        return self.pipeline.wrap("policy_forward", self._log_prob_forward)(model, inputs, compute_entropy)
+        """The policy forward of the micro-batch `inputs` (the loss's, which `_policy_loss` runs itself): the
+        pipeline's `policy_forward` hook point around TRL's log-prob pass (`_log_prob_forward`). A component there may
+        slice the rows, or return what else the forward produced in the result (`PolicyForward`); `inputs` is never
+        written."""
+        return self.pipeline.wrap(hook_points.POLICY_FORWARD, self._log_prob_forward)(model, inputs, compute_entropy)
 
     def _log_prob_forward(self, model, inputs, compute_entropy: bool = True) -> PolicyForward:
         """TRL's log-prob pass over the micro-batch `inputs`."""
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(inputs)
-        logps, entropies, aux_loss = self._zoo_get_per_token_logps_and_entropies(
+        logps, entropies, aux_loss = per_token_logps(
+            self,
             model,
             input_ids,
             attention_mask,
@@ -220,14 +197,10 @@ class PolicyLossStep:
         """β now: the configured `beta`, or the adaptive controller's value."""
         return self.zoo_state.get("kl_coef", self.beta)
 
-    def _zoo_compute_loss(self, model, inputs):
-        """TRL's loss of one micro-batch: the policy loss."""
-        return self._policy_loss(model, inputs)[0]
-
     def _policy_loss(self, model, inputs) -> tuple[torch.Tensor, PolicyForward]:
         """The policy loss of the micro-batch (module docstring) and the policy forward it was computed from."""
         mode = "train" if self.model.training else "eval"
-        forward = self._policy_forward(model, inputs)
+        forward = self.pipeline.wrap(hook_points.POLICY_FORWARD, self._log_prob_forward)(model, inputs, True)
         logps, entropies, aux_loss = forward.logps, forward.entropies, forward.aux_loss
         batch = self._policy_batch(inputs, forward)
         mask = batch.mask

@@ -11,8 +11,8 @@ carries none (ratio 1). Only the later entries need old log-probs.
 With the field on and applicable (`old_logps_skip_applies`, config/generation_speed.py), TRL's pass is not run at
 generation (`old_logps_pass_skipped`, the door, around each training round's `generated_round`, the pipeline's
 hook point of TRL's round); right after TRL's `_prepare_inputs` built (and length bucketing re-cut) the buffer
-of micro-batches, before any optimizer update on it, each micro-batch of a later optimizer step gets
-`old_per_token_logps` from the same forward TRL uses (`_zoo_get_per_token_logps_and_entropies` on prompt + completion
+of micro-batches (`new_buffer`), before any optimizer update on it, each micro-batch of a later optimizer step gets
+`old_per_token_logps` from the same forward TRL uses (`trl_access.per_token_logps` on prompt + completion
 ids and masks, chunked by the per-device batch size, under `_generation_pass("old_logps")`: no grad, gradient
 checkpointing off, outside autocast as TRL's pass). Computed on the re-cut micro-batches, they are the log-probs of
 exactly the rows and padding the loss forward sees. The buffer then goes to the resume component, which saves it with
@@ -40,16 +40,7 @@ from ..config.generation_speed import old_logps_skip_applies
 from .component import Component
 from .generation import ScoredRound
 from .model_inputs import forward_inputs, is_multimodal
-from .trl_access import (
-    buffered_micro_batch,
-    generation_buffer,
-    generation_due,
-    log_metric,
-    micro_step,
-    old_logps_pass_skipped,
-    set_generation_buffer,
-    trl_computes_old_logps,
-)
+from .trl_access import log_metric, micro_step, old_logps_pass_skipped, per_token_logps, trl_computes_old_logps
 
 ROWS = "old_logps/rows"
 OLD_LOGPS = "old_per_token_logps"
@@ -77,23 +68,17 @@ class OldLogps(Component):
         if old is not None and self.trainer.model.training:
             self.rows += old.size(0)  # TRL's pass over this round
 
-    def prepare_inputs(self, inner, generation_batch):
+    def new_buffer(self, micro_batches: list[dict]) -> list[dict]:
+        """The new buffer with old log-probs where a later optimizer step needs them; the generation batch's count
+        of rows through old-log-prob passes logged, and a fresh count for the next one."""
         trainer = self.trainer
-        step = micro_step(trainer)
-        new_buffer = trainer.model.training and generation_due(trainer)
-        if new_buffer:
-            self.rows = 0
-        inputs = inner(generation_batch)
-        if not new_buffer:
-            return inputs
         if self.skip_on_policy:
-            buffer = self._with_old_logps(generation_buffer(trainer), step)
-            set_generation_buffer(trainer, buffer)
-            inputs = buffered_micro_batch(trainer)
+            micro_batches = self._with_old_logps(micro_batches, micro_step(trainer))
         if trl_computes_old_logps(trainer):
             rows = torch.tensor(float(self.rows), device=trainer.accelerator.device)
             log_metric(trainer, ROWS, trainer.accelerator.reduce(rows, reduction="sum").item())
-        return inputs
+        self.rows = 0
+        return micro_batches
 
     def _with_old_logps(self, micro_batches: list[dict], step: int) -> list[dict]:
         """`micro_batches` with `old_per_token_logps` in each one not trained in the generation's optimizer step."""
@@ -106,8 +91,8 @@ class OldLogps(Component):
                     result.append(micro_batch)
                     continue
                 input_ids, attention_mask, logits_to_keep, _ = forward_inputs(micro_batch)
-                old, _, _ = trainer._zoo_get_per_token_logps_and_entropies(
-                    trainer.model, input_ids, attention_mask, logits_to_keep, batch_size=chunk
+                old, _, _ = per_token_logps(
+                    trainer, trainer.model, input_ids, attention_mask, logits_to_keep, batch_size=chunk
                 )
                 result.append({**micro_batch, OLD_LOGPS: old})
                 self.rows += input_ids.size(0)

@@ -63,7 +63,7 @@ from .checkpoint_integrity import (
 )
 from .checkpoint_settings import check_same_settings, layout_settings
 from .component import Component
-from .trl_access import generation_buffer, generation_due, micro_step, set_generation_buffer
+from .trl_access import generation_buffer, generation_due, micro_step, run_output_dir, set_generation_buffer
 
 STATE_FILE = "trl_zoo_state.pt"
 BUFFER_FILE = "trl_zoo_buffer_{process}.pt"
@@ -131,7 +131,7 @@ class ResumableState(Component):
     def save_checkpoint(self, inner, model, trial):
         trainer = self.trainer
         checkpoint_name = f"{PREFIX_CHECKPOINT_DIR}-{trainer.state.global_step}"
-        folder = os.path.join(trainer._zoo_get_output_dir(trial), checkpoint_name)
+        folder = os.path.join(run_output_dir(trainer, trial), checkpoint_name)
         os.makedirs(folder, exist_ok=True)
         if trainer.args.should_save:
             state = {

@@ -30,6 +30,7 @@ import torch
 from .component import Component
 from .model_inputs import forward_inputs
 from .moe import RouterLogpsRecorder, find_routers
+from .trl_access import per_token_logps
 
 
 class RouterStats(Component):
@@ -61,8 +62,8 @@ class RouterStats(Component):
             trainer._generation_pass("old_routers") as chunk,
             RouterLogpsRecorder(self.routers, input_ids.size(1), completion_length) as recorder,
         ):
-            trainer._zoo_get_per_token_logps_and_entropies(
-                trainer.model, input_ids, attention_mask, completion_length, batch_size=chunk, **multimodal
+            per_token_logps(
+                trainer, trainer.model, input_ids, attention_mask, completion_length, batch_size=chunk, **multimodal
             )
         return recorder.top_k()
 

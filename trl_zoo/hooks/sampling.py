@@ -2,9 +2,9 @@
 
 The pipeline's `generation_batch` hook point (`hooks/generation.py`) hands the inputs TRL drew to the sampler from the
 sampler table through a session that generates lazily: reading its rounds lets TRL generate and score those inputs
-(`_scored_round`, with the per-round hook points: values, advantages); a sampler that filters prompts before
-generation (`greso`) instead draws prompt batches (gathered from all processes) and picks the rows of each round
-itself. Every round reads the task rewards of the whole batch (all processes) from its `ScoredRound`
+(the hook point's `inner`: one round, with the per-round hook points: values, advantages); a sampler that filters
+prompts before generation (`greso`) instead draws prompt batches (gathered from all processes) and picks the rows of
+each round itself. Every round reads the task rewards of the whole batch (all processes) from its `ScoredRound`
 (`task_rewards()`, checked by the reward seam, `hooks/rewards.py`). Samplers may ask for more rounds: their
 prompts come from a stream of its own over the training set (TRL's `RepeatSampler` with one repeat, seeded with
 `seed + 1`), each process taking its slice of a generation batch as the training dataloader does. Without a sampler
@@ -45,7 +45,7 @@ from ..samplers.base import Regrouped, Round, group_reward_spread, sampling_metr
 from .batch_layout import batch_layouts, trim_padding
 from .component import Component
 from .model_inputs import loss_mask
-from .trl_access import log_metric, pad_token_id
+from .trl_access import log_metric, pad_token_id, without_unused_columns
 
 PROMPT_BATCHES_DRAWN = "dynamic_sampling/prompt_batches_drawn"  # zoo_state key: position in the prompt stream
 
@@ -65,15 +65,15 @@ class DynamicSampling(Component):
     def generation_batch(self, inner, inputs) -> dict:
         trainer = self.trainer
         if not trainer.model.training:
-            return inner(inputs)
+            return inner(inputs).batch
         if self.sampler is None:
-            scored = trainer._scored_round(inputs)
+            scored = inner(inputs)
             spread = group_reward_spread(scored.task_rewards(), trainer.num_generations)
             groups, informative = spread.numel(), int(spread.sum())
             for name, value in sampling_metrics(groups, informative, informative, trainer.num_generations).items():
                 log_metric(trainer, name, value)
             return scored.batch
-        session = TrainerSamplingSession(trainer, self, inputs)
+        session = TrainerSamplingSession(trainer, self, inputs, inner)
         sampled = self.sampler(session, trainer.args)
         if sampled.regrouped is not None:
             sampled.batch["advantages"] = self.regrouped_advantages(sampled.batch, sampled.regrouped)
@@ -139,7 +139,7 @@ class DynamicSampling(Component):
                 if not produced:
                     raise ValueError(_too_small_message(prompts_per_batch))
         if hasattr(dataset, "column_names"):
-            dataset = trainer._zoo_remove_unused_columns(dataset, description="Training")
+            dataset = without_unused_columns(trainer, dataset, description="Training")
         sampler = RepeatSampler(
             dataset,
             mini_repeat_count=trainer.num_generations,
@@ -171,10 +171,10 @@ def _too_small_message(prompts_per_batch: int) -> str:
 class TrainerSamplingSession:
     """The `SamplingSession` of one training generation batch (see `trl_zoo.samplers.base.SamplingSession`)."""
 
-    def __init__(self, trainer, sampling: DynamicSampling, first_inputs):
+    def __init__(self, trainer, sampling: DynamicSampling, first_inputs, score_round):
         self.trainer = trainer
         self.accelerator = trainer.accelerator
-        self._score_round = trainer._scored_round
+        self._score_round = score_round  # one round of inputs → its `ScoredRound` (the hook point's inner)
         self._prompt_batches = sampling.next_prompt_batch
         self.group_size = trainer.num_generations
         self.num_groups = trainer.args.generation_batch_size // self.group_size

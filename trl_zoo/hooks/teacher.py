@@ -52,7 +52,7 @@ from ..config.teacher import template_columns
 from .component import Component
 from .generation import ScoredRound
 from .model_inputs import forward_inputs, loss_mask
-from .trl_access import log_metric, pad_token_id
+from .trl_access import log_metric, pad_token_id, per_token_logps, tokenized_prompts
 
 SELF_TEACHER = "self"
 
@@ -152,7 +152,7 @@ class TeacherSignal(Component):
         if inputs is None or len(inputs) != output["completion_ids"].size(0):
             raise RuntimeError("teacher_prompt_template: the round's input rows do not match its completions.")
         prompts = [teacher_prompt(trainer.args.teacher_prompt_template, row) for row in inputs]
-        prompt_ids, _, _ = trainer._zoo_tokenize_prompts(prompts)
+        prompt_ids, _, _ = tokenized_prompts(trainer, prompts)
         device = output["prompt_ids"].device
         width = max(len(ids) for ids in prompt_ids)
         pad = pad_token_id(trainer)
@@ -168,8 +168,8 @@ class TeacherSignal(Component):
         trainer = self.trainer
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(output)
         with trainer._generation_pass(name) as chunk:
-            logps, _, _ = trainer._zoo_get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size=chunk, **multimodal
+            logps, _, _ = per_token_logps(
+                trainer, model, input_ids, attention_mask, logits_to_keep, batch_size=chunk, **multimodal
             )
         return logps
 

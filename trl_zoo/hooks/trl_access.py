@@ -10,11 +10,15 @@ TRL's vLLM module is imported, and its names checked, only for a run that uses v
 `trl.GRPOTrainer` must be TRL's own class (`check_trainer_class`): `import unsloth` before trl_zoo replaces it with a
 rewritten copy whose loss is Unsloth's, and trl_zoo refuses it in one line rather than train with a loss it ignores.
 
-Methods. `TRLSeams`, the base of every layer, alone overrides TRL's private methods that trl_zoo hooks: TRL's `_x`
-calls `self._zoo_x` with the same arguments, and `_zoo_x` defaults to TRL's `_x`. The layers override `_zoo_x` and
-call `super()`; TRL's private methods they call (`_get_per_token_logps_and_entropies`, `_get_output_dir`,
-`_remove_unused_columns`) they call as `_zoo_x` too. `RELIED_METHODS` holds each one's parameters. `TRLSeams` keeps no
-state a layer sets: each `_zoo_x` is TRL's `_x`, nothing more.
+Methods. `TRLSeams`, the base of every layer, alone overrides TRL's private methods that trl_zoo hooks: each calls
+its hook point (hooks/hook_points.py, `STEP`) around TRL's own method, so the first component is one frame away;
+three hand over to a layer above: `_generate_and_score_completions` and `_calculate_rewards` to the generation seam
+(`_generation_batch`, `_round_rewards_of`, hooks/generation.py, whose rounds are `trl_generated_round`),
+`_get_grad_norm` to the loss step's CLIPPED point (`_on_optimizer_step`, hooks/loss_step.py); `_compute_loss` is the
+`micro_batch_loss` hook point around the loss step's `_policy_loss`; `_prepare_inputs` hands a new buffer of
+micro-batches through `new_buffer`. TRL's private methods the components call are functions here
+(`per_token_logps`, `tokenized_prompts`, `run_output_dir`, `without_unused_columns`). `RELIED_METHODS` holds each
+one's parameters.
 
 State. `log_metric` (TRL's `_metrics`, which TRL averages and logs at each logging step), `replace_logged_advantages`
 (`_logs["advantages"]`, the completions table), `generation_buffer` / `micro_step` / `set_generation_buffer` (TRL's
@@ -72,6 +76,8 @@ from transformers import CompileConfig
 from trl import GRPOTrainer as TRLGRPOTrainer
 
 from ..config.generation_buffer import buffer_entry, inside_generation_cycle, old_logps_pass_runs
+from . import hook_points
+from .optimizer_step import OptimizerStep, StepPhase
 
 TESTED_TRL = "1.16"  # the TRL minor version trl_zoo is tested with (pyproject.toml's `test` extra pins it)
 
@@ -270,8 +276,8 @@ def check_trainer_state(trainer) -> None:
 
 
 class TRLSeams(TRLGRPOTrainer):
-    """TRL's trainer with each private method trl_zoo hooks forwarded to its seam `_zoo_<name>` (module docstring).
-    The layers above override the seams and call `super()`; here each seam is TRL's method."""
+    """TRL's trainer with each private method trl_zoo hooks calling its hook point (hooks/hook_points.py) around
+    TRL's own (module docstring); the generation seam, the loss and the CLIPPED point call the layers above."""
 
     _tag_names = ["trl", "grpo", "trl-zoo"]  # the tags TRL adds to the model and its card
 
@@ -281,88 +287,71 @@ class TRLSeams(TRLGRPOTrainer):
 
     # ------------------------------------------------------------------ TRL's methods, overridden here only
     def _generate_and_score_completions(self, inputs):
-        return self._zoo_generate_and_score_completions(inputs)
+        return self._generation_batch(inputs)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        return self._zoo_calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        return self._round_rewards_of(super()._calculate_rewards, inputs, prompts, completions, completion_ids_list)
 
     def _prepare_inputs(self, generation_batch):
-        return self._zoo_prepare_inputs(generation_batch)
+        new_buffer = self.model.training and generation_due(self)
+        inputs = super()._prepare_inputs(generation_batch)
+        if not new_buffer:
+            return inputs
+        set_generation_buffer(self, self.pipeline.chain(hook_points.NEW_BUFFER, generation_buffer(self)))
+        return buffered_micro_batch(self)
 
     def _generate(self, prompts):
-        return self._zoo_generate(prompts)
+        return self.pipeline.wrap(hook_points.GENERATE, super()._generate)(prompts)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        return self._zoo_generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        decode = self.pipeline.wrap(hook_points.GENERATE_SINGLE_TURN, super()._generate_single_turn)
+        return decode(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
 
     def _tokenize_prompts(self, prompts):
-        return self._zoo_tokenize_prompts(prompts)
+        return self.pipeline.wrap(hook_points.TOKENIZE_PROMPTS, super()._tokenize_prompts)(prompts)
 
     def _compute_loss(self, model, inputs):
-        return self._zoo_compute_loss(model, inputs)
+        return self.pipeline.wrap(hook_points.MICRO_BATCH_LOSS, self._policy_loss)(model, inputs)[0]
 
     def _get_grad_norm(self, model, grad_norm=None):
-        return self._zoo_get_grad_norm(model, grad_norm)
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        self._on_optimizer_step(OptimizerStep(StepPhase.CLIPPED, self.state.global_step, model, grad_norm))
+        return grad_norm
 
     def _save_checkpoint(self, model, trial):
-        return self._zoo_save_checkpoint(model, trial)
+        return self.pipeline.wrap(hook_points.SAVE_CHECKPOINT, super()._save_checkpoint)(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
-        return self._zoo_load_optimizer_and_scheduler(checkpoint)
+        load = self.pipeline.wrap(hook_points.LOAD_OPTIMIZER_AND_SCHEDULER, super()._load_optimizer_and_scheduler)
+        return load(checkpoint)
 
-    # ------------------------------------------------------------------ the seams: TRL's methods
-    def _zoo_generate_and_score_completions(self, inputs):
-        """TRL's generation and scoring of `inputs` (one generation batch)."""
-        return super()._generate_and_score_completions(inputs)
 
-    def _zoo_calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        """TRL's reward call of one round: R_{i,k} (N, K) over every process."""
-        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+# ---------------------------------------------------------------------- TRL's methods the layers call
+def trl_generated_round(trainer, inputs) -> dict:
+    """TRL's own generation and scoring of `inputs` (one round; its reward call is still `trainer`'s)."""
+    return TRLGRPOTrainer._generate_and_score_completions(trainer, inputs)
 
-    def _zoo_prepare_inputs(self, generation_batch):
-        """TRL's micro-batch of this micro-step, generating and buffering a generation batch when one is due."""
-        return super()._prepare_inputs(generation_batch)
 
-    def _zoo_generate(self, prompts):
-        """TRL's generation of `prompts` (vLLM's weight sync inside)."""
-        return super()._generate(prompts)
+def per_token_logps(trainer, model, input_ids, attention_mask, logits_to_keep, **kwargs):
+    """TRL's log π(y_t) (and entropies, MoE auxiliary loss) of the completion tokens, through its fused LM head
+    (`_get_per_token_logps_and_entropies`, as `old_logps_pass_skipped` may have swapped it)."""
+    return trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **kwargs)
 
-    def _zoo_generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images):
-        """TRL's one decoding of the prompts (no log-probs)."""
-        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
 
-    def _zoo_tokenize_prompts(self, prompts):
-        """TRL's prompt token ids (and images, multimodal fields) of `prompts`."""
-        return super()._tokenize_prompts(prompts)
+def tokenized_prompts(trainer, prompts):
+    """TRL's prompt token ids (and images, multimodal fields) of `prompts`, through the `tokenize_prompts` hook
+    point."""
+    return trainer._tokenize_prompts(prompts)
 
-    def _zoo_compute_loss(self, model, inputs):
-        """TRL's loss of one micro-batch."""
-        return super()._compute_loss(model, inputs)
 
-    def _zoo_get_grad_norm(self, model, grad_norm=None):
-        """transformers' gradient norm, once per optimizer step after clipping and before `optimizer.step()`."""
-        return super()._get_grad_norm(model, grad_norm=grad_norm)
+def run_output_dir(trainer, trial=None) -> str:
+    """transformers' output folder of a run (of a hyperparameter-search trial)."""
+    return trainer._get_output_dir(trial=trial)
 
-    def _zoo_save_checkpoint(self, model, trial):
-        """transformers' and TRL's checkpoint files."""
-        return super()._save_checkpoint(model, trial)
 
-    def _zoo_load_optimizer_and_scheduler(self, checkpoint):
-        """transformers' and TRL's state from a checkpoint, on every resume."""
-        return super()._load_optimizer_and_scheduler(checkpoint)
-
-    # ------------------------------------------------------------------ TRL's methods the layers call
-    def _zoo_get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, **kwargs):
-        """TRL's log π(y_t) (and entropies, MoE auxiliary loss) of the completion tokens, through its fused LM head."""
-        return self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **kwargs)
-
-    def _zoo_get_output_dir(self, trial):
-        """transformers' output folder of a run (of a hyperparameter-search trial)."""
-        return self._get_output_dir(trial=trial)
-
-    def _zoo_remove_unused_columns(self, dataset, description=None):
-        """transformers' copy of `dataset` without the columns the trainer does not read."""
-        return self._remove_unused_columns(dataset, description=description)
+def without_unused_columns(trainer, dataset, description=None):
+    """transformers' copy of `dataset` without the columns the trainer does not read."""
+    return trainer._remove_unused_columns(dataset, description=description)
 
 
 # ---------------------------------------------------------------------- TRL's state
