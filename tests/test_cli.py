@@ -573,7 +573,7 @@ def test_resume_true_skips_a_half_written_checkpoint_and_says_so(tmp_path, capsy
     )
 
     (tmp_path / "checkpoint-2" / "trainer_state.json").unlink()
-    with pytest.raises(trl_zoo.cli.arguments.ConfigError, match=r"^resume_from_checkpoint: no complete checkpoint-N"):
+    with pytest.raises(trl_zoo.cli.errors.ConfigError, match=r"^resume_from_checkpoint: no complete checkpoint-N"):
         trl_zoo.cli.resume_checkpoint.resume_checkpoint("true", str(tmp_path))
 
 

@@ -16,7 +16,8 @@ import pytest
 import trl_zoo.cli.arguments
 import trl_zoo.cli.train
 from trl_zoo.cli import main
-from trl_zoo.cli.arguments import ConfigError, parse_train_args
+from trl_zoo.cli.arguments import parse_train_args
+from trl_zoo.cli.errors import ConfigError
 from trl_zoo.cli.run_folder import MARKER, claim_run_folder, prepare_run_folder
 
 from .test_cli import TINY_RL, local_sums

@@ -137,7 +137,8 @@ def test_a_builtin_loss_field_is_a_keyword_an_attribute_and_a_saved_field_as_bef
 
 
 def test_a_builtin_loss_field_is_a_yaml_key_and_a_flag_of_train(tmp_path):
-    from trl_zoo.cli.arguments import ConfigError, parse_train_args
+    from trl_zoo.cli.arguments import parse_train_args
+    from trl_zoo.cli.errors import ConfigError
 
     config = tmp_path / "m2po.yaml"
     config.write_text("loss_type: m2po\nm2po_threshold: 0.5\n")
@@ -191,7 +192,8 @@ def test_estimator_and_sampler_fields_are_keywords_attributes_and_saved_fields_a
 
 
 def test_estimator_and_sampler_fields_are_yaml_keys_flags_and_grouped_in_help(tmp_path, capsys):
-    from trl_zoo.cli.arguments import ConfigError, parse_train_args
+    from trl_zoo.cli.arguments import parse_train_args
+    from trl_zoo.cli.errors import ConfigError
     from trl_zoo.cli.train_help import field_groups
 
     config = tmp_path / "gae.yaml"

@@ -20,7 +20,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from ..hooks.checkpoint_integrity import check_checkpoint
 from ..hooks.resume import last_complete_checkpoint
-from .arguments import ConfigError
+from .errors import ConfigError
 from .run_log import SUMMARY_FILE
 
 

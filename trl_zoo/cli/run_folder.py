@@ -47,7 +47,8 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..run_files import LinkedRunFileError, open_for_writing
-from .arguments import ConfigError, next_name
+from .arguments import next_name
+from .errors import ConfigError
 
 try:
     import fcntl

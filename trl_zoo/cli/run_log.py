@@ -24,7 +24,7 @@ from transformers import TrainerCallback
 
 from ..numerics import short_repr
 from ..run_files import open_for_writing
-from .arguments import ConfigError
+from .errors import ConfigError
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"

@@ -35,11 +35,11 @@ from ..hooks.prompt_length import PromptTooLongError
 from ..hooks.resume import interrupted_message as resume_interrupted_message
 from ..hooks.reward_watchdog import RewardTimeoutError
 from ..hooks.rewards import RewardOutputError
-from .arguments import ConfigError, one_line, parse_train_args
+from .arguments import parse_train_args
 from .cpu_run_notice import notice_for_run
 from .cpu_threads import apply_cpu_threads
 from .disk_errors import raise_if_disk_full, writable_output_dir
-from .errors import AnotherProcessFailed, TrainingInterrupted
+from .errors import AnotherProcessFailed, ConfigError, TrainingInterrupted, one_line
 from .launch_errors import agreed_step
 from .progress import ConciseProgress  # noqa: F401  (re-exported, as the names below: this module's before the split)
 from .resume_checkpoint import (  # noqa: F401

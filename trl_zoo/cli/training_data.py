@@ -25,7 +25,7 @@ from trl.data_utils import is_conversational
 
 from ..dataset_values import REFERENCE_REWARDS, check_no_none, check_prompts, check_read_columns
 from ..trainer import reads_reference_rewards
-from .arguments import ConfigError, one_line
+from .errors import ConfigError, one_line
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 STREAMED_HELDOUT = 200  # rows a streamed dataset holds out without num_heldout (the cap of heldout_count)
