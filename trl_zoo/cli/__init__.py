@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trl-zoo: unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}.", file=sys.stderr)
         return 2
     if command in ("train", "compare") and not any(flag in rest for flag in ("-h", "--help")):
-        from .one_gpu import use_one_gpu_unless_launched
+        from .environment.one_gpu import use_one_gpu_unless_launched
 
         silence_library_progress_bars()
         use_one_gpu_unless_launched(command=command)  # several GPUs and no launcher: one (TRL refuses DataParallel)

@@ -30,7 +30,7 @@ from ..tasks.bootstrap import BootstrapRecipe, bootstrap_policy
 from ..tasks.chat_arithmetic import ChatArithmeticTask
 from ..tasks.scratchpad import ScratchpadAdditionTask
 from ..tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
-from .ddp_unused_parameters import find_unused_parameters
+from .environment.ddp_unused_parameters import find_unused_parameters
 from .errors import ConfigError, one_line
 
 

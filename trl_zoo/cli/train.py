@@ -36,11 +36,11 @@ from ..hooks.resume import interrupted_message as resume_interrupted_message
 from ..hooks.reward_watchdog import RewardTimeoutError
 from ..hooks.rewards import RewardOutputError
 from .arguments import parse_train_args
-from .cpu_run_notice import notice_for_run
-from .cpu_threads import apply_cpu_threads
-from .disk_errors import raise_if_disk_full, writable_output_dir
+from .environment.cpu_run_notice import notice_for_run
+from .environment.cpu_threads import apply_cpu_threads
+from .environment.disk_errors import raise_if_disk_full, writable_output_dir
+from .environment.launch_errors import agreed_step
 from .errors import AnotherProcessFailed, ConfigError, TrainingInterrupted, one_line
-from .launch_errors import agreed_step
 from .progress import ConciseProgress  # noqa: F401  (re-exported, as the names below: this module's before the split)
 from .resume_checkpoint import (  # noqa: F401
     check_output_dir,

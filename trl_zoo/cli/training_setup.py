@@ -32,9 +32,9 @@ from trl import get_quantization_config
 from ..tasks import get_task
 from ..tasks.evaluation import HeldOutAccuracyCallback
 from ..trainer import GRPOTrainer
+from .environment.launch_errors import agreed_step
 from .errors import ConfigError, one_line
 from .heldout_accuracy import heldout_accuracy_callback
-from .launch_errors import agreed_step
 from .policy import check_quantization, load_tokenizer, prepare_policy_loading, resolve_policy
 from .policy_prompts import policy_positions, policy_prompts
 from .progress import ConciseProgress
