@@ -2,7 +2,7 @@
 
 import pytest
 
-from trl_zoo.cli.null_reward_control import permuted_reward
+from trl_zoo.cli.rewards.null_reward_control import permuted_reward
 from trl_zoo.tasks import get_task
 from trl_zoo.tasks.chat_arithmetic import ChatArithmeticTask
 from trl_zoo.tasks.rewards import final_number_reward

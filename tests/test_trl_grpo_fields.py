@@ -16,7 +16,7 @@ import trl_zoo.hooks.rewards
 from trl_zoo.cli import main
 from trl_zoo.cli.arguments import parse_train_args
 from trl_zoo.cli.errors import ConfigError
-from trl_zoo.cli.reward_names import resolve_reward, trl_reward_names
+from trl_zoo.cli.rewards.reward_names import resolve_reward, trl_reward_names
 from trl_zoo.cli.train import _load_dataset_splits
 
 from . import tiny

@@ -86,7 +86,7 @@ def list_command(argv: list[str]) -> int:
     if argv:
         raise ConfigError(f"list: takes no arguments, got {' '.join(argv)}.")
     from ..registry import TABLES
-    from .listed_rewards import listed_rewards
+    from .rewards.listed_rewards import listed_rewards
 
     for table_name, table in TABLES.items():
         entries = table.entries()

@@ -39,8 +39,8 @@ from .policy import check_quantization, load_tokenizer, prepare_policy_loading, 
 from .policy_prompts import policy_positions, policy_prompts
 from .progress import ConciseProgress
 from .resume_checkpoint import check_output_dir, checkpoint_step, resume_checkpoint
+from .rewards.run_rewards import RunRewards, run_rewards
 from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder
-from .run_rewards import RunRewards, run_rewards
 from .training_data import _load_dataset_splits, column_names
 
 
