@@ -1,6 +1,5 @@
-"""The command line is reachable as the console script and as `python -m trl_zoo.cli`; a command-line module split
-at its seams (`cli/report.py`, `cli/train.py`) still gives every public name it had; a new loss, estimator or sampler
-is one new file of its table's folder, in the table with no other edit; every module's tests are findable
+"""The command line is reachable as the console script and as `python -m trl_zoo.cli`; a new loss, estimator or
+sampler is one new file of its table's folder, in the table with no other edit; every module's tests are findable
 from its path: tests/test_<module stem>.py exists, or the module's docstring has a line starting "Tests:" that names
 the test files exercising it, each of which exists. (The layers and the import graph: tests/test_import_layers.py.)"""
 
@@ -22,33 +21,6 @@ except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
 import trl_zoo
 
 ROOT = Path(__file__).resolve().parents[1]
-# A command-line module split at its seams -> the modules that now hold the parts it gave away.
-SPLIT_MODULES = {
-    "report": ("run_log", "verdict"),
-    "train": ("training_data", "training_setup", "resume_checkpoint", "progress", "run_summary"),
-}
-
-
-def public_names(path: Path) -> list[str]:
-    """The public functions, classes and constants a module defines itself (not those it imports)."""
-    names = []
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            names.append(node.name)
-        elif isinstance(node, ast.Assign):
-            names += [target.id for target in node.targets if isinstance(target, ast.Name)]
-    return [name for name in names if not name.startswith("_")]
-
-
-@pytest.mark.parametrize("name", sorted(SPLIT_MODULES))
-def test_a_split_module_still_gives_every_public_name_it_had(name):
-    old = importlib.import_module(f"trl_zoo.cli.{name}")
-    for part in SPLIT_MODULES[name]:
-        module = importlib.import_module(f"trl_zoo.cli.{part}")
-        names = public_names(ROOT / "trl_zoo" / "cli" / f"{part}.py")
-        assert names
-        missing = [moved for moved in names if getattr(old, moved, None) is not getattr(module, moved)]
-        assert not missing, f"trl_zoo.cli.{name} no longer gives {missing} (now in trl_zoo.cli.{part})"
 
 
 def test_each_sampler_lives_in_its_own_file_of_the_samplers_folder():

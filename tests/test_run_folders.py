@@ -227,8 +227,8 @@ def test_no_run_file_is_written_through_a_link(tmp_path, mode):
 
 
 def test_the_run_log_and_the_report_are_not_written_through_links(tmp_path):
-    from trl_zoo.cli.report import write_report
-    from trl_zoo.cli.run_log import RunLog, load_run
+    from trl_zoo.cli.report.report import write_report
+    from trl_zoo.cli.report.run_log import RunLog, load_run
     from trl_zoo.cli.run_summary import RunSummary
     from trl_zoo.run_files import LinkedRunFileError
 

@@ -131,7 +131,7 @@ def imported_when_run(module: str, name: str):
 COMMANDS = {
     "train": imported_when_run(".train", "train_command"),
     "list": list_command,
-    "compare": imported_when_run(".compare", "compare_command"),
+    "compare": imported_when_run(".report.compare", "compare_command"),
 }
 
 

@@ -26,8 +26,8 @@ from ..run_files import open_for_writing
 from ..tasks.evaluation import format_mean_reward as mean_text
 from ..trainer import training_method
 from .model_card import model_card
-from .report import write_report
-from .run_log import SUMMARY_FILE, load_run
+from .report.report import write_report
+from .report.run_log import SUMMARY_FILE, load_run
 
 
 @dataclass(frozen=True)

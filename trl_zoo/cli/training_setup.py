@@ -38,9 +38,9 @@ from .heldout_accuracy import heldout_accuracy_callback
 from .policy import check_quantization, load_tokenizer, prepare_policy_loading, resolve_policy
 from .policy_prompts import policy_positions, policy_prompts
 from .progress import ConciseProgress
+from .report.run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder
 from .resume_checkpoint import check_output_dir, checkpoint_step, resume_checkpoint
 from .rewards.run_rewards import RunRewards, run_rewards
-from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder
 from .training_data import _load_dataset_splits, column_names
 
 
