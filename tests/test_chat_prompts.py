@@ -10,7 +10,7 @@ import pytest
 from datasets import Dataset, Features, Json, Value
 
 from trl_zoo.cli import main
-from trl_zoo.cli.arguments import TaskArguments
+from trl_zoo.cli.arguments.train_arguments import TaskArguments
 from trl_zoo.cli.errors import ConfigError
 from trl_zoo.cli.training_data import chat_prompts
 from trl_zoo.tasks.evaluation import render_prompt

@@ -19,11 +19,17 @@ import trl_zoo.cli.resume_checkpoint
 import trl_zoo.cli.training_setup
 from trl_zoo import LOSSES, TABLES
 from trl_zoo.cli import COMMANDS, main
-from trl_zoo.cli.arguments import TaskArguments, make_train_parser, parse_train_args
+from trl_zoo.cli.arguments.train_arguments import TaskArguments, make_train_parser, parse_train_args
+from trl_zoo.cli.arguments.train_help import (
+    GROUP_ORDER,
+    TRL_MODEL_GROUP,
+    TRL_SCRIPT_GROUP,
+    TRL_TRAINING_GROUP,
+    own_fields,
+)
 from trl_zoo.cli.report.report import write_report
 from trl_zoo.cli.report.run_log import Run
 from trl_zoo.cli.rewards.reward_names import REWARDS
-from trl_zoo.cli.train_help import GROUP_ORDER, TRL_MODEL_GROUP, TRL_SCRIPT_GROUP, TRL_TRAINING_GROUP, own_fields
 from trl_zoo.config import GRPOConfig
 from trl_zoo.tasks import ADDITION
 from trl_zoo.tasks.evaluation import greedy_accuracy, greedy_evaluation

@@ -229,7 +229,7 @@ def test_a_yaml_of_nested_aliases_is_refused_in_one_short_line(tmp_path, capsys)
 
 
 def test_a_yaml_with_a_few_aliases_still_reads(tmp_path):
-    from trl_zoo.cli.arguments import read_config
+    from trl_zoo.cli.arguments.train_arguments import read_config
 
     config = tmp_path / "ok.yaml"
     config.write_text("learning_rate: &lr 0.001\nlora_dropout: 0.0\nx: *lr\n")

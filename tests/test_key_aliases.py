@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trl_zoo.cli.arguments import parse_train_args
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
 from trl_zoo.cli.errors import ConfigError
 
 MEANT = {

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from trl_zoo.cli import main
-from trl_zoo.cli.arguments import parse_train_args
-from trl_zoo.cli.preset_lengths import scale_preset_lengths
+from trl_zoo.cli.arguments.preset_lengths import scale_preset_lengths
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
 
 from . import tiny
 

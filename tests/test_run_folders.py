@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import trl_zoo.cli.arguments
+import trl_zoo.cli.arguments.train_arguments
 import trl_zoo.cli.train
 from trl_zoo.cli import main
-from trl_zoo.cli.arguments import parse_train_args
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
 from trl_zoo.cli.errors import ConfigError
 from trl_zoo.cli.run_folder import MARKER, claim_run_folder, prepare_run_folder
 
@@ -137,14 +137,14 @@ def test_the_default_name_has_the_task_the_loss_and_the_speed_recipe(tmp_path, m
 def test_a_run_whose_default_folder_was_taken_after_parsing_trains_in_the_next(tmp_path, monkeypatch):
     """Another run created the folder between this run's parsing and its start: this one moves to `-2`."""
     monkeypatch.chdir(tmp_path)
-    chosen = trl_zoo.cli.arguments.next_free_directory
+    chosen = trl_zoo.cli.arguments.train_arguments.next_free_directory
 
     def taken_meanwhile(path):
         name = chosen(path)
         Path(name).mkdir(parents=True)  # the other run, started in the same millisecond
         return name
 
-    monkeypatch.setattr(trl_zoo.cli.arguments, "next_free_directory", taken_meanwhile)
+    monkeypatch.setattr(trl_zoo.cli.arguments.train_arguments, "next_free_directory", taken_meanwhile)
     assert main(["train", *local_sums(tmp_path), *TINY_RL]) == 0  # no --output_dir: the default
     assert not any(Path("runs/sums-dapo").iterdir())  # the other run's folder is left alone (TRL's loss: dapo)
     assert json.loads(Path("runs/sums-dapo-2/summary.json").read_text())["steps"] == 2

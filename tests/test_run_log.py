@@ -8,7 +8,7 @@ import pytest
 
 import trl_zoo.cli.training_setup
 from tests import tiny
-from trl_zoo.cli.arguments import parse_train_args
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
 from trl_zoo.cli.report.run_log import RunLog, read_records
 
 STEP_0 = {"kind": "eval", "step": 0, "heldout_accuracy": 0.5}

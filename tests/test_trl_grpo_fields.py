@@ -14,7 +14,7 @@ from trl.scripts.grpo import make_parser as trl_grpo_parser
 import trl_zoo.cli.train
 import trl_zoo.hooks.rewards
 from trl_zoo.cli import main
-from trl_zoo.cli.arguments import parse_train_args
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
 from trl_zoo.cli.errors import ConfigError
 from trl_zoo.cli.rewards.reward_names import resolve_reward, trl_reward_names
 from trl_zoo.cli.train import _load_dataset_splits

@@ -23,7 +23,7 @@ def main(output_path: str, data_dir: str, model_path: str, output_dir: str):
 
     import trl_zoo.cli.heldout_accuracy
     import trl_zoo.cli.train
-    from trl_zoo.cli.arguments import parse_train_args
+    from trl_zoo.cli.arguments.train_arguments import parse_train_args
     from trl_zoo.cli.report.run_log import METRICS_FILE, read_records
 
     histories = []

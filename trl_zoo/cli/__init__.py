@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         use_one_gpu_unless_launched(command=command)  # several GPUs and no launcher: one (TRL refuses DataParallel)
     try:
         if entry and command in ("train", "compare"):
-            from .config_env import apply_config_env
+            from .arguments.config_env import apply_config_env
 
             apply_config_env(rest)  # a config file's env: set before the libraries read it (config_env.py)
         return COMMANDS[command](rest)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..run_files import LinkedRunFileError, open_for_writing
-from .arguments import next_name
+from .arguments.train_arguments import next_name
 from .errors import ConfigError
 
 try:

@@ -35,7 +35,7 @@ from ..hooks.prompt_length import PromptTooLongError
 from ..hooks.resume import interrupted_message as resume_interrupted_message
 from ..hooks.reward_watchdog import RewardTimeoutError
 from ..hooks.rewards import RewardOutputError
-from .arguments import parse_train_args
+from .arguments.train_arguments import parse_train_args
 from .environment.cpu_run_notice import notice_for_run
 from .environment.cpu_threads import apply_cpu_threads
 from .environment.disk_errors import raise_if_disk_full, writable_output_dir

@@ -36,7 +36,7 @@ specs, in `trl_zoo/losses/`, `trl_zoo/advantages/` and `trl_zoo/samplers/`), mad
 
 A third party's loss, estimator or sampler declares its fields the same way; their values live in `plugin_args`,
 `GRPOConfig(my_field=3)` and `args.my_field` work, and `trl-zoo train` makes a flag and a YAML key of each
-(`cli/arguments.py`).
+(`cli/arguments/train_arguments.py`).
 
 Tests: tests/test_validation.py (every impossible setting, plugin fields), tests/test_table_fields.py (the built-in
 entries' fields), tests/test_hyperparameter_ranges.py (NaN, ±inf, inert clips).

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from ...registry import LOSSES
-from ..arguments import CONFIG_SUFFIXES, config_path, make_train_parser, read_config
+from ..arguments.train_arguments import CONFIG_SUFFIXES, config_path, make_train_parser, read_config
 from ..errors import ConfigError
 from .report import headline, write_report
 from .run_log import SUMMARY_FILE, load_run
