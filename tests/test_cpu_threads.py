@@ -40,7 +40,8 @@ def test_train_sets_torchs_threads_before_it_runs(monkeypatch, tmp_path, environ
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     seen = []
-    monkeypatch.setattr("trl_zoo.cli.train.run_train", lambda *args, **kwargs: seen.append(torch.get_num_threads()))
+    monkeypatch.setattr("trl_zoo.cli.train.command.run_train",
+                        lambda *args, **kwargs: seen.append(torch.get_num_threads()))
     before = torch.get_num_threads()
     torch.set_num_threads(3)
     try:

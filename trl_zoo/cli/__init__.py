@@ -129,7 +129,7 @@ def imported_when_run(module: str, name: str):
 
 
 COMMANDS = {
-    "train": imported_when_run(".train", "train_command"),
+    "train": imported_when_run(".train.command", "train_command"),
     "list": list_command,
     "compare": imported_when_run(".report.compare", "compare_command"),
 }

@@ -46,9 +46,9 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
-from ..run_files import LinkedRunFileError, open_for_writing
-from .arguments.train_arguments import next_name
-from .errors import ConfigError
+from ...run_files import LinkedRunFileError, open_for_writing
+from ..arguments.train_arguments import next_name
+from ..errors import ConfigError
 
 try:
     import fcntl
