@@ -5,7 +5,7 @@
 alternating order and in fresh processes,
 
     trl grpo --config Y                       (the launcher's threads)
-    trl-zoo train --config Y                  (trl_zoo's CPU thread policy, trl_zoo/cli/cpu_threads.py)
+    trl-zoo train --config Y                  (trl_zoo's CPU thread policy, trl_zoo/cli/environment/cpu_threads.py)
     trl-zoo train --config Y, OMP_NUM_THREADS=<physical cores>   (torch's default, trl_zoo before the policy)
 
 each once on a quiet CPU and once while `--busy N` processes spin on N cores, and reports the median step time
@@ -33,7 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trl_zoo.cli.cpu_threads import physical_cores  # noqa: E402
+from trl_zoo.cli.environment.cpu_threads import physical_cores  # noqa: E402
 from trl_zoo.tasks.tiny import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
 
 

@@ -72,7 +72,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trl_zoo.cli.run_folder import prepare_run_folder
+from trl_zoo.cli.train.run_folder import prepare_run_folder
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_SCRIPT = "benchmarks/lib/real_model_run.py"

@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trl_zoo.cli.run_folder import prepare_run_folder
+from trl_zoo.cli.train.run_folder import prepare_run_folder
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_SCRIPT = REPO / "benchmarks" / "lib" / "real_model_run.py"

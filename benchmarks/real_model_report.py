@@ -120,22 +120,22 @@ def table(runs: dict[tuple[str, int], Run], names: list[str], seeds: list[int]) 
 
 def compare_groups(runs: dict[tuple[str, int], Run]) -> dict[str, list]:
     """One task's runs as `trl-zoo compare` reads them: configuration -> its runs over seeds."""
-    from trl_zoo.cli import report
+    from trl_zoo.cli.report.run_log import load_run
 
     groups: dict[str, list] = {}
     for (name, _), run in sorted(runs.items()):
-        groups.setdefault(name, []).append(report.load_run(run.folder, name))
+        groups.setdefault(name, []).append(load_run(run.folder, name))
     return groups
 
 
 def verdict_lines(groups: dict[str, list]) -> list[str]:
     """`trl-zoo compare`'s verdict on one task's configurations (`compare_groups`): the first by mean held-out
-    accuracy against each other, paired by seed, with a 95 % t-interval (`trl_zoo/cli/verdict.py`)."""
-    from trl_zoo.cli import report
+    accuracy against each other, paired by seed, with a 95 % t-interval (`trl_zoo/cli/report/verdict.py`)."""
+    from trl_zoo.cli.report.verdict import paired_differences, paired_table, seed_winner_sentence
 
     if len(groups) < 2:
         return []
-    return [report.seed_winner_sentence(groups), "", report.paired_table(report.paired_differences(groups))]
+    return [seed_winner_sentence(groups), "", paired_table(paired_differences(groups))]
 
 
 # the study's own questions, each a paired difference of final held-out accuracy (first − second) where both ran
@@ -150,14 +150,14 @@ QUESTIONS = (
 def question_lines(groups: dict[str, list]) -> list[str]:
     """The QUESTIONS whose two configurations both ran on this task (`compare_groups`), as `trl-zoo compare`'s paired
     table with the question named; [] when none did."""
-    from trl_zoo.cli import report
+    from trl_zoo.cli.report.verdict import paired_difference, paired_table
 
     asked = [(first, second, text) for first, second, text in QUESTIONS if first in groups and second in groups]
     if not asked:
         return []
-    pairs = [report.paired_difference(groups, first, second) for first, second, _ in asked]
+    pairs = [paired_difference(groups, first, second) for first, second, _ in asked]
     return ["Questions:", *(f"- {first} − {second}: {text}" for first, second, text in asked), "",
-            report.paired_table(pairs)]
+            paired_table(pairs)]
 
 
 def mechanism_lines(runs, seeds) -> list[str]:

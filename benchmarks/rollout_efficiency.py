@@ -124,7 +124,7 @@ def run_one(config_name: str, seed: int, args) -> dict:
 
     import benchmarks.lib.harness  # noqa: F401  (datasets' fingerprinting patch)
     import trl_zoo
-    from trl_zoo.cli.arguments import quickstart_preset
+    from trl_zoo.cli.arguments.train_arguments import quickstart_preset
     from trl_zoo.tasks import get_task
     from trl_zoo.tasks.bootstrap import BootstrapRecipe, bootstrap_policy
     from trl_zoo.tasks.evaluation import greedy_accuracy

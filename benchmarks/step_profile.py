@@ -325,7 +325,7 @@ def worker(options) -> int:
     import torch
     import trl
 
-    import trl_zoo.cli.training_setup as training_setup
+    import trl_zoo.cli.train.training_setup as training_setup
     from benchmarks.lib.block_times import BlockTimes
     from benchmarks.lib.real_model_run import versions
     from benchmarks.lib.time_to_target_run import Instrumentation

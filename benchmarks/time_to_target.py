@@ -69,7 +69,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from trl_zoo.cli.run_folder import prepare_run_folder
+from trl_zoo.cli.train.run_folder import prepare_run_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 

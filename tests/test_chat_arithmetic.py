@@ -2,7 +2,7 @@
 
 import pytest
 
-from trl_zoo.cli.null_reward_control import permuted_reward
+from trl_zoo.cli.rewards.null_reward_control import permuted_reward
 from trl_zoo.tasks import get_task
 from trl_zoo.tasks.chat_arithmetic import ChatArithmeticTask
 from trl_zoo.tasks.rewards import final_number_reward
@@ -60,7 +60,7 @@ def test_null_reward_control_keeps_the_rewards_and_breaks_their_link_to_completi
 
 
 def test_the_chat_task_preset_names_the_packaged_model_and_keeps_the_shared_defaults(tmp_path):
-    from trl_zoo.cli.arguments import parse_train_args
+    from trl_zoo.cli.arguments.train_arguments import parse_train_args
 
     task_args, training_args, model_args = parse_train_args(
         ["--task", "chat_arithmetic_hard", "--output_dir", str(tmp_path / "run")]

@@ -10,8 +10,9 @@ import pytest
 from datasets import Dataset, Features, Json, Value
 
 from trl_zoo.cli import main
-from trl_zoo.cli.arguments import ConfigError, TaskArguments
-from trl_zoo.cli.training_data import chat_prompts
+from trl_zoo.cli.arguments.train_arguments import TaskArguments
+from trl_zoo.cli.errors import ConfigError
+from trl_zoo.cli.train.training_data import chat_prompts
 from trl_zoo.tasks.evaluation import render_prompt
 from trl_zoo.tasks.tiny import build_char_tokenizer, build_tiny_causal_lm
 

@@ -14,15 +14,22 @@ from peft import PeftModel
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import trl_zoo.cli.heldout_accuracy
-import trl_zoo.cli.resume_checkpoint
-import trl_zoo.cli.training_setup
+import trl_zoo.cli.train.heldout_accuracy
+import trl_zoo.cli.train.training_setup
 from trl_zoo import LOSSES, TABLES
 from trl_zoo.cli import COMMANDS, main
-from trl_zoo.cli.arguments import TaskArguments, make_train_parser, parse_train_args
-from trl_zoo.cli.report import Run, write_report
-from trl_zoo.cli.reward_names import REWARDS
-from trl_zoo.cli.train_help import GROUP_ORDER, TRL_MODEL_GROUP, TRL_SCRIPT_GROUP, TRL_TRAINING_GROUP, own_fields
+from trl_zoo.cli.arguments.train_arguments import TaskArguments, make_train_parser, parse_train_args
+from trl_zoo.cli.arguments.train_help import (
+    GROUP_ORDER,
+    TRL_MODEL_GROUP,
+    TRL_SCRIPT_GROUP,
+    TRL_TRAINING_GROUP,
+    own_fields,
+)
+from trl_zoo.cli.report.report import write_report
+from trl_zoo.cli.report.run_log import Run
+from trl_zoo.cli.rewards.reward_names import REWARDS
+from trl_zoo.cli.train.resume_checkpoint import resume_checkpoint
 from trl_zoo.config import GRPOConfig
 from trl_zoo.tasks import ADDITION
 from trl_zoo.tasks.evaluation import greedy_accuracy, greedy_evaluation
@@ -248,7 +255,7 @@ def test_dataset_run_says_what_it_holds_out_and_reports_its_last_step(tmp_path, 
         lengths.append(max_new_tokens)
         return greedy_evaluation(*args, max_new_tokens=max_new_tokens, **kwargs)
 
-    monkeypatch.setattr(trl_zoo.cli.heldout_accuracy, "greedy_evaluation", recording_evaluation)
+    monkeypatch.setattr(trl_zoo.cli.train.heldout_accuracy, "greedy_evaluation", recording_evaluation)
     out = tmp_path / "run"
     argv = ["train", *local_sums(tmp_path, num_heldout=None), *TINY_RL, "--logging_steps", "10",
             "--output_dir", str(out)]
@@ -565,7 +572,7 @@ def test_resume_true_skips_a_half_written_checkpoint_and_says_so(tmp_path, capsy
     (tmp_path / "checkpoint-2" / "trainer_state.json").write_text("{}")
     (tmp_path / "checkpoint-4").mkdir()  # a save killed before trainer_state.json, which transformers writes last
     (tmp_path / "checkpoint-4" / "model.safetensors").write_text("")
-    assert trl_zoo.cli.resume_checkpoint.resume_checkpoint("true", str(tmp_path)) == str(tmp_path / "checkpoint-2")
+    assert resume_checkpoint("true", str(tmp_path)) == str(tmp_path / "checkpoint-2")
     printed = capsys.readouterr().out.strip()
     assert printed == (
         "resume_from_checkpoint: skipped checkpoint-4 (no trainer_state.json: the save did not finish); resuming "
@@ -573,8 +580,8 @@ def test_resume_true_skips_a_half_written_checkpoint_and_says_so(tmp_path, capsy
     )
 
     (tmp_path / "checkpoint-2" / "trainer_state.json").unlink()
-    with pytest.raises(trl_zoo.cli.arguments.ConfigError, match=r"^resume_from_checkpoint: no complete checkpoint-N"):
-        trl_zoo.cli.resume_checkpoint.resume_checkpoint("true", str(tmp_path))
+    with pytest.raises(trl_zoo.cli.errors.ConfigError, match=r"^resume_from_checkpoint: no complete checkpoint-N"):
+        resume_checkpoint("true", str(tmp_path))
 
 
 @pytest.mark.parametrize("saved", [True, False], ids=["checkpoint", "no-checkpoint"])
@@ -588,7 +595,7 @@ def test_ctrl_c_during_train_is_one_line_and_exit_status_130(tmp_path, capsys, m
         self.state.global_step = 3
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trl_zoo.cli.training_setup.GRPOTrainer, "train", interrupted_train)
+    monkeypatch.setattr(trl_zoo.cli.train.training_setup.GRPOTrainer, "train", interrupted_train)
     assert main(["train", *local_sums(tmp_path), *TINY_RL, "--output_dir", str(out)]) == 130
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -622,7 +629,7 @@ def test_fsdp2_tied_output_layer_warning_is_dropped_only_for_a_frozen_layer(tmp_
     argv = [*local_sums(tmp_path), *TINY_RL, "--use_peft", use_peft, "--output_dir", str(tmp_path / "run")]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        setup = trl_zoo.cli.training_setup.prepare_training(*parse_train_args(argv), log=lambda *_: None)
+        setup = trl_zoo.cli.train.training_setup.prepare_training(*parse_train_args(argv), log=lambda *_: None)
         output_weight = setup.trainer.model.get_output_embeddings().weight
         assert output_weight.requires_grad != silenced
         caught.clear()

@@ -39,7 +39,7 @@ def test_the_progress_line_says_at_which_step_the_held_out_value_was_measured(ca
 
 # ------------------------------------------------------------------------------------------------------ small ones
 def test_peft_names_in_a_yaml_or_as_flags_are_read_as_trls_with_a_note(tmp_path, capsys):
-    from trl_zoo.cli.arguments import parse_train_args
+    from trl_zoo.cli.arguments.train_arguments import parse_train_args
 
     config = tmp_path / "lora.yaml"
     config.write_text("lora_rank: 8\ntarget_modules: [q_proj, v_proj]\n")
@@ -102,7 +102,7 @@ def test_the_bootstrap_says_its_total_and_how_long_it_may_take(tmp_path):
 
 
 def test_runs_on_your_own_data_get_a_named_folder_and_the_next_one_its_own(tmp_path):
-    from trl_zoo.cli.arguments import parse_train_args
+    from trl_zoo.cli.arguments.train_arguments import parse_train_args
 
     flags = ["--model_name_or_path", tiny.model_dir(), "--dataset_name", "data/sums.jsonl"]
     assert parse_train_args(flags).training.output_dir == "runs/sums-dapo"  # TRL's default loss_type
@@ -113,7 +113,7 @@ def test_runs_on_your_own_data_get_a_named_folder_and_the_next_one_its_own(tmp_p
 
 
 def test_a_run_on_your_own_data_says_which_of_trls_defaults_apply(tmp_path):
-    from trl_zoo.cli.arguments import parse_train_args
+    from trl_zoo.cli.arguments.train_arguments import parse_train_args
 
     flags = ["--model_name_or_path", tiny.model_dir(), "--dataset_name", "problems.jsonl", "--output_dir", "run"]
     lines = []
@@ -134,7 +134,7 @@ def test_a_run_on_your_own_data_says_which_of_trls_defaults_apply(tmp_path):
 
 
 def test_a_bare_train_says_it_runs_the_tasks_preset_not_the_defaults_help_lists(tmp_path):
-    from trl_zoo.cli.arguments import make_train_parser, parse_train_args
+    from trl_zoo.cli.arguments.train_arguments import make_train_parser, parse_train_args
 
     lines = []
     parse_train_args(["--learning_rate", "0.01", "--output_dir", str(tmp_path / "run")], log=lines.append)

@@ -4,7 +4,9 @@ reason where it is known; the plot keeps every line visible; results.md names ea
 import json
 
 from trl_zoo.cli import main
-from trl_zoo.cli.report import Run, headline, identical_runs, paired_difference, plot_styles, write_report
+from trl_zoo.cli.report.report import headline, plot_styles, write_report
+from trl_zoo.cli.report.run_log import Run
+from trl_zoo.cli.report.verdict import identical_runs, paired_difference
 
 TINY_BOOTSTRAP = ["--bootstrap_max_steps", "8", "--bootstrap_hidden_size", "32", "--bootstrap_num_layers", "2"]
 

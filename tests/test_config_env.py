@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from trl_zoo.cli.arguments import ConfigError
-from trl_zoo.cli.config_env import apply_config_env
+from trl_zoo.cli.arguments.config_env import apply_config_env
+from trl_zoo.cli.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,8 +12,8 @@ import yaml
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from trl_zoo import LOSSES
-from trl_zoo.cli.arguments import parse_train_args
-from trl_zoo.cli.train import run_train
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
+from trl_zoo.cli.train.command import run_train
 
 from . import tiny
 

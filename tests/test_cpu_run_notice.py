@@ -10,9 +10,11 @@ import types
 
 import pytest
 
-from trl_zoo.cli import cpu_run_notice, main, progress
-from trl_zoo.cli.cpu_run_notice import EARLY_END_SHARE, estimated, evaluation_count, time_range
-from trl_zoo.cli.progress import ConciseProgress
+from trl_zoo.cli import main
+from trl_zoo.cli.environment import cpu_run_notice
+from trl_zoo.cli.environment.cpu_run_notice import EARLY_END_SHARE, estimated, evaluation_count, time_range
+from trl_zoo.cli.train import progress
+from trl_zoo.cli.train.progress import ConciseProgress
 from trl_zoo.tasks import evaluation
 from trl_zoo.tasks.evaluation import EvaluationProgress, greedy_evaluation
 

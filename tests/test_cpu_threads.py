@@ -1,13 +1,14 @@
-"""`trl-zoo train`'s CPU thread policy (trl_zoo/cli/cpu_threads.py): one torch thread on a CPU, as `trl grpo`'s
-launcher gives; the user's OMP_NUM_THREADS / MKL_NUM_THREADS always win; a GPU run is left alone. Timings are in
-benchmarks/cpu_threads.py, never asserted here."""
+"""`trl-zoo train`'s CPU thread policy (trl_zoo/cli/environment/cpu_threads.py): one torch thread on a CPU, as
+`trl grpo`'s launcher gives; the user's OMP_NUM_THREADS / MKL_NUM_THREADS always win; a GPU run is left alone. Timings
+are in benchmarks/cpu_threads.py, never asserted here."""
 
 import pytest
 import torch
 
 from tests import tiny
-from trl_zoo.cli import cpu_threads, main
-from trl_zoo.cli.cpu_threads import CPU_THREADS, cpu_thread_count
+from trl_zoo.cli import main
+from trl_zoo.cli.environment import cpu_threads
+from trl_zoo.cli.environment.cpu_threads import CPU_THREADS, cpu_thread_count
 
 
 def test_a_cpu_run_without_a_thread_variable_gets_the_launchers_one_thread():
@@ -39,7 +40,8 @@ def test_train_sets_torchs_threads_before_it_runs(monkeypatch, tmp_path, environ
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     seen = []
-    monkeypatch.setattr("trl_zoo.cli.train.run_train", lambda *args, **kwargs: seen.append(torch.get_num_threads()))
+    monkeypatch.setattr("trl_zoo.cli.train.command.run_train",
+                        lambda *args, **kwargs: seen.append(torch.get_num_threads()))
     before = torch.get_num_threads()
     torch.set_num_threads(3)
     try:

@@ -13,8 +13,9 @@ import torch
 from safetensors import SafetensorError
 
 from tests import tiny
-from trl_zoo.cli import disk_errors, main
-from trl_zoo.cli.disk_errors import raise_if_disk_full
+from trl_zoo.cli import main
+from trl_zoo.cli.environment import disk_errors
+from trl_zoo.cli.environment.disk_errors import raise_if_disk_full
 
 SAFETENSORS_FULL = "Error while serializing: I/O error: No space left on device (os error 28)"
 TORCH_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 960 vs 888"

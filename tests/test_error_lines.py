@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from trl_zoo.cli import main
-from trl_zoo.cli.arguments import ConfigError
-from trl_zoo.cli.reward_names import resolve_reward
-from trl_zoo.cli.run_log import RunLog, read_records
+from trl_zoo.cli.errors import ConfigError
+from trl_zoo.cli.report.run_log import RunLog, read_records
+from trl_zoo.cli.rewards.reward_names import resolve_reward
 from trl_zoo.hooks.rewards import RewardOutputError, check_reward_shape
 from trl_zoo.io.gguf_checkpoint import GGUFError, dense_checkpoint
 
@@ -229,7 +229,7 @@ def test_a_yaml_of_nested_aliases_is_refused_in_one_short_line(tmp_path, capsys)
 
 
 def test_a_yaml_with_a_few_aliases_still_reads(tmp_path):
-    from trl_zoo.cli.arguments import read_config
+    from trl_zoo.cli.arguments.train_arguments import read_config
 
     config = tmp_path / "ok.yaml"
     config.write_text("learning_rate: &lr 0.001\nlora_dropout: 0.0\nx: *lr\n")

@@ -81,7 +81,8 @@ def test_the_cli_records_and_prints_the_mean_reward(tmp_path, tmp_path_factory, 
 
 
 def test_results_md_shows_the_final_mean_reward_beside_accuracy(tmp_path):
-    from trl_zoo.cli.report import Run, write_report
+    from trl_zoo.cli.report.report import write_report
+    from trl_zoo.cli.report.run_log import Run
 
     def run(name, mean):
         summary = {"accuracy_before": 0.0, "accuracy_after": 0.0, "train_seconds": 1.0, "seed": 0, "loss_type": name,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from datasets import Dataset
 
-import trl_zoo.cli.heldout_accuracy
+from trl_zoo.cli.train import heldout_accuracy
 from trl_zoo.hooks import reward_watchdog
 from trl_zoo.hooks.rewards import RewardOutputError
 from trl_zoo.tasks.evaluation import greedy_evaluation
@@ -84,12 +84,12 @@ def test_a_held_out_reward_that_never_returns_stops_at_the_timeout():
 
 def test_the_cli_evaluation_passes_the_configs_reward_settings(monkeypatch):
     seen = {}
-    monkeypatch.setattr(trl_zoo.cli.heldout_accuracy, "greedy_evaluation", lambda *args, **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(heldout_accuracy, "greedy_evaluation", lambda *args, **kwargs: seen.update(kwargs))
     heldout = Dataset.from_dict({"prompt": PROMPTS, "answer": ["2", "4", "6"]})
     task_args = SimpleNamespace(eval_batch_size=4, eval_every_steps=1)
     training_args = SimpleNamespace(max_completion_length=2, process_index=0, nan_rewards="drop",
                                     reward_timeout_warning=7.0, reward_timeout=30.0)
-    callback = trl_zoo.cli.heldout_accuracy.heldout_accuracy_callback(
+    callback = heldout_accuracy.heldout_accuracy_callback(
         heldout, None, tiny.digit_reward, SimpleNamespace(kept=[]), task_args, training_args, print
     )
     callback.evaluate(None)

@@ -34,18 +34,22 @@ def all_modules() -> dict[str, Path]:
     return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
+def imported_from(name: str, path: Path, node: ast.ImportFrom) -> str:
+    """The module a `from ... import` in module `name` (file `path`) reads, a relative one resolved."""
+    if not node.level:
+        return node.module or ""
+    package = (name if path.name == "__init__.py" else name.rpartition(".")[0]).split(".")
+    return ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+
+
 def imports_of(name: str, path: Path, modules) -> set[str]:
     """The trl_zoo modules `name` imports (anywhere in the file), resolved to modules where a name is one."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([node.module] if node.module else []))
+            base = imported_from(name, path, node)
             for alias in node.names:
                 child = f"{base}.{alias.name}"
                 found.add(child if child in modules else base)
@@ -126,6 +130,40 @@ def test_architecture_page_states_the_same_layers():
         assert row is not None, f"docs/architecture.md has no row for the layer {layer!r}"
         assert all(f"`{member}`" in row for member in members), row
 
+
+
+def defined_names(path: Path) -> set[str]:
+    """The names a module binds itself at its top level (functions, classes, assignments), not those it imports."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.col_offset == 0:
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.col_offset == 0:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {target.id for target in targets if isinstance(target, ast.Name)}
+    return names
+
+
+def test_a_command_line_name_is_imported_from_the_module_that_defines_it():
+    """`trl_zoo/cli/` re-exports nothing: every import of one of its names, in the package, the tests, the benchmarks
+    and the examples, names the module that defines it (or imports a submodule)."""
+    modules = all_modules()
+    cli = {name: path for name, path in modules.items() if name == "trl_zoo.cli" or name.startswith("trl_zoo.cli.")}
+    sources = [path for folder in ("trl_zoo", "tests", "benchmarks", "examples")
+               for path in sorted((PACKAGE.parent / folder).rglob("*.py"))]
+    elsewhere = []
+    for path in sources:
+        name = module_name(path) if path.is_relative_to(PACKAGE) else None
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom) or (node.level and name is None):
+                continue
+            base = imported_from(name, path, node)
+            if base not in cli:
+                continue
+            defined = defined_names(cli[base])
+            elsewhere += [f"{path.relative_to(PACKAGE.parent)}: {alias.name} from {base}" for alias in node.names
+                          if alias.name not in defined and f"{base}.{alias.name}" not in modules]
+    assert elsewhere == []
 
 @pytest.mark.parametrize(
     "graph, expected",

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from trl_zoo.cli.arguments import ConfigError, parse_train_args
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
+from trl_zoo.cli.errors import ConfigError
 
 MEANT = {
     "group_size": "num_generations",

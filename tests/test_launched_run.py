@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 from transformers import Qwen3MoeConfig
 
-from trl_zoo.cli.arguments import ConfigError
-from trl_zoo.cli.ddp_unused_parameters import find_unused_parameters
-from trl_zoo.cli.run_folder import shared_run_folder
+from trl_zoo.cli.environment.ddp_unused_parameters import find_unused_parameters
+from trl_zoo.cli.errors import ConfigError
+from trl_zoo.cli.train.run_folder import shared_run_folder
 
 from . import tiny
 from .test_cli import local_sums

@@ -14,7 +14,7 @@ from tests import tiny
 from tests.tiny import make_trainer, prompts_dataset
 from tests.trl_internals import generate_and_score, metric_values
 from trl_zoo.cli import main
-from trl_zoo.cli.reward_names import REWARDS, heldout_scorer, read_columns, resolve_reward
+from trl_zoo.cli.rewards.reward_names import REWARDS, heldout_scorer, read_columns, resolve_reward
 from trl_zoo.tasks import majority_vote
 from trl_zoo.tasks.majority_vote import MajorityVoteReward, majority_answers, majority_vote_reward
 from trl_zoo.tasks.rewards import final_number_reward

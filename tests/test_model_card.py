@@ -8,7 +8,7 @@ import pytest
 import trl_zoo
 from tests.tiny import make_trainer
 from tests.trl_internals import training_method
-from trl_zoo.cli.model_card import model_card
+from trl_zoo.cli.train.model_card import model_card
 
 
 def test_model_card_names_and_cites_the_run_s_loss_estimator_and_sampler(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from trl_zoo.cli.arguments import model_preset, parse_train_args
+from trl_zoo.cli.arguments.train_arguments import model_preset, parse_train_args
 from trl_zoo.io.gguf_checkpoint import PACKAGED_MODELS
 
 

@@ -1,5 +1,5 @@
-"""`trl-zoo train` without a launcher on a machine with several GPUs trains on the first (`trl_zoo/cli/one_gpu.py`);
-the GPU count is faked, the decision and the CLI's use of it are real."""
+"""`trl-zoo train` without a launcher on a machine with several GPUs trains on the first
+(`trl_zoo/cli/environment/one_gpu.py`); the GPU count is faked, the decision and the CLI's use of it are real."""
 
 import os
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from trl_zoo import cli
-from trl_zoo.cli.one_gpu import one_gpu_choice, use_one_gpu_unless_launched
+from trl_zoo.cli.environment.one_gpu import one_gpu_choice, use_one_gpu_unless_launched
 
 
 @pytest.mark.parametrize(

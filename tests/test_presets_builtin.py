@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from trl_zoo.cli import main
-from trl_zoo.cli.arguments import parse_train_args
-from trl_zoo.cli.preset_lengths import scale_preset_lengths
+from trl_zoo.cli.arguments.preset_lengths import scale_preset_lengths
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
 
 from . import tiny
 
@@ -101,10 +101,10 @@ def test_a_completion_longer_than_the_built_in_policy_is_refused_before_training
 
 
 def test_a_users_model_too_short_for_max_completion_length_is_refused_before_loading(tmp_path, capsys, monkeypatch):
-    import trl_zoo.cli.policy
+    import trl_zoo.cli.train.policy
 
     loaded = []
-    monkeypatch.setattr(trl_zoo.cli.policy.AutoTokenizer, "from_pretrained", lambda *a, **k: loaded.append(a))
+    monkeypatch.setattr(trl_zoo.cli.train.policy.AutoTokenizer, "from_pretrained", lambda *a, **k: loaded.append(a))
     data = tmp_path / "sums.jsonl"
     data.write_text("\n".join(json.dumps({"prompt": f"{a}+1=", "answer": str(a + 1)}) for a in range(20)))
     status = main(["train", "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data),

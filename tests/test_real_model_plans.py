@@ -4,7 +4,7 @@
 import pytest
 
 from benchmarks import real_model
-from trl_zoo.cli.arguments import parse_train_args
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
 
 PLANS = ["easy", "medium", "hard", "offpolicy", "trl", "gemma"]
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-import trl_zoo.cli.training_setup
+import trl_zoo.cli.train.training_setup
 from benchmarks.lib import real_model_run
 from tests.tiny import digit_reward, model_dir
 from tests.trl_internals import replace_every_trainers_decoding
@@ -14,7 +14,7 @@ from tests.trl_internals import replace_every_trainers_decoding
 @pytest.fixture
 def run(monkeypatch, tmp_path):
     # main() installs its instrumented trainer class and sets its environment variable: undone after the test
-    monkeypatch.setattr(trl_zoo.cli.training_setup, "GRPOTrainer", trl_zoo.cli.training_setup.GRPOTrainer)
+    monkeypatch.setattr(trl_zoo.cli.train.training_setup, "GRPOTrainer", trl_zoo.cli.train.training_setup.GRPOTrainer)
     monkeypatch.setenv(real_model_run.RECORD_ENV, "")
     monkeypatch.setattr(real_model_run, "GENERATIONS", dict(real_model_run.GENERATIONS))
     # a reward with spread from the completions' text (the tiny random model never writes the right number)

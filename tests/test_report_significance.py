@@ -5,8 +5,10 @@ import math
 
 import pytest
 
-from trl_zoo.cli.compare import compare_seeds
-from trl_zoo.cli.report import Run, headline, paired_difference, t_quantile_975, write_report
+from trl_zoo.cli.report.compare import compare_seeds
+from trl_zoo.cli.report.report import headline, write_report
+from trl_zoo.cli.report.run_log import Run
+from trl_zoo.cli.report.verdict import paired_difference, t_quantile_975
 
 
 def run(loss: str, seed: int, final: float, heldout_size: int | None = 500) -> Run:

@@ -5,8 +5,8 @@ network error, and a class or a factory in a complaint about a dataset column.""
 
 import pytest
 
-from trl_zoo.cli.arguments import ConfigError
-from trl_zoo.cli.reward_names import resolve_reward
+from trl_zoo.cli.errors import ConfigError
+from trl_zoo.cli.rewards.reward_names import resolve_reward
 
 NAME = "exact_match"
 NUMBER = 3

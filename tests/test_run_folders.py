@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-import trl_zoo.cli.arguments
-import trl_zoo.cli.train
+import trl_zoo.cli.arguments.train_arguments
+import trl_zoo.cli.train.command
 from trl_zoo.cli import main
-from trl_zoo.cli.arguments import ConfigError, parse_train_args
-from trl_zoo.cli.run_folder import MARKER, claim_run_folder, prepare_run_folder
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
+from trl_zoo.cli.errors import ConfigError
+from trl_zoo.cli.train.run_folder import MARKER, claim_run_folder, prepare_run_folder
 
 from .test_cli import TINY_RL, local_sums
 
@@ -88,7 +89,7 @@ def test_a_second_run_into_a_named_folder_in_use_stops_and_the_first_finishes(tm
     same)."""
     out = tmp_path / "run"
     argv = ["train", *local_sums(tmp_path), *TINY_RL, "--output_dir", str(out)]
-    prepare, second = trl_zoo.cli.train.prepare_training, []
+    prepare, second = trl_zoo.cli.train.command.prepare_training, []
 
     def prepare_while_a_second_run_starts(*args, **kwargs):
         if not second:  # the second run's own preparation, if it got that far, goes straight on
@@ -96,7 +97,7 @@ def test_a_second_run_into_a_named_folder_in_use_stops_and_the_first_finishes(tm
             second[0] = main(argv)
         return prepare(*args, **kwargs)
 
-    monkeypatch.setattr(trl_zoo.cli.train, "prepare_training", prepare_while_a_second_run_starts)
+    monkeypatch.setattr(trl_zoo.cli.train.command, "prepare_training", prepare_while_a_second_run_starts)
     assert main(argv) == 0 and second == [2]
     (error,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("trl-zoo")]
     assert error.startswith(f"trl-zoo train: error: output_dir: {out} is in use by another run (pid {os.getpid()} ")
@@ -136,14 +137,14 @@ def test_the_default_name_has_the_task_the_loss_and_the_speed_recipe(tmp_path, m
 def test_a_run_whose_default_folder_was_taken_after_parsing_trains_in_the_next(tmp_path, monkeypatch):
     """Another run created the folder between this run's parsing and its start: this one moves to `-2`."""
     monkeypatch.chdir(tmp_path)
-    chosen = trl_zoo.cli.arguments.next_free_directory
+    chosen = trl_zoo.cli.arguments.train_arguments.next_free_directory
 
     def taken_meanwhile(path):
         name = chosen(path)
         Path(name).mkdir(parents=True)  # the other run, started in the same millisecond
         return name
 
-    monkeypatch.setattr(trl_zoo.cli.arguments, "next_free_directory", taken_meanwhile)
+    monkeypatch.setattr(trl_zoo.cli.arguments.train_arguments, "next_free_directory", taken_meanwhile)
     assert main(["train", *local_sums(tmp_path), *TINY_RL]) == 0  # no --output_dir: the default
     assert not any(Path("runs/sums-dapo").iterdir())  # the other run's folder is left alone (TRL's loss: dapo)
     assert json.loads(Path("runs/sums-dapo-2/summary.json").read_text())["steps"] == 2
@@ -226,9 +227,9 @@ def test_no_run_file_is_written_through_a_link(tmp_path, mode):
 
 
 def test_the_run_log_and_the_report_are_not_written_through_links(tmp_path):
-    from trl_zoo.cli.report import write_report
-    from trl_zoo.cli.run_log import RunLog, load_run
-    from trl_zoo.cli.run_summary import RunSummary
+    from trl_zoo.cli.report.report import write_report
+    from trl_zoo.cli.report.run_log import RunLog, load_run
+    from trl_zoo.cli.train.run_summary import RunSummary
     from trl_zoo.run_files import LinkedRunFileError
 
     outside = tmp_path / "outside.txt"

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-import trl_zoo.cli.training_setup
 from tests import tiny
-from trl_zoo.cli.arguments import parse_train_args
-from trl_zoo.cli.report import RunLog, read_records
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
+from trl_zoo.cli.report.run_log import RunLog, read_records
+from trl_zoo.cli.train import training_setup
 
 STEP_0 = {"kind": "eval", "step": 0, "heldout_accuracy": 0.5}
 
@@ -54,7 +54,7 @@ def test_prepare_training_makes_only_the_first_process_the_writer(tmp_path, monk
         seen.append(main_process)
         raise Stop  # the run log is all this test needs: no trainer
 
-    monkeypatch.setattr(trl_zoo.cli.training_setup, "RunLog", run_log)
+    monkeypatch.setattr(training_setup, "RunLog", run_log)
     for index in (0, 1):
         task_args, training_args, model_args = parse_train_args([
             "--model_name_or_path", tiny.model_dir(), "--dataset_name", str(data), "--output_dir",
@@ -64,5 +64,5 @@ def test_prepare_training_makes_only_the_first_process_the_writer(tmp_path, monk
         ])
         monkeypatch.setattr(type(training_args), "process_index", property(lambda self, index=index: index))
         with pytest.raises(Stop):
-            trl_zoo.cli.training_setup.prepare_training(task_args, training_args, model_args, log=lambda *args: None)
+            training_setup.prepare_training(task_args, training_args, model_args, log=lambda *args: None)
     assert seen == [True, False]

@@ -14,7 +14,7 @@ from benchmarks.time_to_target import CONTENDERS
 from tests import tiny
 from tests.trl_internals import buffered_micro_batches, replace_generate_and_score
 from trl_zoo import GRPOConfig, GRPOTrainer
-from trl_zoo.cli.arguments import parse_train_args
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
 from trl_zoo.config import generation_speed
 from trl_zoo.config.speed_recipe import SPEED_RECIPES
 

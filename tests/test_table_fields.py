@@ -137,7 +137,8 @@ def test_a_builtin_loss_field_is_a_keyword_an_attribute_and_a_saved_field_as_bef
 
 
 def test_a_builtin_loss_field_is_a_yaml_key_and_a_flag_of_train(tmp_path):
-    from trl_zoo.cli.arguments import ConfigError, parse_train_args
+    from trl_zoo.cli.arguments.train_arguments import parse_train_args
+    from trl_zoo.cli.errors import ConfigError
 
     config = tmp_path / "m2po.yaml"
     config.write_text("loss_type: m2po\nm2po_threshold: 0.5\n")
@@ -191,8 +192,9 @@ def test_estimator_and_sampler_fields_are_keywords_attributes_and_saved_fields_a
 
 
 def test_estimator_and_sampler_fields_are_yaml_keys_flags_and_grouped_in_help(tmp_path, capsys):
-    from trl_zoo.cli.arguments import ConfigError, parse_train_args
-    from trl_zoo.cli.train_help import field_groups
+    from trl_zoo.cli.arguments.train_arguments import parse_train_args
+    from trl_zoo.cli.arguments.train_help import field_groups
+    from trl_zoo.cli.errors import ConfigError
 
     config = tmp_path / "gae.yaml"
     config.write_text("advantage_estimator: gae\ngae_lambda: 0.5\ndynamic_sampling: resample\n")
@@ -206,7 +208,7 @@ def test_estimator_and_sampler_fields_are_yaml_keys_flags_and_grouped_in_help(tm
         parse_train_args(["--dynamic_sampling_on_exhausted", "skip", *output])
     from trl import ModelConfig
 
-    from trl_zoo.cli.arguments import TaskArguments
+    from trl_zoo.cli.arguments.train_arguments import TaskArguments
 
     groups = field_groups(TaskArguments, GRPOConfig, ModelConfig)
     for name in ESTIMATOR_FIELDS:

@@ -543,7 +543,7 @@ RECIPE_CONTENDER_FLAGS = {
 @pytest.mark.parametrize("name", sorted(ttt.CONTENDERS))
 def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
     """Each contender is a set of fields a user sets: they parse into trl_zoo's GRPOConfig, with the values meant."""
-    from trl_zoo.cli.arguments import parse_train_args
+    from trl_zoo.cli.arguments.train_arguments import parse_train_args
 
     flags = ttt.CONTENDERS[name]
     cpu = ["--use_cpu", "true"] if "--bf16" in flags else []  # bf16 without a GPU: TrainingArguments asks for it

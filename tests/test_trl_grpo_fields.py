@@ -11,12 +11,13 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 from trl import DatasetMixtureConfig, get_dataset
 from trl.scripts.grpo import make_parser as trl_grpo_parser
 
-import trl_zoo.cli.train
+import trl_zoo.cli.train.command
 import trl_zoo.hooks.rewards
 from trl_zoo.cli import main
-from trl_zoo.cli.arguments import ConfigError, parse_train_args
-from trl_zoo.cli.reward_names import resolve_reward, trl_reward_names
-from trl_zoo.cli.train import _load_dataset_splits
+from trl_zoo.cli.arguments.train_arguments import parse_train_args
+from trl_zoo.cli.errors import ConfigError
+from trl_zoo.cli.rewards.reward_names import resolve_reward, trl_reward_names
+from trl_zoo.cli.train.training_data import _load_dataset_splits
 
 from . import tiny
 
@@ -92,8 +93,8 @@ def test_a_trl_grpo_yaml_runs_with_reward_model_trl_reward_eval_split_and_trust_
     load_tokenizer = AutoTokenizer.from_pretrained
     monkeypatch.setattr(AutoTokenizer, "from_pretrained",
                         lambda *a, **k: tokenizer_calls.append(k) or load_tokenizer(*a, **k))
-    prepare = trl_zoo.cli.train.prepare_training
-    monkeypatch.setattr(trl_zoo.cli.train, "prepare_training",
+    prepare = trl_zoo.cli.train.command.prepare_training
+    monkeypatch.setattr(trl_zoo.cli.train.command, "prepare_training",
                         lambda *a, **k: setups.append(prepare(*a, **k)) or setups[-1])
     rewards_per_round = []  # the reward seam's checked rewards of every round
     scored_rewards = trl_zoo.hooks.rewards.RewardChecks.scored_rewards

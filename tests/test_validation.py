@@ -418,7 +418,8 @@ def test_a_non_finite_plugin_field_is_refused_naming_it(scaled_loss, value, tmp_
     assert rejection(loss_type="scaled_pg", pg_scale=value) == expected
     assert rejection(loss_type="scaled_pg", plugin_args=json.dumps({"pg_scale": value})) == expected
     assert rejection(pg_scale=value) == expected  # whichever loss is chosen, as a wrong type is
-    from trl_zoo.cli.arguments import ConfigError, parse_train_args
+    from trl_zoo.cli.arguments.train_arguments import parse_train_args
+    from trl_zoo.cli.errors import ConfigError
 
     with pytest.raises(ConfigError) as error:
         parse_train_args(["--loss_type", "scaled_pg", f"--pg_scale={value}", "--output_dir", str(tmp_path / "r")])
@@ -448,7 +449,8 @@ def test_a_malformed_plugin_field_is_refused_where_it_is_declared():
 
 
 def test_a_plugin_field_is_a_yaml_key_and_a_flag_of_train(scaled_loss, tmp_path):
-    from trl_zoo.cli.arguments import ConfigError, parse_train_args
+    from trl_zoo.cli.arguments.train_arguments import parse_train_args
+    from trl_zoo.cli.errors import ConfigError
 
     config = tmp_path / "scaled.yaml"
     config.write_text("loss_type: scaled_pg\npg_scale: 4\n")

@@ -2,7 +2,7 @@
 
 A prompt is a non-blank string, or a non-empty list of chat messages ({"role": str, "content": str or a list of
 parts}); the trainer's prompts are all of one kind, since TRL renders a batch one way, by its first row (`trl-zoo
-train` makes a mixed file one kind first: cli/training_data.py). A column a reward function reads holds no None:
+train` makes a mixed file one kind first: cli/train/training_data.py). A column a reward function reads holds no None:
 exact_match would compare the completion with "None" and score the row 0, silently. A map-style dataset is checked
 whole at construction (the error names the first bad row); a streamed one shows its rows only while it is read, so
 its prompts are checked per generation batch.

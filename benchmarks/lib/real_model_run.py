@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from trl_zoo.cli.run_folder import prepare_run_folder
+from trl_zoo.cli.train.run_folder import prepare_run_folder
 from trl_zoo.tasks.evaluation import not_recorded
 from trl_zoo.tasks.rewards import final_number_reward
 
@@ -67,7 +67,7 @@ def generations_file(folder, rank: int) -> Path:
 
 def resumed_step(argv: list[str], output_dir: Path) -> int:
     """The step a `--resume_from_checkpoint true` run goes on from (0 for a fresh run)."""
-    from trl_zoo.cli.resume_checkpoint import checkpoint_step
+    from trl_zoo.cli.train.resume_checkpoint import checkpoint_step
     from trl_zoo.hooks.resume import last_complete_checkpoint
 
     if "--resume_from_checkpoint" not in argv or argv[argv.index("--resume_from_checkpoint") + 1].lower() != "true":
@@ -270,7 +270,7 @@ def versions() -> dict:
 def main(argv: list[str]) -> int:
     import trl
 
-    import trl_zoo.cli.training_setup
+    import trl_zoo.cli.train.training_setup
     from trl_zoo.cli import main as cli_main
 
     trainer = "trl_zoo"
@@ -295,8 +295,8 @@ def main(argv: list[str]) -> int:
     os.environ[RECORD_ENV] = str(output_dir / ("completions.jsonl" if rank == 0 else f"completions.rank{rank}.jsonl"))
     keep_records_up_to(Path(os.environ[RECORD_ENV]), resumed_step(argv, output_dir))
     timer = StepTimer()
-    base = trl.GRPOTrainer if trainer == "trl" else trl_zoo.cli.training_setup.GRPOTrainer
-    trl_zoo.cli.training_setup.GRPOTrainer = instrumented(base, timer)
+    base = trl.GRPOTrainer if trainer == "trl" else trl_zoo.cli.train.training_setup.GRPOTrainer
+    trl_zoo.cli.train.training_setup.GRPOTrainer = instrumented(base, timer)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     try:

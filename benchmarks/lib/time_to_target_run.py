@@ -251,7 +251,7 @@ def run_record(instrumentation: Instrumentation, trainer: str, code: int) -> dic
 def main(argv: list[str]) -> int:
     import trl
 
-    import trl_zoo.cli.training_setup
+    import trl_zoo.cli.train.training_setup
     from trl_zoo.cli import main as cli_main
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -271,8 +271,8 @@ def main(argv: list[str]) -> int:
         blocks = BlockTimes()
         blocks.install()
     count_into(instrumentation.counts)
-    base = trl.GRPOTrainer if args.trainer == "trl" else trl_zoo.cli.training_setup.GRPOTrainer
-    trl_zoo.cli.training_setup.GRPOTrainer = instrumentation.trainer_class(base)
+    base = trl.GRPOTrainer if args.trainer == "trl" else trl_zoo.cli.train.training_setup.GRPOTrainer
+    trl_zoo.cli.train.training_setup.GRPOTrainer = instrumentation.trainer_class(base)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     code = cli_main(["train", *train_argv])

@@ -7,34 +7,24 @@
 
 `trl-zoo COMMAND --help` shows a command's options; `trl-zoo --version` the version.
 
-This package is the command line; its `__init__` only dispatches, to each command's modules:
+This package is the command line; its `__init__` only dispatches, to each command's modules, one folder a part
+(each folder's `__init__` maps its files):
 
-    train     arguments.py             the arguments and config files (`train_help.py` lays out `--help`,
-                                       `preset_lengths.py` fits a preset's lengths)
-              train.py                 the command, in steps:
-              run_folder.py              the run's folder, claimed once
-              training_setup.py          everything up to `trainer.train()`:
-              resume_checkpoint.py         the checkpoint the run resumes, or a fresh start
-              run_rewards.py               its rewards (`reward_names.py` resolves `--reward_funcs`;
-                                           `null_reward_control.py`)
-              training_data.py             a dataset's splits; chat prompts
-              policy.py                    the policy's path, resolved once, and how the trainer loads it
-                                           (`ddp_unused_parameters.py`)
-              policy_prompts.py            the prompts as the policy reads them
-              heldout_accuracy.py          the greedy held-out evaluation
-              progress.py                  the lines printed while training
-              cpu_threads.py             torch's threads on a CPU; `cpu_run_notice.py` what a real model there costs
-              disk_errors.py             an unwritable output_dir or a full disk, in one line
-              launch_errors.py           under a launch, an error of one process before training stops all, said once
-              run_summary.py             summary.json, the model card (`model_card.py`), the closing lines and
-                                       the report
-    compare   compare.py               one run per loss and seed, then the report
-    both      run_log.py               the run log, written and read back
-              verdict.py, report.py    the verdict on the runs; the report
-              config_env.py            a config file's `env:`, applied before the libraries read it
-              one_gpu.py               one GPU without a launcher
-    list      listed_rewards.py        the reward functions and reward shaping it shows after the tables
-              errors.py                the errors a command ends with
+    errors.py       the errors a command ends with (a one-line ConfigError: status 2; Ctrl-C: 130)
+    arguments/      train's arguments, which compare passes on: the parser, config files and presets
+                    (`train_arguments.py`), `--help`'s layout, a preset's lengths, a config file's `env:`
+    train/          the train command (`command.py`) and the steps of its run: the run folder, the preparation
+                    up to `trainer.train()`, the resumed checkpoint, data, policy, prompts, the held-out
+                    evaluation, the progress lines, summary.json and the model card
+    rewards/        a run's rewards: `--reward_funcs` names, the reward functions and held-out scorer, the
+                    null-reward control; the reward section `list` shows
+    report/         finished runs read back and compared: the run log, the verdict, the report, and the compare
+                    command (`compare.py`)
+    environment/    what a command meets on its machine: CPU threads and the cost of a CPU run, one GPU without
+                    a launcher, DDP's unused-parameter search, an error of one launched process, the disk
+
+`train` reads arguments/, rewards/, report/ (its run log and report) and environment/; `compare` reads
+arguments/ and runs `train` once per loss and seed; `list` reads only the tables and `rewards/listed_rewards.py`.
 
 A command's modules are imported when it runs: `--help` and `--version` import no library, `list` torch alone (the
 tables), `train --help` TRL's config (its fields' help). `python -m trl_zoo.cli` runs `__main__.py`. Bad configuration
@@ -86,7 +76,7 @@ def list_command(argv: list[str]) -> int:
     if argv:
         raise ConfigError(f"list: takes no arguments, got {' '.join(argv)}.")
     from ..registry import TABLES
-    from .listed_rewards import listed_rewards
+    from .rewards.listed_rewards import listed_rewards
 
     for table_name, table in TABLES.items():
         entries = table.entries()
@@ -129,9 +119,9 @@ def imported_when_run(module: str, name: str):
 
 
 COMMANDS = {
-    "train": imported_when_run(".train", "train_command"),
+    "train": imported_when_run(".train.command", "train_command"),
     "list": list_command,
-    "compare": imported_when_run(".compare", "compare_command"),
+    "compare": imported_when_run(".report.compare", "compare_command"),
 }
 
 
@@ -155,13 +145,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trl-zoo: unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}.", file=sys.stderr)
         return 2
     if command in ("train", "compare") and not any(flag in rest for flag in ("-h", "--help")):
-        from .one_gpu import use_one_gpu_unless_launched
+        from .environment.one_gpu import use_one_gpu_unless_launched
 
         silence_library_progress_bars()
         use_one_gpu_unless_launched(command=command)  # several GPUs and no launcher: one (TRL refuses DataParallel)
     try:
         if entry and command in ("train", "compare"):
-            from .config_env import apply_config_env
+            from .arguments.config_env import apply_config_env
 
             apply_config_env(rest)  # a config file's env: set before the libraries read it (config_env.py)
         return COMMANDS[command](rest)

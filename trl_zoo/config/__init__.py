@@ -33,7 +33,8 @@ One file a concern, each a dataclass of its fields with the checks of those fiel
 Losses, estimators and samplers declare their fields in their specs (`PluginField`): the built-in entries' become
 ordinary fields of `GRPOConfig` (`fields.py`), a third party's live in `plugin_args` (`GRPOConfig(my_field=3)` and
 `args.my_field` work); their type and choices are checked whenever the config is built, their range when their entry
-is chosen, and `trl-zoo train` makes a flag and a YAML key of each (docs/architecture.md, "Plugin hyperparameters").
+is chosen, and `trl-zoo train` makes a flag and a YAML key of each (`cli/arguments/train_arguments.py`;
+docs/architecture.md, "Plugin hyperparameters").
 
 Tests: tests/test_validation.py (every impossible setting, plugin fields), tests/test_table_fields.py (the built-in
 entries' fields), tests/test_hyperparameter_ranges.py (NaN, ±inf, inert clips).

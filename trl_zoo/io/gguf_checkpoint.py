@@ -23,10 +23,10 @@ the package) apply to its use.
 
 A packaged model may carry its own preset (`PackagedModel.preset`): hyperparameters measured on that model, which
 `trl-zoo train` applies on a built-in task after the task's preset and before the user's config file and flags
-(`cli/arguments.py`, `model_preset`). gemma3-270m: learning rate 5e-5 (the chat task's 2e-4, measured on SmolLM2,
-collapses its few-shot format: docs/models.md, and the Gemma study in docs/benchmarks.md) and 24 new tokens (its
-answer line is at most 17). `GRPOTrainer(model=NAME, args=...)` from Python takes the config it is given: the preset
-is the CLI's.
+(`cli/arguments/train_arguments.py`, `model_preset`). gemma3-270m: learning rate 5e-5 (the chat task's 2e-4,
+measured on SmolLM2, collapses its few-shot format: docs/models.md, and the Gemma study in docs/benchmarks.md) and 24
+new tokens (its answer line is at most 17). `GRPOTrainer(model=NAME, args=...)` from Python takes the config it is
+given: the preset is the CLI's.
 
 A file that is not GGUF, or a truncated one, is refused in one line naming it (`check_gguf_file`).
 

@@ -30,7 +30,7 @@ import sys
 import traceback
 from contextlib import contextmanager
 
-from .errors import ONE_LINE_ERRORS, AnotherProcessFailed, ConfigError, TrainingInterrupted, error_line, one_line
+from ..errors import ONE_LINE_ERRORS, AnotherProcessFailed, ConfigError, TrainingInterrupted, error_line, one_line
 
 COMMAND = "train"  # the command whose steps are agreed on
 

@@ -28,10 +28,10 @@ import inspect
 import os
 import sys
 
-from ..numerics import short_repr
-from ..tasks.majority_vote import majority_vote_reward
-from ..tasks.rewards import REWARDS as ANSWER_CHECKS
-from .arguments import ConfigError, one_line
+from ...numerics import short_repr
+from ...tasks.majority_vote import majority_vote_reward
+from ...tasks.rewards import REWARDS as ANSWER_CHECKS
+from ..errors import ConfigError, one_line
 
 REWARDS = {**ANSWER_CHECKS, "majority_vote": majority_vote_reward}
 

@@ -12,8 +12,8 @@ import time
 
 from transformers import TrainerCallback
 
-from ..tasks.evaluation import HeldOutAccuracyCallback, HeldOutResult
-from ..tasks.evaluation import format_mean_reward as mean_text
+from ...tasks.evaluation import HeldOutAccuracyCallback, HeldOutResult
+from ...tasks.evaluation import format_mean_reward as mean_text
 
 
 class ConciseProgress(TrainerCallback):

@@ -3,13 +3,13 @@
     prepare_training(task_args, training_args, model_args)  ->  TrainingSetup
 
     1. what QLoRA needs; where the run starts: the checkpoint it resumes, or afresh     policy.py, resume_checkpoint.py
-    2. its rewards                                                                      run_rewards.py
+    2. its rewards                                                                      ../rewards/run_rewards.py
     3. its data: a built-in task's, or a dataset's                                      here, training_data.py
     4. its policy: the path, resolved once, and its tokenizer                           policy.py
     5. its prompts, formatted and checked against the policy's positions                policy_prompts.py
-    6. the rewards' columns checked; shuffled for the null-reward control               run_rewards.py
+    6. the rewards' columns checked; shuffled for the null-reward control               ../rewards/run_rewards.py
     7. how the trainer loads the policy (init kwargs, DDP, LoRA)                        policy.py
-    8. its run log and greedy held-out evaluation                                       run_log.py, heldout_accuracy.py
+    8. its run log and greedy held-out evaluation                         ../report/run_log.py, heldout_accuracy.py
     9. the trainer, with the run's own progress lines                                   progress.py
 
 Bad input found on the way raises `ConfigError` (one line naming the field).
@@ -29,18 +29,18 @@ from datasets import IterableDataset
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import get_quantization_config
 
-from ..tasks import get_task
-from ..tasks.evaluation import HeldOutAccuracyCallback
-from ..trainer import GRPOTrainer
-from .arguments import ConfigError, one_line
+from ...tasks import get_task
+from ...tasks.evaluation import HeldOutAccuracyCallback
+from ...trainer import GRPOTrainer
+from ..environment.launch_errors import agreed_step
+from ..errors import ConfigError, one_line
+from ..report.run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder
+from ..rewards.run_rewards import RunRewards, run_rewards
 from .heldout_accuracy import heldout_accuracy_callback
-from .launch_errors import agreed_step
 from .policy import check_quantization, load_tokenizer, prepare_policy_loading, resolve_policy
 from .policy_prompts import policy_positions, policy_prompts
 from .progress import ConciseProgress
 from .resume_checkpoint import check_output_dir, checkpoint_step, resume_checkpoint
-from .run_log import METRICS_FILE, SUMMARY_FILE, RunLog, TrainLogRecorder
-from .run_rewards import RunRewards, run_rewards
 from .training_data import _load_dataset_splits, column_names
 
 

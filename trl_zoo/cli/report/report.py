@@ -14,8 +14,7 @@
 window).
 
 The runs it reads (metrics.jsonl, summary.json) are `run_log.py`'s; the verdict's statistics (winner, identical
-runs, paired differences over seeds, evaluation noise) are `verdict.py`'s. The names this module had before the
-split are re-exported here, so `from trl_zoo.cli.report import ...` still works.
+runs, paired differences over seeds, evaluation noise) are `verdict.py`'s.
 
 Tests: tests/test_cli.py (results.md, curves), tests/test_report_significance.py (tables and verdict lines),
 tests/test_heldout_mean_reward.py (the graded reward's column).
@@ -28,37 +27,19 @@ import json
 import math
 from pathlib import Path
 
-from ..run_files import open_for_writing
-from ..tasks.evaluation import format_mean_reward
-from .run_log import (  # noqa: F401  (re-exported: they were this module's before the split)
-    METRICS_FILE,
-    SUMMARY_FILE,
-    TRAIN_METRICS,
-    Run,
-    RunLog,
-    TrainLogRecorder,
-    load_run,
-    read_records,
-)
-from .verdict import (  # noqa: F401  (re-exported: they were this module's before the split)
-    IDENTITY_METRICS,
-    MORE_SEEDS,
+from ...run_files import open_for_writing
+from ...tasks.evaluation import format_mean_reward
+from .run_log import TRAIN_METRICS, Run
+from .verdict import (
     PAIRED_METHOD,
-    T_975,
-    Z_975,
-    PairedDifference,
     _mean,
     _rank_runs,
-    eval_noise_sentence,
-    identical_reason,
     identical_runs,
     identical_sentence,
-    paired_difference,
     paired_differences,
     paired_table,
     seed_winner_sentence,
     single_seed_sentence,
-    t_quantile_975,
     winner_sentence,
 )
 

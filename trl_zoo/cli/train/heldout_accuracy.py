@@ -8,8 +8,8 @@ tests/test_heldout_eval_multiprocess.py (two processes, one record), tests/test_
 
 from __future__ import annotations
 
-from ..tasks.evaluation import EvaluationProgress, HeldOutAccuracyCallback, HeldOutResult, greedy_evaluation
-from ..tasks.evaluation import format_mean_reward as mean_text
+from ...tasks.evaluation import EvaluationProgress, HeldOutAccuracyCallback, HeldOutResult, greedy_evaluation
+from ...tasks.evaluation import format_mean_reward as mean_text
 
 
 def heldout_accuracy_callback(

@@ -38,13 +38,13 @@ import yaml
 from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 from trl.scripts.grpo import GRPOScriptArguments
 
-from ..config import GRPOConfig, plugin_fields
-from ..io.gguf_checkpoint import PACKAGED_MODELS
-from ..numerics import short_repr
-from ..registry import closest_name
-from ..tasks import get_task
-from ..tasks.bootstrap import BootstrapRecipe
-from .errors import ConfigError, one_line
+from ...config import GRPOConfig, plugin_fields
+from ...io.gguf_checkpoint import PACKAGED_MODELS
+from ...numerics import short_repr
+from ...registry import closest_name
+from ...tasks import get_task
+from ...tasks.bootstrap import BootstrapRecipe
+from ..errors import ConfigError, one_line
 from .preset_lengths import LENGTH_FIELDS, scale_preset_lengths, scaled_lengths_message
 from .train_help import group_help
 

@@ -7,14 +7,14 @@
 
     claim the run's folder                                            run_folder.py
     prepare everything up to `trainer.train()` (`TrainingSetup`)      training_setup.py (its own steps listed there)
-    say what a real model on a CPU will cost                          cpu_run_notice.py
+    say what a real model on a CPU will cost                          ../environment/cpu_run_notice.py
     say where the run starts, train, save the adapter (or model)      here
     write summary.json and the model card, say the outcome, report    run_summary.py
 
 Bad input found while setting up raises `ConfigError` (one line naming the field); under a launch, an error of one
-process before training stops every process, said once (`launch_errors.py`). Errors during training itself are
-not configuration errors and keep their traceback, but for an output_dir that cannot be written and a full disk while
-saving (`disk_errors.py`: one line each).
+process before training stops every process, said once (`../environment/launch_errors.py`). Errors during
+training itself are not configuration errors and keep their traceback, but for an output_dir that cannot be written and
+a full disk while saving (`../environment/disk_errors.py`: one line each).
 
 Tests: tests/test_cli.py (a run end to end, resume, output folder checks), tests/test_configs.py,
 tests/test_trl_grpo_fields.py (TRL's GRPOConfig fields reach the trainer), tests/test_replay_generations.py,
@@ -29,37 +29,21 @@ import time
 
 from transformers.trainer_utils import get_last_checkpoint
 
-from ..dataset_values import DatasetValueError
-from ..hooks.checkpoint_integrity import CheckpointError
-from ..hooks.prompt_length import PromptTooLongError
-from ..hooks.resume import interrupted_message as resume_interrupted_message
-from ..hooks.reward_watchdog import RewardTimeoutError
-from ..hooks.rewards import RewardOutputError
-from .arguments import ConfigError, one_line, parse_train_args
-from .cpu_run_notice import notice_for_run
-from .cpu_threads import apply_cpu_threads
-from .disk_errors import raise_if_disk_full, writable_output_dir
-from .errors import AnotherProcessFailed, TrainingInterrupted
-from .launch_errors import agreed_step
-from .progress import ConciseProgress  # noqa: F401  (re-exported, as the names below: this module's before the split)
-from .resume_checkpoint import (  # noqa: F401
-    check_output_dir,
-    checkpoint_step,
-    resume_checkpoint,
-    resume_checkpoint_given,
-)
+from ...dataset_values import DatasetValueError
+from ...hooks.checkpoint_integrity import CheckpointError
+from ...hooks.prompt_length import PromptTooLongError
+from ...hooks.resume import interrupted_message as resume_interrupted_message
+from ...hooks.reward_watchdog import RewardTimeoutError
+from ...hooks.rewards import RewardOutputError
+from ..arguments.train_arguments import parse_train_args
+from ..environment.cpu_run_notice import notice_for_run
+from ..environment.cpu_threads import apply_cpu_threads
+from ..environment.disk_errors import raise_if_disk_full, writable_output_dir
+from ..environment.launch_errors import agreed_step
+from ..errors import AnotherProcessFailed, ConfigError, TrainingInterrupted, one_line
+from .resume_checkpoint import checkpoint_step, resume_checkpoint_given
 from .run_folder import shared_run_folder
-from .run_summary import RunSummary, base_policy_name, record_and_report, run_summary, save_model_card  # noqa: F401
-from .training_data import (  # noqa: F401
-    DATA_FILE_BUILDERS,
-    STREAMED_HELDOUT,
-    _load_dataset_splits,
-    chat_prompts,
-    column_names,
-    heldout_count,
-    mixture_test_entries,
-    split_size,
-)
+from .run_summary import RunSummary, record_and_report, run_summary
 from .training_setup import TrainingSetup, prepare_training
 
 

@@ -20,9 +20,9 @@ from importlib.metadata import PackageNotFoundError, version
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from .. import __version__
-from ..io.gguf_checkpoint import PACKAGED_MODELS, packaged_model_name
-from ..tasks.evaluation import format_mean_reward
+from ... import __version__
+from ...io.gguf_checkpoint import PACKAGED_MODELS, packaged_model_name
+from ...tasks.evaluation import format_mean_reward
 
 
 def _version(package: str) -> str:

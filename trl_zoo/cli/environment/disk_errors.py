@@ -22,7 +22,7 @@ import re
 import shutil
 import tempfile
 
-from .arguments import ConfigError
+from ..errors import ConfigError
 
 NO_SPACE = {errno.ENOSPC, errno.EDQUOT}  # no space left on device; disk quota exceeded
 RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")

@@ -9,8 +9,8 @@ creates; its leading underscore keeps it out of `Trainer.push_to_hub`'s upload o
 process holds an exclusive lock on the marker (`fcntl.flock`; the kernel releases it when the process ends, however
 it ends), and the marker says which process that is. A claim:
 
-- of the default folder (`runs/{task}-{loss or preset}[-{speed_recipe}]`, named by `arguments.py`; `rename`) creates
-  it with `os.mkdir`, which only one process can win; a taken name is passed over for the next, `-2`, `-3`, ...
+- of the default folder (`runs/{task}-{loss or preset}[-{speed_recipe}]`, named by `train_arguments.py`; `rename`)
+  creates it with `os.mkdir`, which only one process can win; a taken name is passed over for the next, `-2`, `-3`, ...
 - of a folder the user named (`--output_dir`) takes the marker's lock: one run of those started together, or one
   after another while the first still runs, gets it; the others stop with one line. A folder that exists, holds
   files and has no marker is not a run's (a folder of yours, `..`): a fresh run stops with one line rather than
@@ -46,8 +46,9 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
-from ..run_files import LinkedRunFileError, open_for_writing
-from .arguments import ConfigError, next_name
+from ...run_files import LinkedRunFileError, open_for_writing
+from ..arguments.train_arguments import next_name
+from ..errors import ConfigError
 
 try:
     import fcntl

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from ..numerics import short_repr
-from ..run_files import open_for_writing
-from .arguments import ConfigError
+from ...numerics import short_repr
+from ...run_files import open_for_writing
+from ..errors import ConfigError
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"

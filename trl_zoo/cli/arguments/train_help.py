@@ -7,7 +7,7 @@
 trl_zoo's fields are the ones its dataclasses declare themselves (`GRPOConfig`, `TaskArguments`), TRL fields whose
 meaning trl_zoo widens included (`loss_type`, `reward_funcs`). Each `GRPOConfig` group starts at the field named
 in `CONFIG_SECTIONS` and runs, in declaration order, to the next one, so a new field joins the group it is declared
-in. The fields that installed plugins declare (the `PluginArguments` dataclass of `arguments.py`) join
+in. The fields that installed plugins declare (the `PluginArguments` dataclass of `train_arguments.py`) join
 `plugin_args` in "trl_zoo: plugin fields". Parsing is untouched: only argparse's help groups are rearranged.
 
 Tests: tests/test_cli.py (`--help`), tests/test_table_fields.py (plugins' own fields in the help).

@@ -21,13 +21,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config.generation_buffer import generation_cycle
-from ..run_files import open_for_writing
-from ..tasks.evaluation import format_mean_reward as mean_text
-from ..trainer import training_method
+from ...config.generation_buffer import generation_cycle
+from ...run_files import open_for_writing
+from ...tasks.evaluation import format_mean_reward as mean_text
+from ...trainer import training_method
+from ..report.report import write_report
+from ..report.run_log import SUMMARY_FILE, load_run
 from .model_card import model_card
-from .report import write_report
-from .run_log import SUMMARY_FILE, load_run
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict,
 from trl import DatasetMixtureConfig, get_dataset
 from trl.data_utils import is_conversational
 
-from ..dataset_values import REFERENCE_REWARDS, check_no_none, check_prompts, check_read_columns
-from ..trainer import reads_reference_rewards
-from .arguments import ConfigError, one_line
+from ...dataset_values import REFERENCE_REWARDS, check_no_none, check_prompts, check_read_columns
+from ...trainer import reads_reference_rewards
+from ..errors import ConfigError, one_line
 
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 STREAMED_HELDOUT = 200  # rows a streamed dataset holds out without num_heldout (the cap of heldout_count)

@@ -18,10 +18,10 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import get_last_checkpoint
 
-from ..hooks.checkpoint_integrity import check_checkpoint
-from ..hooks.resume import last_complete_checkpoint
-from .arguments import ConfigError
-from .run_log import SUMMARY_FILE
+from ...hooks.checkpoint_integrity import check_checkpoint
+from ...hooks.resume import last_complete_checkpoint
+from ..errors import ConfigError
+from ..report.run_log import SUMMARY_FILE
 
 
 def resume_checkpoint_given(value: str | bool | None) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from transformers import AutoConfig
 
-from ..registry import ADVANTAGES
+from ...registry import ADVANTAGES
 
 EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")  # how MoE configs name their expert count
 

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..tasks import get_task
+from ...tasks import get_task
 from .null_reward_control import permuted_reward
 from .reward_names import check_reward_columns, heldout_scorer, read_columns, resolve_reward
 

@@ -61,7 +61,7 @@ def identical_reason(pairs: list[tuple[Run, Run]]) -> str:
         )
     losses = [run.summary.get("loss_type") for run in pairs[0]]
     if all(run.summary.get("updates_per_batch") == 1 for run in runs):
-        from ..registry import LOSSES  # the verdict reads runs; only this reason needs the loss table
+        from ...registry import LOSSES  # the verdict reads runs; only this reason needs the loss table
 
         if all(loss in LOSSES for loss in losses):
             aggregations = {LOSSES.get(loss).spec.aggregation for loss in losses}

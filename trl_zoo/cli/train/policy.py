@@ -24,14 +24,14 @@ import torch
 from transformers import AutoTokenizer
 from trl import get_peft_config
 
-from ..io.gguf_checkpoint import GGUFError, policy_path
-from ..registry import LOSSES
-from ..tasks.bootstrap import BootstrapRecipe, bootstrap_policy
-from ..tasks.chat_arithmetic import ChatArithmeticTask
-from ..tasks.scratchpad import ScratchpadAdditionTask
-from ..tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
-from .arguments import ConfigError, one_line
-from .ddp_unused_parameters import find_unused_parameters
+from ...io.gguf_checkpoint import GGUFError, policy_path
+from ...registry import LOSSES
+from ...tasks.bootstrap import BootstrapRecipe, bootstrap_policy
+from ...tasks.chat_arithmetic import ChatArithmeticTask
+from ...tasks.scratchpad import ScratchpadAdditionTask
+from ...tasks.scratchpad_bootstrap import bootstrap_scratchpad_policy, scratchpad_recipe
+from ..environment.ddp_unused_parameters import find_unused_parameters
+from ..errors import ConfigError, one_line
 
 
 def check_quantization(model_args):

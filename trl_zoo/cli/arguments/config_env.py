@@ -19,7 +19,8 @@ import os
 import sys
 from collections.abc import Callable
 
-from .arguments import ConfigError, config_path, load_yaml
+from ..errors import ConfigError
+from .train_arguments import config_path, load_yaml
 
 
 def config_env(argv: list[str]) -> dict[str, str]:

@@ -19,8 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..registry import LOSSES
-from .arguments import CONFIG_SUFFIXES, ConfigError, config_path, make_train_parser, read_config
+from ...registry import LOSSES
+from ..arguments.train_arguments import CONFIG_SUFFIXES, config_path, make_train_parser, read_config
+from ..errors import ConfigError
 from .report import headline, write_report
 from .run_log import SUMMARY_FILE, load_run
 
