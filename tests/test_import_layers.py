@@ -14,7 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trl_zoo"
 
 LAYERS = (
     ("kernel", ("numerics", "specs", "registry", "dataset_values", "run_files")),
-    ("tables", ("losses", "aggregation", "advantages", "kl", "samplers", "reward_shaping", "critic", "expert_sft")),
+    ("tables", ("losses", "aggregation", "advantages", "kl", "samplers", "reward_shaping", "critic", "expert_sft",
+                "sampling_correction")),
     ("config", ("config",)),
     ("hooks", ("hooks",)),
     ("io", ("io",)),

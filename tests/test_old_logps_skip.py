@@ -211,3 +211,68 @@ def test_a_resume_inside_the_generation_batch_trains_the_same_second_step(tmp_pa
     assert second_step_loss(resumed) == pytest.approx(second_step_loss(full), rel=1e-5)
     assert len(second_step_loss(full)) == 1
     assert [OLD_LOGPS in batch for batch in buffered_micro_batches(resumed)] == [False, False, True, True]
+
+
+# --------------------------------------------------------------------------------------------- under vLLM's correction
+def _vllm_runs(monkeypatch, mode: str, clip_max: float) -> dict:
+    """(trainer, buffer) with the field on and off, TRL's vLLM path through the stand-in, whose log-probs sit
+    0.05 · (id mod 4) below the policy's, so every row carries its own correction."""
+    from tests import vllm_stand_in
+    from tests.test_vllm_paths import token_offset
+
+    vllm_stand_in.install(monkeypatch, logprob_offset=token_offset)
+    correction = dict(use_vllm=True, vllm_mode="colocate", vllm_importance_sampling_correction=True,
+                      vllm_importance_sampling_mode=mode, vllm_importance_sampling_clip_max=clip_max)
+    result = {}
+    for skip in (True, False):
+        trainer = _trainer(skip, **correction)
+        result[skip] = trainer, _buffer(trainer)
+    for mine, trls in zip(result[True][1], result[False][1]):
+        assert torch.equal(mine["completion_ids"], trls["completion_ids"])
+    return result
+
+
+@pytest.mark.parametrize(
+    "mode,clip_max",
+    [("token_truncate", 1.1), ("token_mask", 1.1), ("sequence_truncate", 1.8), ("sequence_mask", 1.8)],
+)
+def test_under_vllms_correction_every_micro_batch_trains_trls_loss_and_gradient(monkeypatch, mode, clip_max):
+    runs = _vllm_runs(monkeypatch, mode, clip_max)
+    (trainer_on, on), (trainer_off, off) = runs[True], runs[False]
+    assert trainer_on.pipeline.get("old_logps").defers_correction
+    assert metric_values(trainer_on)[ROWS] == [BATCH_ROWS / 2]
+    ratios = torch.cat([batch["importance_sampling_ratio"].flatten() for batch in off])
+    assert ratios.unique().numel() > 2 and (ratios != 1).any()  # the correction is not the identity here
+    for index, (mine, trls) in enumerate(zip(on, off)):
+        if index < ACCUMULATION:  # deferred to the loss forward
+            assert OLD_LOGPS not in mine and "importance_sampling_ratio" not in mine
+        else:
+            torch.testing.assert_close(mine["importance_sampling_ratio"], trls["importance_sampling_ratio"],
+                                       atol=1e-5, rtol=1e-5)
+        trained, expected = _gradient(trainer_on, mine), _gradient(trainer_off, trls)
+        assert trained.keys() == expected.keys() and trained
+        for name, gradient in trained.items():
+            torch.testing.assert_close(gradient, expected[name], rtol=1e-4, atol=1e-6, msg=f"{index} {name}")
+
+
+def test_under_vllms_correction_trls_metrics_are_logged_over_the_rows(monkeypatch):
+    runs = _vllm_runs(monkeypatch, "token_truncate", 1.1)
+    (trainer_on, on), (trainer_off, _) = runs[True], runs[False]
+    trainer_on.current_gradient_accumulation_steps = ACCUMULATION
+    for batch in on[:ACCUMULATION]:
+        trainer_on.compute_loss(trainer_on.model, batch)
+    mine, trls = metric_values(trainer_on), metric_values(trainer_off)
+    name = "sampling/importance_sampling_ratio/max"
+    assert len(mine[name]) == STEPS_PER_GENERATION  # one value per micro-batch, each half computed where it is known
+    assert max(mine[name]) == pytest.approx(trls[name][0], abs=1e-5)  # TRL's: over the whole batch at once
+    assert max(mine["sampling/sampling_logp_difference/max"]) == pytest.approx(
+        trls["sampling/sampling_logp_difference/max"][0], abs=1e-5)
+
+
+def test_a_micro_batch_without_its_correction_is_refused_where_none_was_deferred(monkeypatch):
+    runs = _vllm_runs(monkeypatch, "token_truncate", 1.1)
+    trainer_off, off = runs[False]
+    batch = {key: value for key, value in off[0].items() if key != "importance_sampling_ratio"}
+    trainer_off.current_gradient_accumulation_steps = ACCUMULATION
+    with pytest.raises(KeyError, match="importance_sampling_ratio"):
+        trainer_off.compute_loss(trainer_off.model, batch)

@@ -69,7 +69,10 @@ def test_a_steps_per_generation_or_generation_batch_size_the_user_gives_wins(giv
 
 @pytest.mark.parametrize("overrides, message", [
     ({"speed_recipe": "fast"},
-     "speed_recipe: got 'fast'; choose one of 'lora', 'lora_graphed', 'lora_compiled' or None."),
+     "speed_recipe: got 'fast'; choose one of 'lora', 'lora_graphed', 'lora_compiled', 'vllm' or None."),
+    ({"speed_recipe": "vllm"},
+     "speed_recipe='vllm': needs use_vllm=True (it speeds up TRL's vLLM generation); without vLLM choose "
+     "speed_recipe='lora_graphed'."),
     ({"speed_recipe": "lora", "use_vllm": True},
      "merge_adapter_for_generation (set by speed_recipe='lora'): not with use_vllm=True (TRL already syncs merged "
      "weights to vLLM); unset speed_recipe."),
@@ -161,3 +164,39 @@ def test_the_compiled_recipe_on_a_cpu_says_in_one_line_that_compiling_does_not_p
         warnings.simplefilter("always")
         GRPOConfig(**tiny.config_kwargs(speed_recipe="lora_graphed"))  # compiles nothing
     assert not [warning for warning in warned if "speed_recipe" in str(warning.message)]
+
+
+@pytest.mark.parametrize("given, expected", [
+    (None, {"detokenize": False}),
+    ({"min_tokens": 3}, {"detokenize": False, "min_tokens": 3}),
+    ({"detokenize": True}, {"detokenize": True}),  # the user's key wins
+])
+def test_the_vllm_recipe_sets_two_steps_the_skip_and_no_text(given, expected):
+    config = GRPOConfig(**tiny.config_kwargs(gradient_accumulation_steps=2, speed_recipe="vllm", use_vllm=True,
+                                             generation_kwargs=given))
+    assert config.steps_per_generation == 4 and config.skip_on_policy_old_logps
+    assert config.vllm_importance_sampling_correction  # TRL's correction stays on
+    assert config.generation_kwargs == expected
+    assert not config.merge_adapter_for_generation and not config.compile_generation
+
+
+def test_a_run_under_the_vllm_recipe_asks_vllm_for_no_text_and_skips_half_the_old_logps(monkeypatch, tmp_path):
+    import math
+
+    from tests import vllm_stand_in
+    from trl_zoo.hooks.old_logps import ROWS
+
+    stand_in = vllm_stand_in.install(monkeypatch)
+    trainer = tiny.make_trainer(
+        GRPOTrainer, GRPOConfig, use_vllm=True, vllm_mode="colocate", speed_recipe="vllm",
+        per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=2, max_steps=4,
+        output_dir=str(tmp_path / "run"),
+    )
+    trainer.train()
+    assert stand_in.detokenize == [False, False]  # two generation batches for four optimizer steps
+    log = trainer.state.log_history
+    assert all(math.isfinite(entry["loss"]) for entry in log if "loss" in entry)
+    assert [entry[ROWS] for entry in log if ROWS in entry] == [8.0, 8.0]  # half of each batch's 16 rows
+    ratios = [entry["sampling/importance_sampling_ratio/mean"] for entry in log
+              if "sampling/importance_sampling_ratio/mean" in entry]
+    assert len(ratios) == 2 and all(math.isfinite(value) for value in ratios)  # TRL's correction still applied

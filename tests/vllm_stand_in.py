@@ -78,12 +78,13 @@ class RequestOutput:
 
 class SamplingParams:
     def __init__(self, n=1, repetition_penalty=1.0, temperature=1.0, top_p=1.0, top_k=0, min_p=0.0, max_tokens=16,
-                 logprobs=None, structured_outputs=None, **unsupported):
+                 logprobs=None, structured_outputs=None, detokenize=True, **unsupported):
         if unsupported or structured_outputs is not None:
             missing = sorted(unsupported) or "structured outputs"
             raise NotImplementedError(f"the vLLM stand-in does not implement {missing}")
         _check_no_penalty(repetition_penalty)
         self.n, self.temperature, self.max_tokens, self.logprobs = n, temperature, max_tokens, logprobs
+        self.detokenize = detokenize  # the stand-in writes no text either way; `StandIn.detokenize` records it
         self.truncation = Truncation(top_p, top_k, min_p)
 
 
@@ -191,6 +192,7 @@ class LLM:
 
     def generate(self, prompts, sampling_params: SamplingParams, use_tqdm: bool = False) -> list[RequestOutput]:
         _active.generate_calls += 1
+        _active.detokenize.append(sampling_params.detokenize)
         outputs = []
         for index, prompt in enumerate(prompts):
             if "multi_modal_data" in prompt:
@@ -286,6 +288,7 @@ class StandIn:
     logprob_offset: float | Callable[[torch.Tensor], torch.Tensor] = 0.0
     engines: list[SamplingEngine] = field(default_factory=list)
     generate_calls: int = 0
+    detokenize: list[bool] = field(default_factory=list)  # each colocated generate call's SamplingParams.detokenize
     weight_syncs: int = 0  # completed syncs (TRL resets the prefix cache once after each)
     loaded_tensors: int = 0
     environment: dict[str, str | None] = field(default_factory=dict)  # the launcher variables before TRL set them

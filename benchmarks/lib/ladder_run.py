@@ -14,6 +14,11 @@ Measured:
   `zoo_vllm`, whose peaks include vLLM's pool of 0.3 of the card);
 - `train_peak_gib`: the peak GPU memory allocated outside the decoding (old log-probs, loss, backward, optimizer),
   `generation_peak_gib` the peak inside it, measured apart by resetting torch's peak counter around each decoding;
+- with `--profile`, `seams`: seconds per optimizer step of each seam over the same steps (`SEAMS`: TRL's profiled
+  blocks, `lib/block_times.py`, and `step_profile.Seams`' backward and optimizer clocks; each synchronises the
+  device at its ends, so the profiled step is a little slower than an unprofiled one), and `floors`: the matmul
+  FLOPs of the log-prob passes at `step_profile.MATMUL_FLOPS` (backward twice the forward, gradient checkpointing's
+  recompute not counted) and the decoding's bandwidth floor (`vllm_generation.decode_floor_s`);
 
 Prints one `RESULT {json}` line. By hand:
 
@@ -58,6 +63,18 @@ CONTENDERS: dict[str, tuple[str, dict]] = {
     "trl_best": ("trl", {TWO_STEPS: True}),
     "trl_vllm": ("trl", {TWO_STEPS: True, **VLLM}),
     "zoo_vllm": ("zoo", {TWO_STEPS: True, **VLLM}),
+    # levers on the vLLM path, measured alone and together: vLLM returns token ids without their text (TRL reads
+    # ids only); no importance-sampling correction, so the first optimizer step's old log-probs are skipped
+    "trl_vllm_no_detokenize": ("trl", {TWO_STEPS: True, **VLLM, "generation_kwargs": {"detokenize": False}}),
+    "zoo_vllm_skip_old": ("zoo", {
+        TWO_STEPS: True, **VLLM, "vllm_importance_sampling_correction": False, "skip_on_policy_old_logps": True,
+    }),
+    # the recipe of those levers (TRL's correction kept, the first step's computed in its loss forward)
+    "zoo_vllm_recipe": ("zoo", {**VLLM, "speed_recipe": "vllm"}),
+    "zoo_vllm_levers": ("zoo", {
+        TWO_STEPS: True, **VLLM, "generation_kwargs": {"detokenize": False},
+        "vllm_importance_sampling_correction": False, "skip_on_policy_old_logps": True,
+    }),
     "zoo_default": ("zoo", {}),
     "lora": ("zoo", {"speed_recipe": "lora"}),
     "lora_graphed": ("zoo", {"speed_recipe": "lora_graphed"}),
@@ -84,6 +101,9 @@ def parse_args(argv=None):
     parser.add_argument("--completion_length", type=int, default=256)
     parser.add_argument("--steps", type=int, default=6, help="an even number: whole generation cycles")
     parser.add_argument("--lora_r", type=int, default=16)
+    parser.add_argument("--gradient_checkpointing", choices=("true", "false"), default=None,
+                        help="override the contender's (TRL's default: on)")
+    parser.add_argument("--profile", action="store_true", help="time each seam of the step (module docstring)")
     return parser.parse_args(argv)
 
 
@@ -159,13 +179,15 @@ class SyncMeter:
 
 def build_trainer(options):
     implementation, fields = CONTENDERS[options.contender]
-    fields = dict(fields)
+    fields = {name: dict(value) if isinstance(value, dict) else value for name, value in fields.items()}
     two_steps = fields.pop(TWO_STEPS, False)
     trainer_cls, config_cls = trainer_classes(implementation)
     completions = options.prompts * options.num_generations
     accumulation = completions // options.micro_batch
     if two_steps:
         fields["steps_per_generation"] = 2 * accumulation
+    if options.gradient_checkpointing is not None:
+        fields["gradient_checkpointing"] = options.gradient_checkpointing == "true"
     vocab_size = SHAPES[options.shape]["vocab_size"]
     model = load_4bit(options.shape, Path(tempfile.gettempdir())) if options.load_in_4bit else random_model(
         options.shape
@@ -175,6 +197,7 @@ def build_trainer(options):
         model = saved_model(model, options.shape, numbered_tokenizer(vocab_size))
         at_least = {"min_tokens": options.completion_length}
         fields["model_init_kwargs"] = {"dtype": "bfloat16"}
+    at_least.update(fields.pop("generation_kwargs", {}))
     args = config_cls(
         output_dir=str(Path(tempfile.gettempdir()) / f"ladder-{options.contender}"),
         loss_type="grpo",
@@ -198,9 +221,73 @@ def build_trainer(options):
     return trainer
 
 
+# seam -> TRL's profiled blocks (nesting paths of lib/block_times.py) or step_profile.Seams' clocks it sums
+PREPARE = "_prepare_inputs"
+SEAMS = {
+    "generation": [f"{PREPARE} > vLLM.generate", f"{PREPARE} > transformers.generate"],
+    "weight_sync": [f"{PREPARE} > sync_weights"],
+    "old_logps": [f"{PREPARE} > _get_per_token_logps_and_entropies", "old_logps"],
+    "reward": [f"{PREPARE} > _calculate_rewards"],
+    "loss_forward": ["compute_loss"],
+    "backward": ["backward"],
+    "optimizer": ["optimizer"],
+}
+
+
+def seam_seconds(blocks: dict, seams, steps: list[int], step_s: float) -> dict[str, float]:
+    """Seconds per optimizer step of each seam of `SEAMS` over `steps`; `prepare_rest` is the rest of TRL's
+    `_prepare_inputs`, `rest` the rest of the step."""
+    chosen = set(steps)
+
+    def summed(path: str) -> float:
+        table = blocks.get(path) or seams.seconds.get(path) or {}
+        return sum(v for s, v in table.items() if int(s) in chosen)
+
+    out = {name: sum(summed(p) for p in paths) / len(steps) for name, paths in SEAMS.items()}
+    trls_old_logps = summed(SEAMS["old_logps"][0]) / len(steps)  # inside `_prepare_inputs` (trl_zoo's pass is not)
+    inside_prepare = out["generation"] + out["weight_sync"] + trls_old_logps + out["reward"]
+    out["prepare_rest"] = max(0.0, summed(PREPARE) / len(steps) - inside_prepare)
+    out["rest"] = max(0.0, step_s - sum(out.values()))
+    return out
+
+
+def seam_floors(trainer, seams, steps: list[int], options) -> dict[str, float]:
+    """Per optimizer step: the matmul FLOPs floor of the log-prob passes and the decoding's bandwidth floor."""
+    from benchmarks.step_profile import MATMUL_FLOPS, model_facts
+    from benchmarks.vllm_generation import decode_floor_s
+
+    facts = model_facts(trainer.accelerator.unwrap_model(trainer.model))
+    body = facts["matmul_params"] - facts["head_params"]
+    chosen, out = set(steps), {"old_logps": 0.0, "loss_forward": 0.0, "backward": 0.0}
+    for p in seams.passes:
+        if p["step"] not in chosen:
+            continue
+        forward = 2 * body * p["rows"] * p["width"] + 2 * facts["head_params"] * p["rows"] * p["logits_to_keep"]
+        if p["grad"]:
+            out["loss_forward"] += forward / MATMUL_FLOPS
+            out["backward"] += 2 * forward / MATMUL_FLOPS
+        else:
+            out["old_logps"] += forward / MATMUL_FLOPS
+    out = {name: value / len(steps) for name, value in out.items()}
+    args = trainer.args
+    batch = args.per_device_train_batch_size * args.steps_per_generation  # one generation batch's rows
+    cycle = args.steps_per_generation // args.gradient_accumulation_steps  # optimizer steps it feeds
+    out["generation"] = decode_floor_s(options.shape, batch, options.prompt_length, options.completion_length) / cycle
+    return out
+
+
 def main(argv=None):
     options = parse_args(argv)
+    blocks = seams = None
+    if options.profile:
+        from benchmarks.lib.block_times import BlockTimes
+        from benchmarks.step_profile import Seams
+
+        blocks, seams = BlockTimes(), Seams()
+        blocks.install()
     trainer = build_trainer(options)
+    if seams is not None:
+        seams.install(trainer)
     meter = DecodingMeter(trainer)
     syncs = SyncMeter(trainer)
     if CUDA:
@@ -235,8 +322,14 @@ def main(argv=None):
         "merged": bool(getattr(trainer.args, "merge_adapter_for_generation", False)),
         "graph": {name: getattr(graphed, name) for name in ("captures", "replays", "warm_ups", "disabled_because")}
         if graphed is not None else None,
+        "gradient_checkpointing": bool(trainer.args.gradient_checkpointing),
+        "micro_batch": options.micro_batch,
         "device": torch.cuda.get_device_name() if CUDA else "cpu",
     }
+    if seams is not None:
+        measured = list(range(2, len(step_times))) or list(range(len(step_times)))
+        result["seams"] = seam_seconds(blocks.seconds, seams, measured, step_s)
+        result["floors"] = seam_floors(trainer, seams, measured, options)
     print("RESULT " + json.dumps(result), flush=True)
 
 

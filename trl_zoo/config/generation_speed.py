@@ -15,7 +15,7 @@ import transformers
 from packaging.version import Version
 
 from .fields import help_field
-from .generation_buffer import generation_on_policy, vllm_correction_on
+from .generation_buffer import generation_on_policy
 from .speed_recipe import SPEED_RECIPES, refusal_words, set_by_recipe
 
 # the first transformers whose StaticLayer allocates the values in their own dtype, not the keys'
@@ -45,9 +45,6 @@ def old_logps_skip_conflicts(config, requires_moe: bool) -> tuple:
         ("gradient_accumulation_steps a multiple of steps_per_generation",
          config.num_iterations == 1 and generation_on_policy(config),
          "every micro-batch is on-policy, TRL computes no old log-probs"),
-        ("use_vllm with vllm_importance_sampling_correction",
-         vllm_correction_on(config),
-         "the correction needs every row's old log-probs"),
         ("teacher_model", config.teacher_model is not None, "the teacher signal reads every row's old log-probs"),
         ("kl_placement='reward'", config.kl_placement == "reward" and config.beta != 0,
          "the reward's KL penalty reads every row's old log-probs"),
@@ -71,8 +68,10 @@ class GenerationSpeedFields:
         "merge_adapter_for_generation and steps_per_generation = 2 x gradient_accumulation_steps. 'lora_graphed' "
         "(recommended): also compile_generation with compile_generation_backend='cuda_graph' (no torch.compile) and "
         "skip_on_policy_old_logps. 'lora_compiled': 'lora' with compile_generation and generation_autocast (fast "
-        "only once torch's compile cache is warm; transformers >= 5.24). Each one's time against TRL's: "
-        "docs/benchmarks.md, 'Time to a target'. A steps_per_generation or generation_batch_size you give wins.",
+        "only once torch's compile cache is warm; transformers >= 5.24). 'vllm' (with use_vllm=True): "
+        "steps_per_generation = 2 x gradient_accumulation_steps, skip_on_policy_old_logps and vLLM's tokens without "
+        "their text (generation_kwargs detokenize=False). Each one's time against TRL's: docs/benchmarks.md. A "
+        "steps_per_generation or generation_batch_size you give wins.",
         None,
         choices=list(SPEED_RECIPES),
     )
@@ -119,11 +118,12 @@ class GenerationSpeedFields:
         "> gradient_accumulation_steps and num_iterations = 1, the micro-batches of the first optimizer step after "
         "a generation are trained with the weights that generated them, so their old log-probs are the policy's "
         "own (detached, ratio 1); only the later steps' micro-batches get old log-probs, computed right after "
-        "generation, before any update (same forward as TRL's). Not with num_iterations > 1, vLLM's "
-        "importance-sampling correction, a teacher_model, kl_placement='reward' or a MoE-router loss, which read "
-        "every row's old log-probs, nor where TRL computes none (gradient_accumulation_steps a "
-        "multiple of steps_per_generation): set by you, such a setting is refused in one line; set by "
-        "speed_recipe='lora_graphed', the field then does nothing.",
+        "generation, before any update (same forward as TRL's). Under vLLM's importance-sampling correction the "
+        "first step's correction is computed in its loss forward (where π_old = π_θ), the later steps' with their "
+        "old log-probs. Not with num_iterations > 1, a teacher_model, kl_placement='reward' or a MoE-router loss, "
+        "which read every row's old log-probs, nor where TRL computes none (gradient_accumulation_steps a "
+        "multiple of steps_per_generation): set by you, such a setting is refused in one line; set by a "
+        "speed_recipe, the field then does nothing.",
         False,
     )
 

@@ -12,6 +12,14 @@ sizes (`GRPOConfig.__post_init__`), so the config a run prints and saves shows t
                       micro-batches; the first step's are the policy's own; where it cannot apply, e.g.
                       num_iterations > 1, it silently does not)
     "lora_compiled"   "lora", and compile_generation = True, generation_autocast = True
+    "vllm"            the vLLM path (use_vllm=True): steps_per_generation = 2 · gradient_accumulation_steps,
+                      skip_on_policy_old_logps = True (vLLM's importance-sampling correction kept: the first step's
+                      computed in its loss forward), generation_kwargs["detokenize"] = False (vLLM returns token
+                      ids without their text; TRL reads the ids only; a value the user gives wins)
+
+"vllm" changes no token and no ratio: vLLM samples what it sampled, TRL's correction weighs each token as before;
+only the text nobody reads and the old-log-prob forward of the rows trained before any update are not computed.
+Without use_vllm it is refused (the transformers path has the "lora" recipes).
 
 "lora" merges the LoRA adapter while TRL generates and takes two optimizer steps per generation batch, the second
 off-policy (TRL's clipped importance ratio); "lora_graphed" also records the decode step once per generation batch
@@ -46,7 +54,9 @@ SPEED_RECIPES: dict[str, dict[str, bool | str]] = {
         "skip_on_policy_old_logps": True,
     },
     "lora_compiled": {"merge_adapter_for_generation": True, "compile_generation": True, "generation_autocast": True},
+    "vllm": {"skip_on_policy_old_logps": True},
 }
+VLLM_GENERATION_KWARGS = {"detokenize": False}  # what "vllm" adds to generation_kwargs (the user's keys win)
 OPTIMIZER_STEPS_PER_GENERATION = 2  # steps_per_generation = 2 · gradient_accumulation_steps
 
 
@@ -57,6 +67,11 @@ def apply_speed_recipe(config) -> None:
         return
     if name not in SPEED_RECIPES:
         raise ValueError(f"speed_recipe: got {name!r}; choose one of {', '.join(map(repr, SPEED_RECIPES))} or None.")
+    if name == "vllm":
+        if not config.use_vllm:
+            raise ValueError("speed_recipe='vllm': needs use_vllm=True (it speeds up TRL's vLLM generation); without "
+                             "vLLM choose speed_recipe='lora_graphed'.")
+        config.generation_kwargs = {**VLLM_GENERATION_KWARGS, **(config.generation_kwargs or {})}
     for field, value in SPEED_RECIPES[name].items():
         setattr(config, field, value)
     if config.steps_per_generation is None and config.generation_batch_size is None:

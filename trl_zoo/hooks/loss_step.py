@@ -45,6 +45,7 @@ from ..aggregation import AggregationContext
 from ..losses.base import PolicyBatch, importance_log_weights, importance_ratio
 from . import hook_points
 from .model_inputs import forward_inputs, loss_mask
+from .old_logps import deferred_sampling_ratio
 from .optimizer_step import OptimizerStep, StepPhase
 from .trl_access import EntropyController, log_metric, per_token_logps
 
@@ -176,9 +177,11 @@ class PolicyLossStep:
             advantages = advantages.unsqueeze(1)
         old_logps = inputs.get("old_per_token_logps")
         sampling_ratio = None
-        if self.use_vllm and self.vllm_importance_sampling_correction:
-            sampling_ratio = inputs["importance_sampling_ratio"]
         logps = forward.logps
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            sampling_ratio = inputs.get("importance_sampling_ratio")
+            if sampling_ratio is None:  # deferred by skip_on_policy_old_logps: π_old = π_θ
+                sampling_ratio = deferred_sampling_ratio(self, inputs, logps)
         extras = inputs if forward.router_logps is None else {**inputs, "router_logps": forward.router_logps}
         return PolicyBatch(
             logps=logps,

@@ -18,9 +18,15 @@ checkpointing off, outside autocast as TRL's pass). Computed on the re-cut micro
 exactly the rows and padding the loss forward sees. The buffer then goes to the resume component, which saves it with
 them. Entries not used before the next generation (only after a resume that lost the buffer) get them too.
 
+Under vLLM's importance-sampling correction (TRL's default with `use_vllm`), TRL's round computes neither the
+correction nor its metrics (the door turns it off with the pass, `old_logps_pass_skipped`); each later micro-batch
+gets `importance_sampling_ratio` from its old log-probs here, and each first-step micro-batch in its loss forward,
+where π_old = π_θ is known (`deferred_sampling_ratio`, called by hooks/loss_step.py): the same ratio TRL computes
+(trl_zoo/sampling_correction.py), TRL's `sampling/…` metrics logged over each micro-batch.
+
 Where it does not apply, TRL's behaviour is unchanged: eval, a multimodal batch (TRL's pass then runs in full), and
-every setting of `old_logps_skip_conflicts` (num_iterations > 1, vLLM's importance-sampling correction, a teacher, the
-reward's KL, a MoE-router loss: these read every row's old log-probs). Set by the user, such a setting is refused when
+every setting of `old_logps_skip_conflicts` (num_iterations > 1, a teacher, the reward's KL, a MoE-router loss:
+these read every row's old log-probs). Set by the user, such a setting is refused when
 the config is built; set by `speed_recipe`, the field silently does not apply. Dynamic sampling composes: its rounds
 generate without the pass, and only trained rows get old log-probs.
 
@@ -35,8 +41,9 @@ from __future__ import annotations
 
 import torch
 
-from ..config.generation_buffer import entries_trained_on_policy
+from ..config.generation_buffer import entries_trained_on_policy, vllm_correction_on
 from ..config.generation_speed import old_logps_skip_applies
+from ..sampling_correction import correction_mask, correction_metrics, sampling_ratio
 from .component import Component
 from .generation import ScoredRound
 from .model_inputs import forward_inputs, is_multimodal
@@ -44,6 +51,7 @@ from .trl_access import log_metric, micro_step, old_logps_pass_skipped, per_toke
 
 ROWS = "old_logps/rows"
 OLD_LOGPS = "old_per_token_logps"
+SAMPLING_RATIO, SAMPLING_LOGPS = "importance_sampling_ratio", "sampling_per_token_logps"
 
 
 class OldLogps(Component):
@@ -56,6 +64,8 @@ class OldLogps(Component):
         self.rows = 0  # rows through an old-log-prob pass in the current generation batch, this process
         # the field applies: TRL's pass is skipped at generation (`old_logps_pass_skipped`)
         self.skip_on_policy = old_logps_skip_applies(trainer.args, bool(trainer.loss_entry.spec.requires_moe))
+        # vLLM's correction moves with the skipped pass: later micro-batches get it here, the first step's in the loss
+        self.defers_correction = self.skip_on_policy and vllm_correction_on(trainer.args)
 
     def generated_round(self, inner, inputs) -> dict:
         if self.skip_on_policy and self.trainer.model.training:
@@ -94,6 +104,29 @@ class OldLogps(Component):
                 old, _, _ = per_token_logps(
                     trainer, trainer.model, input_ids, attention_mask, logits_to_keep, batch_size=chunk
                 )
-                result.append({**micro_batch, OLD_LOGPS: old})
+                extra = {OLD_LOGPS: old}
+                if self.defers_correction and SAMPLING_RATIO not in micro_batch:
+                    extra[SAMPLING_RATIO] = corrected(trainer, micro_batch, old)
+                result.append({**micro_batch, **extra})
                 self.rows += input_ids.size(0)
         return result
+
+
+def corrected(trainer, micro_batch: dict, old_logps: torch.Tensor) -> torch.Tensor:
+    """vLLM's importance-sampling ratio of `micro_batch` from its old log-probs, TRL's metrics of it logged."""
+    mask = correction_mask(micro_batch)
+    sampling = micro_batch[SAMPLING_LOGPS]
+    ratio = sampling_ratio(old_logps, sampling, mask, trainer.args)
+    gather = trainer.accelerator.gather
+    for name, value in correction_metrics(old_logps, sampling, mask, ratio, gather).items():
+        log_metric(trainer, name, value)
+    return ratio
+
+
+def deferred_sampling_ratio(trainer, inputs: dict, logps: torch.Tensor) -> torch.Tensor:
+    """The loss step's ratio for a micro-batch whose correction this component deferred (`defers_correction`, a
+    first-step micro-batch): π_old = π_θ, the loss forward's `logps` detached."""
+    component = trainer.pipeline.get(OldLogps.name)
+    if component is None or not component.active or not component.defers_correction:
+        raise KeyError(f"{SAMPLING_RATIO}: a micro-batch under vLLM's importance-sampling correction carries none")
+    return corrected(trainer, inputs, logps.detach())

@@ -53,8 +53,10 @@ public or overridable method for these:
   `_generate_and_score_completions` runs in a round of `hooks/old_logps.py`'s with `skip_on_policy_old_logps` on,
   its old-log-prob pass (its first call of that method, on the policy under no_grad: `RELIED_CALLS`) returns (None,
   None, None), so TRL returns no `old_per_token_logps`; TRL computes them inline, under its own condition
-  (`trl_computes_old_logps`; the field applies only where that holds without vLLM's correction:
-  `old_logps_skip_applies`). Its later calls (the reference's) are TRL's.
+  (`trl_computes_old_logps`). Its later calls (the reference's) are TRL's. Under vLLM's importance-sampling
+  correction the same block sets `trainer.vllm_importance_sampling_correction` False, so TRL neither computes the
+  correction (it reads the skipped old log-probs) nor logs its metrics; hooks/old_logps.py computes both later
+  (trl_zoo/sampling_correction.py). TRL reads that attribute inline in this method and in its loss.
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ RELIED_STATE = (
     "_metrics", "_logs", "_buffered_inputs", "_step", "_tokenizer",
     "_entropy_bonus_enabled", "_entropy_window_stats", "_last_world_entropy",
     "eos_token_ids",  # public: the truncation penalty reads it (hooks/rewards.py)
+    "vllm_importance_sampling_correction",  # public: off while a round skips the old-log-prob pass
 )
 # elsewhere in TRL and transformers: (owner, name, parameters or None for an attribute)
 RELIED_ELSEWHERE = (
@@ -540,7 +543,9 @@ def old_logps_pass_skipped(trainer):
     """While TRL's `_generate_and_score_completions` runs inside the block, its old-log-prob pass returns (None, None,
     None), so TRL returns no `old_per_token_logps`: the block's first call of `_get_per_token_logps_and_entropies`
     (`RELIED_CALLS`: TRL's old-log-prob pass comes first, the reference's after it), when it is on `trainer.model`,
-    under no_grad and without multimodal inputs. Every other call, that one included when it is not so, is TRL's."""
+    under no_grad and without multimodal inputs. Every other call, that one included when it is not so, is TRL's.
+    vLLM's importance-sampling correction, which reads those old log-probs, is off inside the block (module
+    docstring): the caller applies it."""
     compute = trainer._get_per_token_logps_and_entropies
     armed = [True]
 
@@ -551,7 +556,10 @@ def old_logps_pass_skipped(trainer):
             return None, None, None
         return compute(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
 
-    with swapped(trainer, "_get_per_token_logps_and_entropies", get_per_token_logps_and_entropies):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(swapped(trainer, "_get_per_token_logps_and_entropies", get_per_token_logps_and_entropies))
+        if trainer.vllm_importance_sampling_correction:
+            stack.enter_context(swapped(trainer, "vllm_importance_sampling_correction", False))
         yield
 
 
