@@ -121,6 +121,7 @@ STUDIES: dict[str, tuple[str, list[str]]] = {
     "2026-11-27-h100x4-time-to-target-lora-graphed": time_to_target_study(),
     "2026-11-28-h200-size-ladder": ("README.md", ["ladder.jsonl"]),
     "2026-12-02-h200-vllm": ("README.md", ["results.jsonl"]),
+    "2026-12-02-h200-vllm-levers": ("README.md", ["ladder.jsonl", "vllm_generation.jsonl"]),
     "2026-11-29-h200-step-profile": ("README.md", ["profile.jsonl"]),
 }
 
@@ -403,3 +404,18 @@ def test_the_size_ladders_page_states_the_step_times_of_its_records():
     assert len(records) == 11
     for record in records:
         assert f"{record['step_s']:.2f}" in page, record["contender"]
+
+
+def test_the_vllm_levers_page_states_its_records_step_times_and_generation_medians():
+    from benchmarks.vllm_generation import summarize
+
+    folder = RESULTS / "2026-12-02-h200-vllm-levers"
+    page = (folder / "README.md").read_text()
+    records = [json.loads(line) for line in (folder / "ladder.jsonl").read_text().splitlines()]
+    assert len(records) == 12
+    for record in records:
+        assert f"| {record['step_s']:.2f} | {record['seams']['generation']:.2f} |" in page, record["contender"]
+    generation = [json.loads(line) for line in (folder / "vllm_generation.jsonl").read_text().splitlines()]
+    for row in summarize(generation)[2:]:
+        seconds, inside, tokens = row.split(" | ")[2:5]
+        assert f"| {seconds} | {inside} | {tokens} |" in page or f"| {seconds} | {inside} | |" in page, row
