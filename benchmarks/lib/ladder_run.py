@@ -319,7 +319,7 @@ def main(argv=None):
         else None,  # inside generation_s: the weight sync per optimizer step (vLLM only)
         "train_peak_gib": meter.outside_peak / 2**30,
         "generation_peak_gib": meter.inside_peak / 2**30,
-        "merged": bool(getattr(trainer.args, "merge_adapter_for_generation", False)),
+        "merged": bool(getattr(speed, "merge", False)),  # what applied (a quantized base generates unmerged)
         "graph": {name: getattr(graphed, name) for name in ("captures", "replays", "warm_ups", "disabled_because")}
         if graphed is not None else None,
         "gradient_checkpointing": bool(trainer.args.gradient_checkpointing),

@@ -159,16 +159,14 @@ class GenerationSpeed(Component):
         super().__init__(trainer)
         args = trainer.args
         self.graphed_decoding = None
-        dropped = fields_a_quantized_base_drops(trainer.model, args, trainer.accelerator)
-        for field in dropped:
-            setattr(args, field, False)
+        dropped = fields_a_quantized_base_drops(trainer.model, args, trainer.accelerator)  # the config stays as set
         if dropped:
             logger.warning(
                 f"speed_recipe={args.speed_recipe!r}: the base model is quantized, so {' and '.join(dropped)} "
                 "do not apply (a merge into quantized weights is lossy; transformers does not compile its decoding); "
                 "the recipe's other fields do."
             )
-        if getattr(args, "compile_generation", False):
+        if getattr(args, "compile_generation", False) and "compile_generation" not in dropped:
             refusal = compile_refusal(trainer.model, args, trainer.accelerator)
             if refusal:
                 raise ValueError(refusal)
@@ -180,7 +178,9 @@ class GenerationSpeed(Component):
             )
             if graphed:
                 self.graphed_decoding = decode_graph.install(trainer.accelerator.unwrap_model(trainer.model))
-        self.merge = bool(getattr(args, "merge_adapter_for_generation", False))
+        self.merge = bool(getattr(args, "merge_adapter_for_generation", False)) and (
+            "merge_adapter_for_generation" not in dropped
+        )
         if self.merge:
             refusal = merge_refusal(trainer.model, args, trainer.accelerator)
             if refusal:
