@@ -180,6 +180,11 @@ def test_the_vllm_recipe_sets_two_steps_the_skip_and_no_text(given, expected):
     assert not config.merge_adapter_for_generation and not config.compile_generation
 
 
+def test_the_vllm_recipe_leaves_the_servers_sampling_parameters_as_trl_sends_them():
+    config = GRPOConfig(**tiny.config_kwargs(speed_recipe="vllm", use_vllm=True, vllm_mode="server"))
+    assert config.generation_kwargs is None and config.skip_on_policy_old_logps
+
+
 def test_a_run_under_the_vllm_recipe_asks_vllm_for_no_text_and_skips_half_the_old_logps(monkeypatch, tmp_path):
     import math
 

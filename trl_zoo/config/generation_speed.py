@@ -69,10 +69,10 @@ class GenerationSpeedFields:
         "(recommended): also compile_generation with compile_generation_backend='cuda_graph' (no torch.compile) and "
         "skip_on_policy_old_logps. 'lora_compiled': 'lora' with compile_generation and generation_autocast (fast "
         "only once torch's compile cache is warm; transformers >= 5.24). 'vllm' (with use_vllm=True): "
-        "steps_per_generation = 2 x gradient_accumulation_steps, skip_on_policy_old_logps and vLLM's tokens without "
-        "their text (generation_kwargs detokenize=False). Each one's time against TRL's: docs/benchmarks.md, "
-        "'Time to a target' (the lora recipes) and docs/vllm.md (vllm). A steps_per_generation or "
-        "generation_batch_size you give wins.",
+        "steps_per_generation = 2 x gradient_accumulation_steps, skip_on_policy_old_logps and, colocated, vLLM's "
+        "tokens without their text (generation_kwargs detokenize=False). Each one's time against TRL's: "
+        "docs/benchmarks.md, 'Time to a target' (the lora recipes) and docs/vllm.md (vllm). A steps_per_generation "
+        "or generation_batch_size you give wins.",
         None,
         choices=list(SPEED_RECIPES),
     )

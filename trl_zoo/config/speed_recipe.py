@@ -14,12 +14,14 @@ sizes (`GRPOConfig.__post_init__`), so the config a run prints and saves shows t
     "lora_compiled"   "lora", and compile_generation = True, generation_autocast = True
     "vllm"            the vLLM path (use_vllm=True): steps_per_generation = 2 · gradient_accumulation_steps,
                       skip_on_policy_old_logps = True (vLLM's importance-sampling correction kept: the first step's
-                      computed in its loss forward), generation_kwargs["detokenize"] = False (vLLM returns token
-                      ids without their text; TRL reads the ids only; a value the user gives wins)
+                      computed in its loss forward), and in colocate mode generation_kwargs["detokenize"] = False
+                      (vLLM returns token ids without their text; TRL reads the ids only; a value the user gives
+                      wins)
 
-"vllm" changes no token and no ratio: vLLM samples what it sampled, TRL's correction weighs each token as before;
-only the text nobody reads and the old-log-prob forward of the rows trained before any update are not computed.
-Without use_vllm it is refused (the transformers path has the "lora" recipes).
+"vllm" takes two optimizer steps per generation batch like "lora" (the second off-policy); its other two fields
+change no sampled token and no importance-sampling ratio: only the text nobody reads and the old-log-prob forward of
+the rows trained before any update are not computed. Without use_vllm it is refused (the transformers path has the
+"lora" recipes).
 
 "lora" merges the LoRA adapter while TRL generates and takes two optimizer steps per generation batch, the second
 off-policy (TRL's clipped importance ratio); "lora_graphed" also records the decode step once per generation batch
@@ -71,7 +73,8 @@ def apply_speed_recipe(config) -> None:
         if not config.use_vllm:
             raise ValueError("speed_recipe='vllm': needs use_vllm=True (it speeds up TRL's vLLM generation); without "
                              "vLLM choose speed_recipe='lora_graphed'.")
-        config.generation_kwargs = {**VLLM_GENERATION_KWARGS, **(config.generation_kwargs or {})}
+        if config.vllm_mode == "colocate":  # the server's request path is vLLM's own: left as TRL sends it
+            config.generation_kwargs = {**VLLM_GENERATION_KWARGS, **(config.generation_kwargs or {})}
     for field, value in SPEED_RECIPES[name].items():
         setattr(config, field, value)
     if config.steps_per_generation is None and config.generation_batch_size is None:
