@@ -155,7 +155,8 @@ def test_speed_figures_are_written_once_in_the_benchmarks_page(capsys):
         main(["train", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert SPEED_FIGURE.findall(out) == []
-    assert "Each one's time against TRL's: docs/benchmarks.md, 'Time to a target' (the lora recipes) and docs/vllm.md" in out
+    assert ("Each one's time against TRL's: docs/benchmarks.md, 'Time to a target' (the lora recipes) and "
+            "docs/vllm.md") in out
     against = re.compile(r"\d\.\d+\s?[x×]\s(?:TRL|eager)")
     sources = (ROOT / "trl_zoo").rglob("*.py")
     assert [path.name for path in sources if against.search(" ".join(path.read_text().split()))] == []
