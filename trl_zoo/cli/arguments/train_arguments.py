@@ -149,6 +149,14 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
             "Compare a run with its control, paired by seed, to separate what the reward taught from format."
         },
     )
+    expert_traces: bool = field(
+        default=False,
+        metadata={
+            "help": "Built-in chat_arithmetic tasks: add the training column expert_answer, each question's own "
+            "label as a worked line ('47 + 38 = 85'), for the methods that read expert answers (--expert_column "
+            "expert_answer: CHORD, LUFFY). Not with a dataset or another task."
+        },
+    )
     prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the prompt."})
     answer_column: str = field(
         default="answer", metadata={"help": "Dataset column holding the reference answer (for the reward)."}

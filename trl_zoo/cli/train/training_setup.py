@@ -4,7 +4,7 @@
 
     1. what QLoRA needs; where the run starts: the checkpoint it resumes, or afresh     policy.py, resume_checkpoint.py
     2. its rewards                                                                      ../rewards/run_rewards.py
-    3. its data: a built-in task's, or a dataset's                                      here, training_data.py
+    3. its data: a built-in task's (with its expert traces), or a dataset's             here, training_data.py
     4. its policy: the path, resolved once, and its tokenizer                           policy.py
     5. its prompts, formatted and checked against the policy's positions                policy_prompts.py
     6. the rewards' columns checked; shuffled for the null-reward control               ../rewards/run_rewards.py
@@ -30,6 +30,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import get_quantization_config
 
 from ...tasks import get_task
+from ...tasks.chat_arithmetic import ChatArithmeticTask
 from ...tasks.evaluation import HeldOutAccuracyCallback
 from ...trainer import GRPOTrainer
 from ..environment.launch_errors import agreed_step
@@ -127,8 +128,13 @@ def _trainer_inputs(task_args, training_args, model_args, log) -> _TrainerInputs
 def _training_splits(task, task_args, training_args, model_args, reads: dict[str, str], log):
     """(train, held-out, source): a built-in task's splits (its first `num_heldout` held-out prompts), or a
     dataset's (`training_data.py`); the held-out set is None with `num_heldout 0`."""
+    if task_args.expert_traces and not isinstance(task, ChatArithmeticTask):
+        raise ConfigError(f"expert_traces: the chat_arithmetic tasks build expert traces from their own labels; "
+                          f"{task_args.task if task is not None else 'a dataset'} has none (give the dataset's own "
+                          "expert column to --expert_column instead).")
     if task is not None:
-        train, heldout, source = task.train_dataset(), task.heldout_dataset(), task.name
+        train = task.train_dataset(expert_traces=True) if task_args.expert_traces else task.train_dataset()
+        heldout, source = task.heldout_dataset(), task.name
         if task_args.num_heldout == 0:
             log(f"{source}: num_heldout 0, so no held-out evaluation.")
             heldout = None
