@@ -6,7 +6,7 @@ import pytest
 from benchmarks import real_model
 from trl_zoo.cli.arguments.train_arguments import parse_train_args
 
-PLANS = ["easy", "medium", "hard", "offpolicy", "trl", "gemma"]
+PLANS = ["easy", "medium", "hard", "offpolicy", "methods", "trl", "gemma"]
 
 
 @pytest.mark.parametrize("name", PLANS)
@@ -33,8 +33,89 @@ def test_clip_higher_is_the_only_difference_between_the_dapo_pair():
     assert [flag for flag in higher if flag not in symmetric] == ["--epsilon_high", "0.28"]
 
 
+# each method's run and what its flags must set in the parsed arguments (task, training fields)
+METHODS = {
+    "grpo": {"loss_type": "grpo", "advantage_estimator": None},
+    "control": {"null_reward_control": True},
+    "maxrl": {"advantage_estimator": "maxrl"},
+    "passk": {"advantage_estimator": "passk", "passk_k": 4},
+    "grpo_passk": {"advantage_estimator": "grpo_passk"},
+    "dppo": {"loss_type": "dppo", "num_iterations": 4, "max_steps": 60, "dppo_kl_coef": 0.001},
+    "topr": {"loss_type": "topr", "num_iterations": 4, "max_steps": 60},
+    "m2po": {"loss_type": "m2po", "num_iterations": 4, "max_steps": 60},
+    "ipo": {"loss_type": "ipo", "num_iterations": 4, "max_steps": 60},
+    "luffy": {"loss_type": "luffy", "expert_traces": True, "expert_column": "expert_answer"},
+    "chord": {"loss_type": "grpo", "expert_traces": True, "expert_column": "expert_answer"},
+    "grpo_teacher": {"teacher_model": "self", "teacher_prompt_template": real_model.TEACHER},
+    "dler": {"truncation_penalty": 0.0},
+    "ttrl": {"reward_funcs": ["benchmarks.lib.real_model_run.recorded_final_number", "majority_vote"],
+             "reward_weights": [0.0, 1.0]},
+    "gdpo": {"reward_funcs": ["benchmarks.lib.real_model_run.recorded_final_number", "exact_match"],
+             "multi_objective_aggregation": "normalize_then_sum"},
+}
+
+
+def _train_argv(command):
+    """What real_model_run.py hands `trl-zoo train`: the run's flags with the recording reward."""
+    from benchmarks.lib.real_model_run import with_recording_reward
+
+    return with_recording_reward(command[command.index("--task"):])
+
+
+def test_the_methods_plan_lists_one_command_per_method_and_seed(tmp_path, capsys):
+    assert real_model.main(["--plan", "methods", "--out", str(tmp_path), "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(METHODS) * 3
+    _, runs = real_model.plan("methods")
+    assert list(runs) == list(METHODS)
+    for seed in (0, 1, 2):
+        for name, flags in runs.items():
+            folder = tmp_path / "chat_arithmetic" / name / f"seed{seed}"
+            line = next(line for line in lines if f" --output_dir {folder} " in line)
+            assert f" --task chat_arithmetic --seed {seed} " in line and " ".join(flags) in line, name
+
+
+def test_every_method_of_the_plan_parses_to_the_fields_it_names(tmp_path):
+    task, runs = real_model.plan("methods")
+    for name, flags in runs.items():
+        parsed = parse_train_args(_train_argv(real_model.command(task, flags, 0, tmp_path / name, [])),
+                                  log=lambda *_: None)
+        found = {key: getattr(parsed.task, key) if hasattr(parsed.task, key) else getattr(parsed.training, key)
+                 for key in METHODS[name]}
+        assert found == METHODS[name], name
+        # the preset's batch shape everywhere: 16 prompts × 8 completions in micro-batches of 32
+        assert (parsed.training.per_device_train_batch_size, parsed.training.gradient_accumulation_steps,
+                parsed.training.num_generations) == (32, 4, 8), name
+        assert parsed.training.max_steps in (40, 60), name
+        if name not in ("ttrl", "gdpo"):  # the recording reward alone, which scores the held-out evaluation
+            assert parsed.task.reward_funcs == ["benchmarks.lib.real_model_run.recorded_final_number"], name
+
+
+def test_the_recording_reward_comes_first_of_a_runs_own_rewards():
+    from benchmarks.lib.real_model_run import RECORDING_REWARD, with_recording_reward
+
+    assert with_recording_reward(["--seed", "0"]) == ["--seed", "0", "--reward_funcs", RECORDING_REWARD]
+    argv = ["--reward_funcs", "majority_vote", "--reward_weights", "0", "1"]
+    assert with_recording_reward(argv) == ["--reward_funcs", RECORDING_REWARD, "majority_vote",
+                                           "--reward_weights", "0", "1"]
+
+
+def test_the_label_free_run_is_scored_with_the_labels_and_trained_without_them():
+    from trl_zoo.cli.rewards.reward_names import heldout_scorer, resolve_reward
+
+    _, runs = real_model.plan("methods")
+    flags = runs["ttrl"]
+    names = _train_argv(["--task", *flags])[2:]
+    names = names[names.index("--reward_funcs") + 1:names.index("--reward_weights")]
+    weights = flags[flags.index("--reward_weights") + 1:]
+    functions = [resolve_reward(name) for name in names]
+    assert heldout_scorer(functions) is functions[0]  # the recording final_number: labels score the evaluation
+    trained = [name for name, weight in zip(names, weights) if float(weight) != 0]
+    assert trained == ["majority_vote"]
+
+
 def test_an_unknown_plan_names_the_plans():
-    with pytest.raises(SystemExit, match="easy, medium, hard, offpolicy, trl or gemma"):
+    with pytest.raises(SystemExit, match="easy, medium, hard, offpolicy, methods, trl or gemma"):
         real_model.plan("hardest")
 
 
