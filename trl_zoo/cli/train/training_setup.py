@@ -7,6 +7,7 @@
     3. its data: a built-in task's (with its expert traces), or a dataset's             here, training_data.py
     4. its policy: the path, resolved once, and its tokenizer                           policy.py
     5. its prompts, formatted and checked against the policy's positions                policy_prompts.py
+       A*-PO's reference samples scored into the data (--reference_reward_samples)       reference_samples.py
     6. the rewards' columns checked; shuffled for the null-reward control               ../rewards/run_rewards.py
     7. how the trainer loads the policy (init kwargs, DDP, LoRA)                        policy.py
     8. its run log and greedy held-out evaluation                         ../report/run_log.py, heldout_accuracy.py
@@ -41,6 +42,7 @@ from .heldout_accuracy import heldout_accuracy_callback
 from .policy import check_quantization, load_tokenizer, prepare_policy_loading, resolve_policy
 from .policy_prompts import policy_positions, policy_prompts
 from .progress import ConciseProgress
+from .reference_samples import add_reference_rewards, check_reference_samples
 from .resume_checkpoint import check_output_dir, checkpoint_step, resume_checkpoint
 from .training_data import _load_dataset_splits, column_names
 
@@ -107,6 +109,7 @@ def _trainer_inputs(task_args, training_args, model_args, log) -> _TrainerInputs
     if checkpoint is None:
         check_output_dir(training_args.output_dir, task_args.overwrite_output_dir)
     rewards = run_rewards(task_args, training_args.max_completion_length, log)
+    check_reference_samples(task_args.reference_reward_samples, training_args)
     task = get_task(task_args.task) if task_args.dataset_name is None and not task_args.datasets else None
     train, heldout, source = _training_splits(task, task_args, training_args, model_args, rewards.reads, log)
     model_path = resolve_policy(task, task_args, training_args, model_args, log)
@@ -114,6 +117,9 @@ def _trainer_inputs(task_args, training_args, model_args, log) -> _TrainerInputs
     tokenizer = load_tokenizer(model_path, model_args, training_args)
     train, heldout = policy_prompts(task, train, heldout, source, tokenizer, positions, task_args, training_args, log)
     rewards.check_columns(column_names(train))
+    if task_args.reference_reward_samples:  # the true rewards, before the null-reward control shuffles them
+        train = add_reference_rewards(train, model_path, tokenizer, rewards.functions,
+                                      task_args.reference_reward_samples, training_args, model_args, log)
     if task_args.null_reward_control:
         rewards = rewards.shuffled(training_args.seed, log)
     peft_config = prepare_policy_loading(training_args, model_args, model_path)
