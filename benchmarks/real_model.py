@@ -24,10 +24,13 @@ Plans (each run: `benchmarks/lib/real_model_run.py`, 3 seeds unless --seeds):
               topr, m2po and ipo at 4 updates a batch (60 steps, 15 batches: one update never moves π_θ off
               π_old); LUFFY and CHORD-φ on the task's own labels as worked lines ("47 + 38 = 85",
               `--expert_traces true`, the expert column expert_answer); the teacher signal (answer in its prompt);
-              DLER's truncation penalty (reward 0 past the completion length); TTRL trained on majority_vote alone
-              (the labels score the held-out evaluation only); GDPO over final_number and exact_match. A*-PO,
-              GiGPO and MT-GRPO are not in it (method_runs says why). Run with `--parallel 4` (four 135 M
-              processes on the one card); pass@k of passk, grpo_passk and maxrl: benchmarks/pass_at_k.py
+              A*-PO, V*(x) from 8 samples of every training prompt by the starting policy, drawn and scored
+              before training (`--reference_reward_samples 8`; their cost in reference_rewards.json); DLER's
+              truncation penalty (reward 0 past the completion length); TTRL trained on majority_vote alone (the
+              labels score the held-out evaluation only); GDPO over final_number and exact_match (the number
+              alone). GiGPO and MT-GRPO are not in it: no two-turn tool environment on the task yet. Run with
+              `--parallel 4` (four 135 M processes on the one card); pass@k of passk, grpo_passk and maxrl:
+              benchmarks/pass_at_k.py
     trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
     gemma     chat_arithmetic with the base model gemma3-270m (few-shot prompts) at the model's own preset
               (learning rate 5e-5, 24 new tokens: PackagedModel.preset; a --learning_rate flag overrides it): the
@@ -61,8 +64,8 @@ LOSSES = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo"]
 TRL_LOSSES = ["grpo", "dr_grpo", "dapo", "cispo", "sapo"]  # TRL's own loss_type names
 
 
-# the trust-region losses differ from the policy gradient only once π_θ has left π_old, which never happens at one
-# update per batch (the preset's shape): 4 updates of each batch, 60 steps = 15 batches
+# dppo's, m2po's and ipo's trust regions and topr's truncated weight act only once π_θ has left π_old, which never
+# happens at one update per batch (the preset's shape): 4 updates of each batch, 60 steps = 15 batches
 OFF_POLICY_UPDATES = ["--num_iterations", "4", "--max_steps", "60"]
 
 
@@ -85,6 +88,10 @@ def method_runs() -> dict[str, list[str]]:
         # each group of 8 (the paper's), CHORD-φ's SFT term at its default constant μ = 0.1
         "luffy": ["--loss_type", "luffy", "--expert_traces", "true", "--expert_column", "expert_answer"],
         "chord": [*grpo, "--expert_traces", "true", "--expert_column", "expert_answer"],
+        # A*-PO: V*(x) from 8 samples of every training prompt by the starting policy, scored before training
+        # (--reference_reward_samples: their count and seconds in reference_rewards.json); β₂ 1e-3, the paper's
+        "a2po": ["--loss_type", "a2po", "--advantage_estimator", "a2po", "--beta", "0.001",
+                 "--reference_reward_samples", "8"],
         "grpo_teacher": TEACHER_PAIR["grpo_teacher"],
         # DLER's paper: a completion not ended within L = max_completion_length tokens gets reward 0
         "dler": [*grpo, "--truncation_penalty", "0.0"],
@@ -94,6 +101,8 @@ def method_runs() -> dict[str, list[str]]:
         # GDPO: two objectives normalised apart, the answer (the recording final_number) and the answer alone
         # (exact_match: the completion is the number and nothing else)
         "gdpo": [*grpo, "--reward_funcs", "exact_match", "--multi_objective_aggregation", "normalize_then_sum"],
+        # not here: GiGPO and MT-GRPO read turns and per-turn rewards, which need a two-turn tool environment on
+        # the task (a calculator call, then the answer) that trl_zoo does not have yet
     }
 
 

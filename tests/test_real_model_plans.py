@@ -46,6 +46,7 @@ METHODS = {
     "ipo": {"loss_type": "ipo", "num_iterations": 4, "max_steps": 60},
     "luffy": {"loss_type": "luffy", "expert_traces": True, "expert_column": "expert_answer"},
     "chord": {"loss_type": "grpo", "expert_traces": True, "expert_column": "expert_answer"},
+    "a2po": {"loss_type": "a2po", "advantage_estimator": "a2po", "beta": 0.001, "reference_reward_samples": 8},
     "grpo_teacher": {"teacher_model": "self", "teacher_prompt_template": real_model.TEACHER},
     "dler": {"truncation_penalty": 0.0},
     "ttrl": {"reward_funcs": ["benchmarks.lib.real_model_run.recorded_final_number", "majority_vote"],
@@ -262,3 +263,13 @@ def test_the_recording_reward_labels_training_batches_with_their_step_and_the_ev
     rows = [json.loads(line) for line in record.read_text().splitlines()]
     assert [row["step"] for row in rows] == [4, None]
     assert rows[0]["reward"] == 0.5 and rows[0]["length_right"] == 1 and rows[0]["length_wrong"] == 2
+
+
+def test_reference_samples_scored_before_training_are_not_recorded_as_a_batch(tmp_path, monkeypatch):
+    """A*-PO's reference samples are scored by the run's rewards, the recording one included, with no trainer."""
+    from benchmarks.lib import real_model_run
+
+    record = tmp_path / "completions.jsonl"
+    monkeypatch.setenv(real_model_run.RECORD_ENV, str(record))
+    rewards = real_model_run.recorded_final_number([" 5", " 6"], answer=["5", "5"], completion_ids=[[1], [2]])
+    assert rewards == [1.0, 0.0] and not record.exists()

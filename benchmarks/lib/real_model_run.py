@@ -116,10 +116,12 @@ def restore_random_state(state: dict) -> None:
 def recorded_final_number(completions, answer, completion_ids=None, trainer_state=None, answer_first_line=None,
                           **kwargs):
     """final_number (reading the answer line where the dataset's `answer_first_line` says so: a base model's
-    few-shot prompts), and for every scored batch (completion_ids given) a record of lengths by correctness, with the
-    optimizer step a training batch is generated for (None for the held-out evaluation's)."""
+    few-shot prompts), and for every batch the trainer scores (completion_ids and its state given) a record of
+    lengths by correctness, with the optimizer step a training batch is generated for (None for the held-out
+    evaluation's)."""
     rewards = final_number_reward(completions, answer, answer_first_line=answer_first_line)
-    if completion_ids is not None and os.environ.get(RECORD_ENV):
+    # no trainer state: A*-PO's reference samples, scored before training, are no batch of the run
+    if completion_ids is not None and trainer_state is not None and os.environ.get(RECORD_ENV):
         lengths = [len(ids) for ids in completion_ids]
         right = [n for n, r in zip(lengths, rewards) if r == 1.0]
         wrong = [n for n, r in zip(lengths, rewards) if r != 1.0]
