@@ -273,3 +273,30 @@ def test_reference_samples_scored_before_training_are_not_recorded_as_a_batch(tm
     monkeypatch.setenv(real_model_run.RECORD_ENV, str(record))
     rewards = real_model_run.recorded_final_number([" 5", " 6"], answer=["5", "5"], completion_ids=[[1], [2]])
     assert rewards == [1.0, 0.0] and not record.exists()
+
+
+def test_the_report_names_the_methods_plan_as_real_model_does():
+    from benchmarks import real_model_report
+
+    assert real_model_report.METHODS == [name for name in real_model.method_runs() if name not in ("grpo", "control")]
+    assert set(real_model_report.METHODS) <= set(real_model_report.ORDER)
+
+
+def test_the_report_asks_each_method_against_grpo_and_draws_them_beside_the_control(tmp_path):
+    import json
+
+    from benchmarks import real_model_report
+
+    for name, after in (("grpo", 0.6), ("control", 0.2), ("ttrl", 0.4), ("dppo", 0.5)):
+        for seed in (0, 1):
+            _fake_run(tmp_path / "runs", "chat_arithmetic", name, seed, after + seed / 100)
+            evals = [{"kind": "eval", "step": s, "heldout_accuracy": 0.1 + s / 100} for s in (0, 20, 40)]
+            with open(tmp_path / "runs" / "chat_arithmetic" / name / f"seed{seed}" / "metrics.jsonl", "a") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in evals))
+    assert real_model_report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--seeds", "0,1"]) == 0
+    text = (tmp_path / "out" / "tables.md").read_text()
+    assert "- ttrl − grpo: ttrl against GRPO" in text and "| ttrl − grpo | -20.0 |" in text
+    assert "- dppo − grpo: dppo against GRPO" in text
+    assert "| ttrl | 10.0% | 40.0% / 41.0% |" in text and "+20.0 / +20.0" in text  # over the control, by seed
+    assert (tmp_path / "out" / "heldout_methods.png").stat().st_size > 0
+    assert not (tmp_path / "out" / "heldout_offpolicy.png").exists()  # no offpolicy plan: its 8 updates not drawn
