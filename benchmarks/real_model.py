@@ -85,7 +85,8 @@ def method_runs() -> dict[str, list[str]]:
         "m2po": ["--loss_type", "m2po", *OFF_POLICY_UPDATES],
         "ipo": ["--loss_type", "ipo", *OFF_POLICY_UPDATES],
         # the task's own labels as worked lines ("47 + 38 = 85", --expert_traces): LUFFY's one off-policy trace of
-        # each group of 8 (the paper's), CHORD-φ's SFT term at its default constant μ = 0.1
+        # each group of 8 (the paper's; scored like a completion, so a right trace is in its batch reward),
+        # CHORD-φ's SFT term at its default constant μ = 0.1
         "luffy": ["--loss_type", "luffy", "--expert_traces", "true", "--expert_column", "expert_answer"],
         "chord": [*grpo, "--expert_traces", "true", "--expert_column", "expert_answer"],
         # A*-PO: V*(x) from 8 samples of every training prompt by the starting policy, scored before training
