@@ -34,6 +34,23 @@ def test_every_prompt_gets_k_scored_reference_samples_and_the_cost_is_written(tm
     assert len(lines) == 1 and "9 reference completions (3 of each of 3 prompts)" in lines[0]
 
 
+def test_a_resumed_run_reads_its_starts_column_back_and_samples_again_for_other_prompts_or_k(tmp_path):
+    train = Dataset.from_dict({"prompt": ["12+3=", "4+5="], "answer": ["15", "9"]})
+    args, model = training_args(tmp_path), SimpleNamespace(model_revision="main")
+    first = add_reference_rewards(train, tiny.model_dir(0), tiny.tokenizer(), [tiny.digit_reward], 2, args, model,
+                                  lambda *_: None)
+    lines = []
+    # no model at this path: what comes back was read, not sampled
+    again = add_reference_rewards(train, str(tmp_path / "no-model"), tiny.tokenizer(), [tiny.digit_reward], 2, args,
+                                  model, lines.append, resumed=True)
+    assert list(again[REFERENCE_REWARDS]) == list(first[REFERENCE_REWARDS]) and "reads back the 2 × 2" in lines[0]
+    other = Dataset.from_dict({"prompt": ["11+1=", "4+5="], "answer": ["12", "9"]})
+    for data, samples in ((other, 2), (train, 3)):
+        with pytest.raises(OSError):  # sampled afresh, from the missing model
+            add_reference_rewards(data, str(tmp_path / "no-model"), tiny.tokenizer(), [tiny.digit_reward], samples,
+                                  args, model, lambda *_: None, resumed=True)
+
+
 @pytest.mark.parametrize("samples, overrides, named", [
     (-1, {}, "must be ≥ 0"),
     (8, {"advantage_estimator": "grpo"}, "only an estimator that reads reference_rewards"),

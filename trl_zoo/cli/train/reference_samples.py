@@ -10,8 +10,10 @@ the prompts are those the trainer will render (after `policy_prompts`), the rewa
 (the null-reward control shuffles only what training sees), weighted by `reward_weights`, at the run's
 temperature and completion length. The cost is the sampling's: K × prompts completions and their seconds, logged in
 one line and written to `<output_dir>/reference_rewards.json`, so a comparison with a run that samples nothing can
-count it. One process: a launch would sample a different column in each, so it is refused (sample once and give the
-dataset's own column instead). Without an estimator that reads the column the field is refused.
+count it. The column is kept there too (with a CRC32 of the prompts it belongs to), and a run that resumes from a
+checkpoint reads it back rather than sampling again, when it holds the same prompts and K (a line says so). One
+process: a launch would sample a different column in each, so it is refused (sample once and give the dataset's
+own column instead). Without an estimator that reads the column the field is refused.
 
 Tests: tests/test_reference_samples.py.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 from pathlib import Path
 
 import torch
@@ -67,11 +70,33 @@ def with_reference_rewards(train, model, tokenizer, functions, samples: int, tra
     return train, cost
 
 
+def prompts_crc(train) -> int:
+    """CRC32 of the training prompts in order: which data a kept column belongs to."""
+    return zlib.crc32(json.dumps(list(train["prompt"]), sort_keys=True).encode())
+
+
+def kept_column(path: Path, train, samples: int) -> list | None:
+    """The column an earlier start of this run kept at `path`, if it belongs to these prompts and this K."""
+    if not path.is_file():
+        return None
+    kept = json.loads(path.read_text())
+    same = (kept.get("samples_per_prompt"), kept.get("prompts_crc")) == (samples, prompts_crc(train))
+    return kept.get("rewards") if same and len(kept.get("rewards") or []) == len(train) else None
+
+
 def add_reference_rewards(train, model_path: str, tokenizer, functions, samples: int, training_args, model_args,
-                          log=print):
-    """`train` with the column sampled from the policy at `model_path` (on the GPU when there is one); the cost
-    written to `<output_dir>/reference_rewards.json`."""
+                          log=print, resumed: bool = False):
+    """`train` with the column sampled from the policy at `model_path` (on the GPU when there is one), or, for a
+    `resumed` run, the one its start kept; the cost and the column written to `<output_dir>/reference_rewards.json`."""
     from transformers import AutoModelForCausalLM
+
+    output_dir = Path(training_args.output_dir)
+    kept = kept_column(output_dir / COST_FILE, train, samples) if resumed else None
+    if kept is not None:
+        log(f"reference_reward_samples: the resumed run reads back the {len(train)} × {samples} reference rewards "
+            f"its start sampled ({COST_FILE} holds their cost).")
+        given = [REFERENCE_REWARDS] if REFERENCE_REWARDS in train.column_names else []
+        return train.remove_columns(given).add_column(REFERENCE_REWARDS, kept)
 
     model = AutoModelForCausalLM.from_pretrained(
         model_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code,
@@ -82,7 +107,7 @@ def add_reference_rewards(train, model_path: str, tokenizer, functions, samples:
         del model
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    output_dir = Path(training_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / COST_FILE).write_text(json.dumps(cost, indent=2))
+    kept = {**cost, "prompts_crc": prompts_crc(train), "rewards": list(train[REFERENCE_REWARDS])}
+    (output_dir / COST_FILE).write_text(json.dumps(kept))
     return train

@@ -119,7 +119,8 @@ def _trainer_inputs(task_args, training_args, model_args, log) -> _TrainerInputs
     rewards.check_columns(column_names(train))
     if task_args.reference_reward_samples:  # the true rewards, before the null-reward control shuffles them
         train = add_reference_rewards(train, model_path, tokenizer, rewards.functions,
-                                      task_args.reference_reward_samples, training_args, model_args, log)
+                                      task_args.reference_reward_samples, training_args, model_args, log,
+                                      resumed=checkpoint is not None)
     if task_args.null_reward_control:
         rewards = rewards.shuffled(training_args.seed, log)
     peft_config = prepare_policy_loading(training_args, model_args, model_path)
