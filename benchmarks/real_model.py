@@ -19,6 +19,18 @@ Plans (each run: `benchmarks/lib/real_model_run.py`, 3 seeds unless --seeds):
               control
     offpolicy chat_arithmetic, 8 optimizer steps per generation batch (--num_iterations 8, 80 steps = 10
               batches): dapo with ε_high 0.28 (clip-higher) and 0.2 (symmetric), dppo, topr, m2po
+    methods   chat_arithmetic (issue 60): every loss and estimator added since `easy`, each beside grpo and the
+              control on the same seeds: MaxRL's, pass@k's (passk, k 4) and verl's grpo_passk estimators; dppo,
+              topr, m2po and ipo at 4 updates a batch (60 steps, 15 batches: one update never moves π_θ off
+              π_old); LUFFY and CHORD-φ on the task's own labels as worked lines ("47 + 38 = 85",
+              `--expert_traces true`, the expert column expert_answer); the teacher signal (answer in its prompt);
+              A*-PO, V*(x) from 8 samples of every training prompt by the starting policy, drawn and scored
+              before training (`--reference_reward_samples 8`; their cost in reference_rewards.json); DLER's
+              truncation penalty (reward 0 past the completion length); TTRL trained on majority_vote alone (the
+              labels score the held-out evaluation only); GDPO over final_number and exact_match (the number
+              alone). GiGPO and MT-GRPO are not in it: no two-turn tool environment on the task yet. Run with
+              `--parallel 4` (four 135 M processes on the one card); pass@k of passk, grpo_passk and maxrl:
+              benchmarks/pass_at_k.py
     trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
     gemma     chat_arithmetic with the base model gemma3-270m (few-shot prompts) at the model's own preset
               (learning rate 5e-5, 24 new tokens: PackagedModel.preset; a --learning_rate flag overrides it): the
@@ -50,6 +62,49 @@ TEACHER_PAIR = {
 }
 LOSSES = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo"]
 TRL_LOSSES = ["grpo", "dr_grpo", "dapo", "cispo", "sapo"]  # TRL's own loss_type names
+
+
+# dppo's, m2po's and ipo's trust regions and topr's truncated weight act only once π_θ has left π_old, which never
+# happens at one update per batch (the preset's shape): 4 updates of each batch, 60 steps = 15 batches
+OFF_POLICY_UPDATES = ["--num_iterations", "4", "--max_steps", "60"]
+
+
+def method_runs() -> dict[str, list[str]]:
+    """The `methods` plan: every loss and estimator added since the `easy` study, beside grpo and the control."""
+    grpo = ["--loss_type", "grpo"]
+    return {
+        "grpo": grpo,
+        "control": [*grpo, "--null_reward_control", "true"],
+        "maxrl": [*grpo, "--advantage_estimator", "maxrl"],
+        "passk": [*grpo, "--advantage_estimator", "passk", "--passk_k", "4"],
+        "grpo_passk": [*grpo, "--advantage_estimator", "grpo_passk"],
+        # the recorded offpolicy runs' dppo: prime-rl's KL term and token mean
+        "dppo": ["--loss_type", "dppo", "--dppo_kl_coef", "0.001", "--loss_aggregation", "token_mean_global",
+                 *OFF_POLICY_UPDATES],
+        "topr": ["--loss_type", "topr", *OFF_POLICY_UPDATES],
+        "m2po": ["--loss_type", "m2po", *OFF_POLICY_UPDATES],
+        "ipo": ["--loss_type", "ipo", *OFF_POLICY_UPDATES],
+        # the task's own labels as worked lines ("47 + 38 = 85", --expert_traces): LUFFY's one off-policy trace of
+        # each group of 8 (the paper's; scored like a completion, so a right trace is in its batch reward),
+        # CHORD-φ's SFT term at its default constant μ = 0.1
+        "luffy": ["--loss_type", "luffy", "--expert_traces", "true", "--expert_column", "expert_answer"],
+        "chord": [*grpo, "--expert_traces", "true", "--expert_column", "expert_answer"],
+        # A*-PO: V*(x) from 8 samples of every training prompt by the starting policy, scored before training
+        # (--reference_reward_samples: their count and seconds in reference_rewards.json); β₂ 1e-3, the paper's
+        "a2po": ["--loss_type", "a2po", "--advantage_estimator", "a2po", "--beta", "0.001",
+                 "--reference_reward_samples", "8"],
+        "grpo_teacher": TEACHER_PAIR["grpo_teacher"],
+        # DLER's paper: a completion not ended within L = max_completion_length tokens gets reward 0
+        "dler": [*grpo, "--truncation_penalty", "0.0"],
+        # TTRL: trained on majority_vote alone; the recording reward (real_model_run.py puts it first) has weight 0
+        # and scores the held-out evaluation with the labels
+        "ttrl": [*grpo, "--reward_funcs", "majority_vote", "--reward_weights", "0", "1"],
+        # GDPO: two objectives normalised apart, the answer (the recording final_number) and the answer alone
+        # (exact_match: the completion is the number and nothing else)
+        "gdpo": [*grpo, "--reward_funcs", "exact_match", "--multi_objective_aggregation", "normalize_then_sum"],
+        # not here: GiGPO and MT-GRPO read turns and per-turn rewards, which need a two-turn tool environment on
+        # the task (a calculator call, then the answer) that trl_zoo does not have yet
+    }
 
 
 def plan(name: str) -> tuple[str, dict[str, list[str]]]:
@@ -103,11 +158,13 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
         runs["control"] = ["--loss_type", "grpo", "--null_reward_control", "true", *gemma]
         runs["trl_grpo"] = ["--trainer", "trl", "--loss_type", "grpo", *gemma]
         return "chat_arithmetic", runs
+    if name == "methods":
+        return "chat_arithmetic", method_runs()
     if name == "trl":
         return "chat_arithmetic", {
             f"trl_{loss}": ["--trainer", "trl", "--loss_type", loss] for loss in ["grpo", "dapo"]
         }
-    raise SystemExit(f"--plan: easy, medium, hard, offpolicy, trl or gemma, got {name!r}")
+    raise SystemExit(f"--plan: easy, medium, hard, offpolicy, methods, trl or gemma, got {name!r}")
 
 
 def command(task: str, flags: list[str], seed: int, out: Path, extra: list[str], resume: bool = False) -> list[str]:

@@ -8,7 +8,8 @@ listed as a replicate. Writes DIR/tables.md — per task: held-out accuracy befo
 task's null-reward control paired by seed, time and memory, `trl-zoo compare`'s paired verdict, the paired
 difference of each of the study's own questions (`QUESTIONS`) — and DIR/*.png
 (training reward, entropy of dapo with clip-higher against a symmetric clip, length of wrong answers of dr_grpo
-against grpo, trl_zoo against TRL's trainer, held-out accuracy of the eight-updates-per-batch losses per seed).
+against grpo, trl_zoo against TRL's trainer, held-out accuracy of the eight-updates-per-batch losses per seed, and
+of the methods plan's methods against grpo and the control per seed).
 Configurations are compared only within a task: "control" of one task is not the control of another.
 """
 
@@ -89,8 +90,11 @@ def configurations(runs: dict[tuple[str, int], Run]) -> list[str]:
 
 
 ORDER = ["grpo", "dr_grpo", "dapo", "gspo", "cispo", "sapo", "grpo_resample", "grpo_greso", "maxrl", "grpo_teacher",
-         "grpo_teacher_no_context", "dapo_symmetric", "dapo_clip_higher", "dppo", "topr", "m2po", "trl_grpo",
-         "trl_dapo"]
+         "grpo_teacher_no_context", "dapo_symmetric", "dapo_clip_higher", "dppo", "topr", "m2po", "ipo", "passk",
+         "grpo_passk", "luffy", "chord", "a2po", "dler", "ttrl", "gdpo", "trl_grpo", "trl_dapo"]
+# the methods plan's configurations beyond its anchors (grpo, control), as real_model.py's method_runs names them
+METHODS = ["maxrl", "passk", "grpo_passk", "dppo", "topr", "m2po", "ipo", "luffy", "chord", "a2po", "grpo_teacher",
+           "dler", "ttrl", "gdpo"]
 
 
 def table(runs: dict[tuple[str, int], Run], names: list[str], seeds: list[int]) -> str:
@@ -144,6 +148,7 @@ QUESTIONS = (
     ("grpo_teacher", "grpo", "the teacher signal against rewards alone"),
     ("maxrl", "grpo", "MaxRL against GRPO"),
     ("dapo_clip_higher", "dapo_symmetric", "clip-higher against a symmetric clip"),
+    *((name, "grpo", f"{name} against GRPO") for name in METHODS if name not in ("maxrl", "grpo_teacher")),
 )
 
 
@@ -243,7 +248,8 @@ def figures(runs, seeds, out: Path, prefix: str = "") -> list[str]:
                 run = runs.get((name, seed))
                 if run is not None:
                     ax.plot([r["step"] for r in run.evals], [100 * r["heldout_accuracy"] for r in run.evals],
-                            marker="o", markersize=3, color=f"C{names.index(name) % 10}", label=name)
+                            marker="o", markersize=3, label=name,
+                            color=f"C{names.index(name)}" if len(names) <= 10 else plt.cm.tab20(names.index(name)))
             ax.set_title(f"seed {seed}", fontsize=10)
             ax.set_xlabel("optimizer step")
         axes[0][0].set_ylabel("held-out accuracy (%), greedy")
@@ -254,8 +260,12 @@ def figures(runs, seeds, out: Path, prefix: str = "") -> list[str]:
         plt.close(fig)
         drawn.append(prefix + filename)
 
-    heldout_panels("heldout_offpolicy.png", "held-out accuracy, eight updates per generation batch",
-                   [n for n in ORDER if n in ("dapo_symmetric", "dapo_clip_higher", "dppo", "topr", "m2po")])
+    if ran(["dapo_symmetric"]):  # the offpolicy plan's anchor (the methods plan's dppo, topr, m2po take 4 updates)
+        heldout_panels("heldout_offpolicy.png", "held-out accuracy, eight updates per generation batch",
+                       [n for n in ORDER if n in ("dapo_symmetric", "dapo_clip_higher", "dppo", "topr", "m2po")])
+    if ran(["ipo", "luffy", "chord", "a2po", "passk", "grpo_passk", "dler", "ttrl", "gdpo"]):  # the methods plan
+        heldout_panels("heldout_methods.png", "held-out accuracy: each method against grpo and the control",
+                       ["grpo", *METHODS, "control"])
     heldout_panels("heldout_teacher.png", "held-out accuracy: the teacher signal with and without the answer",
                    ["grpo", "grpo_teacher", "grpo_teacher_no_context", "control"])
     return drawn

@@ -71,3 +71,48 @@ def test_the_chat_task_preset_names_the_packaged_model_and_keeps_the_shared_defa
     assert training_args.max_completion_length == 64 and training_args.num_generations == 8
     assert model_args.lora_r == 16 and training_args.beta == 0.0  # shared with the built-in tasks' defaults
     assert not task_args.null_reward_control
+
+
+@pytest.mark.parametrize("name", ["chat_arithmetic", "chat_arithmetic_medium", "chat_arithmetic_hard"])
+def test_the_expert_traces_are_the_tasks_own_answers_as_worked_lines(name):
+    from trl_zoo.tasks.chat_arithmetic import EXPERT_COLUMN
+    from trl_zoo.tasks.rewards import final_number
+
+    task = get_task(name)
+    assert EXPERT_COLUMN not in task.train_dataset().column_names  # off by default: existing runs unchanged
+    train = task.train_dataset(expert_traces=True)
+    assert EXPERT_COLUMN not in task.heldout_dataset().column_names
+    for prompt, answer, trace in list(zip(train["prompt"], train["answer"], train[EXPERT_COLUMN]))[:300]:
+        expression, result = trace.split(" = ")
+        assert prompt == f"What is {expression}?"  # the question's own expression, worked as the few-shot answers
+        assert final_number(trace) == answer == result
+        assert final_number_reward([trace], [answer]) == [1.0]
+    assert train["prompt"] == task.train_dataset()["prompt"]  # the same questions in the same order
+
+
+def test_the_expert_traces_survive_a_base_models_prompt_format():
+    from trl_zoo.tasks.chat_arithmetic import EXPERT_COLUMN
+
+    task = get_task("chat_arithmetic")
+    few_shot = task.train_dataset("few_shot", expert_traces=True)
+    assert few_shot[0][EXPERT_COLUMN] == task.train_dataset(expert_traces=True)[0][EXPERT_COLUMN]
+    assert few_shot[0]["prompt"].endswith("Answer:")
+
+
+def test_the_cli_adds_the_expert_traces_to_a_chat_task_only_when_asked():
+    from types import SimpleNamespace
+
+    from trl_zoo.cli.arguments.train_arguments import TaskArguments
+    from trl_zoo.cli.errors import ConfigError
+    from trl_zoo.cli.train.training_setup import _training_splits
+    from trl_zoo.tasks.chat_arithmetic import EXPERT_COLUMN
+
+    training = SimpleNamespace(eval_strategy="no")
+    task = get_task("chat_arithmetic")
+    for asked in (False, True):
+        task_args = TaskArguments(task="chat_arithmetic", expert_traces=asked)
+        train, heldout, _ = _training_splits(task, task_args, training, None, {}, log=lambda *_: None)
+        assert (EXPERT_COLUMN in train.column_names) == asked and EXPERT_COLUMN not in heldout.column_names
+    with pytest.raises(ConfigError, match="expert_traces: the chat_arithmetic tasks"):
+        _training_splits(get_task("addition"), TaskArguments(task="addition", expert_traces=True), training, None,
+                         {}, log=lambda *_: None)

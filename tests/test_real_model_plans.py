@@ -6,7 +6,7 @@ import pytest
 from benchmarks import real_model
 from trl_zoo.cli.arguments.train_arguments import parse_train_args
 
-PLANS = ["easy", "medium", "hard", "offpolicy", "trl", "gemma"]
+PLANS = ["easy", "medium", "hard", "offpolicy", "methods", "trl", "gemma"]
 
 
 @pytest.mark.parametrize("name", PLANS)
@@ -33,8 +33,90 @@ def test_clip_higher_is_the_only_difference_between_the_dapo_pair():
     assert [flag for flag in higher if flag not in symmetric] == ["--epsilon_high", "0.28"]
 
 
+# each method's run and what its flags must set in the parsed arguments (task, training fields)
+METHODS = {
+    "grpo": {"loss_type": "grpo", "advantage_estimator": None},
+    "control": {"null_reward_control": True},
+    "maxrl": {"advantage_estimator": "maxrl"},
+    "passk": {"advantage_estimator": "passk", "passk_k": 4},
+    "grpo_passk": {"advantage_estimator": "grpo_passk"},
+    "dppo": {"loss_type": "dppo", "num_iterations": 4, "max_steps": 60, "dppo_kl_coef": 0.001},
+    "topr": {"loss_type": "topr", "num_iterations": 4, "max_steps": 60},
+    "m2po": {"loss_type": "m2po", "num_iterations": 4, "max_steps": 60},
+    "ipo": {"loss_type": "ipo", "num_iterations": 4, "max_steps": 60},
+    "luffy": {"loss_type": "luffy", "expert_traces": True, "expert_column": "expert_answer"},
+    "chord": {"loss_type": "grpo", "expert_traces": True, "expert_column": "expert_answer"},
+    "a2po": {"loss_type": "a2po", "advantage_estimator": "a2po", "beta": 0.001, "reference_reward_samples": 8},
+    "grpo_teacher": {"teacher_model": "self", "teacher_prompt_template": real_model.TEACHER},
+    "dler": {"truncation_penalty": 0.0},
+    "ttrl": {"reward_funcs": ["benchmarks.lib.real_model_run.recorded_final_number", "majority_vote"],
+             "reward_weights": [0.0, 1.0]},
+    "gdpo": {"reward_funcs": ["benchmarks.lib.real_model_run.recorded_final_number", "exact_match"],
+             "multi_objective_aggregation": "normalize_then_sum"},
+}
+
+
+def _train_argv(command):
+    """What real_model_run.py hands `trl-zoo train`: the run's flags with the recording reward."""
+    from benchmarks.lib.real_model_run import with_recording_reward
+
+    return with_recording_reward(command[command.index("--task"):])
+
+
+def test_the_methods_plan_lists_one_command_per_method_and_seed(tmp_path, capsys):
+    assert real_model.main(["--plan", "methods", "--out", str(tmp_path), "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(METHODS) * 3
+    _, runs = real_model.plan("methods")
+    assert list(runs) == list(METHODS)
+    for seed in (0, 1, 2):
+        for name, flags in runs.items():
+            folder = tmp_path / "chat_arithmetic" / name / f"seed{seed}"
+            line = next(line for line in lines if f" --output_dir {folder} " in line)
+            assert f" --task chat_arithmetic --seed {seed} " in line and " ".join(flags) in line, name
+
+
+def test_every_method_of_the_plan_parses_to_the_fields_it_names(tmp_path):
+    task, runs = real_model.plan("methods")
+    for name, flags in runs.items():
+        parsed = parse_train_args(_train_argv(real_model.command(task, flags, 0, tmp_path / name, [])),
+                                  log=lambda *_: None)
+        found = {key: getattr(parsed.task, key) if hasattr(parsed.task, key) else getattr(parsed.training, key)
+                 for key in METHODS[name]}
+        assert found == METHODS[name], name
+        # the preset's batch shape everywhere: 16 prompts × 8 completions in micro-batches of 32
+        assert (parsed.training.per_device_train_batch_size, parsed.training.gradient_accumulation_steps,
+                parsed.training.num_generations) == (32, 4, 8), name
+        assert parsed.training.max_steps in (40, 60), name
+        if name not in ("ttrl", "gdpo"):  # the recording reward alone, which scores the held-out evaluation
+            assert parsed.task.reward_funcs == ["benchmarks.lib.real_model_run.recorded_final_number"], name
+
+
+def test_the_recording_reward_comes_first_of_a_runs_own_rewards():
+    from benchmarks.lib.real_model_run import RECORDING_REWARD, with_recording_reward
+
+    assert with_recording_reward(["--seed", "0"]) == ["--seed", "0", "--reward_funcs", RECORDING_REWARD]
+    argv = ["--reward_funcs", "majority_vote", "--reward_weights", "0", "1"]
+    assert with_recording_reward(argv) == ["--reward_funcs", RECORDING_REWARD, "majority_vote",
+                                           "--reward_weights", "0", "1"]
+
+
+def test_the_label_free_run_is_scored_with_the_labels_and_trained_without_them():
+    from trl_zoo.cli.rewards.reward_names import heldout_scorer, resolve_reward
+
+    _, runs = real_model.plan("methods")
+    flags = runs["ttrl"]
+    names = _train_argv(["--task", *flags])[2:]
+    names = names[names.index("--reward_funcs") + 1:names.index("--reward_weights")]
+    weights = flags[flags.index("--reward_weights") + 1:]
+    functions = [resolve_reward(name) for name in names]
+    assert heldout_scorer(functions) is functions[0]  # the recording final_number: labels score the evaluation
+    trained = [name for name, weight in zip(names, weights) if float(weight) != 0]
+    assert trained == ["majority_vote"]
+
+
 def test_an_unknown_plan_names_the_plans():
-    with pytest.raises(SystemExit, match="easy, medium, hard, offpolicy, trl or gemma"):
+    with pytest.raises(SystemExit, match="easy, medium, hard, offpolicy, methods, trl or gemma"):
         real_model.plan("hardest")
 
 
@@ -181,3 +263,40 @@ def test_the_recording_reward_labels_training_batches_with_their_step_and_the_ev
     rows = [json.loads(line) for line in record.read_text().splitlines()]
     assert [row["step"] for row in rows] == [4, None]
     assert rows[0]["reward"] == 0.5 and rows[0]["length_right"] == 1 and rows[0]["length_wrong"] == 2
+
+
+def test_reference_samples_scored_before_training_are_not_recorded_as_a_batch(tmp_path, monkeypatch):
+    """A*-PO's reference samples are scored by the run's rewards, the recording one included, with no trainer."""
+    from benchmarks.lib import real_model_run
+
+    record = tmp_path / "completions.jsonl"
+    monkeypatch.setenv(real_model_run.RECORD_ENV, str(record))
+    rewards = real_model_run.recorded_final_number([" 5", " 6"], answer=["5", "5"], completion_ids=[[1], [2]])
+    assert rewards == [1.0, 0.0] and not record.exists()
+
+
+def test_the_report_names_the_methods_plan_as_real_model_does():
+    from benchmarks import real_model_report
+
+    assert real_model_report.METHODS == [name for name in real_model.method_runs() if name not in ("grpo", "control")]
+    assert set(real_model_report.METHODS) <= set(real_model_report.ORDER)
+
+
+def test_the_report_asks_each_method_against_grpo_and_draws_them_beside_the_control(tmp_path):
+    import json
+
+    from benchmarks import real_model_report
+
+    for name, after in (("grpo", 0.6), ("control", 0.2), ("ttrl", 0.4), ("dppo", 0.5)):
+        for seed in (0, 1):
+            _fake_run(tmp_path / "runs", "chat_arithmetic", name, seed, after + seed / 100)
+            evals = [{"kind": "eval", "step": s, "heldout_accuracy": 0.1 + s / 100} for s in (0, 20, 40)]
+            with open(tmp_path / "runs" / "chat_arithmetic" / name / f"seed{seed}" / "metrics.jsonl", "a") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in evals))
+    assert real_model_report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--seeds", "0,1"]) == 0
+    text = (tmp_path / "out" / "tables.md").read_text()
+    assert "- ttrl − grpo: ttrl against GRPO" in text and "| ttrl − grpo | -20.0 |" in text
+    assert "- dppo − grpo: dppo against GRPO" in text
+    assert "| ttrl | 10.0% | 40.0% / 41.0% |" in text and "+20.0 / +20.0" in text  # over the control, by seed
+    assert (tmp_path / "out" / "heldout_methods.png").stat().st_size > 0
+    assert not (tmp_path / "out" / "heldout_offpolicy.png").exists()  # no offpolicy plan: its 8 updates not drawn

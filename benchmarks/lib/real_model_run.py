@@ -7,7 +7,10 @@ training completions' lengths split by correctness.
 for side-by-side curves and costs. Writes `<output_dir>/costs.json` (median step time, evaluation excluded; peak
 memory) and `<output_dir>/completions.jsonl` (per generation batch: mean reward, mean token length of the right
 and of the wrong completions; under a distributed launch, process r > 0 writes its share to
-`completions.rank{r}.jsonl`). The reward is `final_number`, recorded before any null-reward shuffling.
+`completions.rank{r}.jsonl`). The reward is `final_number`, recorded before any null-reward shuffling. A run that
+names its own `--reward_funcs` (TTRL's label-free majority_vote, GDPO's second objective) gets the recording reward
+before them: it is the first, so it scores the greedy held-out evaluation, and the run's `--reward_weights` weigh it
+too (0: recorded and scoring the evaluation, never trained on).
 
 Under a distributed launch every process also writes `<output_dir>/costs.rank{r}.json`: its own step times and peak
 memory, the trainer's log history, float64 checksums (sum, sum of squares) of its trainable policy parameters and
@@ -52,6 +55,7 @@ from trl_zoo.tasks.evaluation import not_recorded
 from trl_zoo.tasks.rewards import final_number_reward
 
 RECORD_ENV = "REAL_MODEL_COMPLETIONS"
+RECORDING_REWARD = "benchmarks.lib.real_model_run.recorded_final_number"
 BATCHES_ENV = "REAL_MODEL_RECORD_BATCHES"
 TRAINERS: list = []  # the instrumented trainer, once built
 GENERATIONS = {"record": None, "replay": None}  # --record_generations (output dir) / --replay_generations (run dir)
@@ -85,6 +89,14 @@ def keep_records_up_to(path: Path, step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
+def with_recording_reward(argv: list[str]) -> list[str]:
+    """`argv` with the recording reward first of its `--reward_funcs` (the flag added when it has none)."""
+    if "--reward_funcs" not in argv:
+        return [*argv, "--reward_funcs", RECORDING_REWARD]
+    at = argv.index("--reward_funcs") + 1
+    return [*argv[:at], RECORDING_REWARD, *argv[at:]]
+
+
 def random_state() -> dict:
     state = {"cpu": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode()}
     if torch.cuda.is_available():
@@ -104,10 +116,12 @@ def restore_random_state(state: dict) -> None:
 def recorded_final_number(completions, answer, completion_ids=None, trainer_state=None, answer_first_line=None,
                           **kwargs):
     """final_number (reading the answer line where the dataset's `answer_first_line` says so: a base model's
-    few-shot prompts), and for every scored batch (completion_ids given) a record of lengths by correctness, with the
-    optimizer step a training batch is generated for (None for the held-out evaluation's)."""
+    few-shot prompts), and for every batch the trainer scores (completion_ids and its state given) a record of
+    lengths by correctness, with the optimizer step a training batch is generated for (None for the held-out
+    evaluation's)."""
     rewards = final_number_reward(completions, answer, answer_first_line=answer_first_line)
-    if completion_ids is not None and os.environ.get(RECORD_ENV):
+    # no trainer state: A*-PO's reference samples, scored before training, are no batch of the run
+    if completion_ids is not None and trainer_state is not None and os.environ.get(RECORD_ENV):
         lengths = [len(ids) for ids in completion_ids]
         right = [n for n, r in zip(lengths, rewards) if r == 1.0]
         wrong = [n for n, r in zip(lengths, rewards) if r != 1.0]
@@ -300,7 +314,7 @@ def main(argv: list[str]) -> int:
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     try:
-        code = cli_main(["train", *argv, "--reward_funcs", "benchmarks.lib.real_model_run.recorded_final_number"])
+        code = cli_main(["train", *with_recording_reward(argv)])
     except ReplayMismatch as error:
         print(f"real_model_run: error: {error}", file=sys.stderr)
         return 2

@@ -31,6 +31,15 @@ answer line:
 
 Gemma 3 270M's greedy accuracy in each format is in docs/models.md; few_shot is the one chosen (BASE_FORMAT).
 
+Expert traces (`train_dataset(expert_traces=True)`, the CLI's `--expert_traces true`): the training split gains the
+column EXPERT_COLUMN, each question's worked line in the style of the few-shot answers,
+
+    expert_answer = "47 + 38 = 85"          (the task's own label, `answer`, written as a worked line)
+
+for the methods that read expert answers (CHORD's SFT term and LUFFY's off-policy traces, `expert_column`). It is
+the label turned into a trace, not a stronger model's solution: no information beyond `answer` is in it. Off by
+default; the held-out split never has it.
+
 How the levels were chosen (the base model's accuracy at each, and how many groups carry reward spread):
 docs/benchmarks.md, "The real model".
 
@@ -56,6 +65,7 @@ PROMPT_FORMATS = ("chat", "few_shot", "few_shot_short", "question_answer")
 BASE_FORMAT = "few_shot"  # the base-model format a tokenizer without a chat template gets (docs/models.md)
 FEW_SHOT_EXAMPLES = 3
 ANSWER_CUE = "Answer:"
+EXPERT_COLUMN = "expert_answer"  # the worked-line traces of `train_dataset(expert_traces=True)`
 
 
 @dataclass(frozen=True)
@@ -120,18 +130,24 @@ class ChatArithmeticTask:
             questions = [tuple(10 + index // 90**k % 90 for k in range(self.terms)) for index in chosen]
         return questions[self.num_heldout :], questions[: self.num_heldout]
 
-    def _dataset(self, questions: list[Question]) -> Dataset:
-        return Dataset.from_dict(
-            {
-                "prompt": [self.prompt(q, self.signs) for q in questions],
-                "answer": [str(self.answer(q, self.signs)) for q in questions],
-            }
-        )
+    def expert_answer(self, question: Question) -> str:
+        """The question's label as a worked line, "47 + 38 = 85" (the few-shot answers' style; module docstring)."""
+        return f"{self.expression(question, self.signs)} = {self.answer(question, self.signs)}"
 
-    def train_dataset(self, prompt_format: str = "chat") -> Dataset:
+    def _dataset(self, questions: list[Question], expert_traces: bool = False) -> Dataset:
+        columns = {
+            "prompt": [self.prompt(q, self.signs) for q in questions],
+            "answer": [str(self.answer(q, self.signs)) for q in questions],
+        }
+        if expert_traces:
+            columns[EXPERT_COLUMN] = [self.expert_answer(q) for q in questions]
+        return Dataset.from_dict(columns)
+
+    def train_dataset(self, prompt_format: str = "chat", expert_traces: bool = False) -> Dataset:
         """Columns `prompt` (a plain question, which the CLI wraps in the chat template, or in a base-model format:
-        `prompt_format`) and `answer` (and `answer_first_line` in a base-model format)."""
-        return self.in_format(self._dataset(self._split[0]), prompt_format)
+        `prompt_format`) and `answer` (and `answer_first_line` in a base-model format); with `expert_traces` also
+        EXPERT_COLUMN, the label as a worked line (module docstring)."""
+        return self.in_format(self._dataset(self._split[0], expert_traces), prompt_format)
 
     def heldout_dataset(self, prompt_format: str = "chat") -> Dataset:
         return self.in_format(self._dataset(self._split[1]), prompt_format)

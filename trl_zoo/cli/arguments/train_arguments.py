@@ -149,6 +149,23 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
             "Compare a run with its control, paired by seed, to separate what the reward taught from format."
         },
     )
+    expert_traces: bool = field(
+        default=False,
+        metadata={
+            "help": "Built-in chat_arithmetic tasks: add the training column expert_answer, each question's own "
+            "label as a worked line ('47 + 38 = 85'), for the methods that read expert answers (--expert_column "
+            "expert_answer: CHORD, LUFFY). Not with a dataset or another task."
+        },
+    )
+    reference_reward_samples: int = field(
+        default=0,
+        metadata={
+            "help": "A*-PO (advantage_estimator a2po): before training, sample this many completions K of every "
+            "training prompt from the policy as it starts (the reference) and score them with the run's rewards "
+            "into the column reference_rewards (trl_zoo.sample_reference_rewards; the cost is written to "
+            "reference_rewards.json). 0: none, a dataset brings its own column. One process only."
+        },
+    )
     prompt_column: str = field(default="prompt", metadata={"help": "Dataset column holding the prompt."})
     answer_column: str = field(
         default="answer", metadata={"help": "Dataset column holding the reference answer (for the reward)."}

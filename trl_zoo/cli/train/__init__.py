@@ -7,6 +7,7 @@
     training_data.py           a dataset's splits; chat prompts
     policy.py                  the policy's path, resolved once, and how the trainer loads it
     policy_prompts.py          the prompts as the policy reads them
+    reference_samples.py       A*-PO's reference samples scored into the data (--reference_reward_samples)
     heldout_accuracy.py        the greedy held-out evaluation
     progress.py                the lines printed while training
     run_summary.py           summary.json, the model card, the closing lines, the report

@@ -4,9 +4,10 @@
 
     1. what QLoRA needs; where the run starts: the checkpoint it resumes, or afresh     policy.py, resume_checkpoint.py
     2. its rewards                                                                      ../rewards/run_rewards.py
-    3. its data: a built-in task's, or a dataset's                                      here, training_data.py
+    3. its data: a built-in task's (with its expert traces), or a dataset's             here, training_data.py
     4. its policy: the path, resolved once, and its tokenizer                           policy.py
     5. its prompts, formatted and checked against the policy's positions                policy_prompts.py
+       A*-PO's reference samples scored into the data (--reference_reward_samples)       reference_samples.py
     6. the rewards' columns checked; shuffled for the null-reward control               ../rewards/run_rewards.py
     7. how the trainer loads the policy (init kwargs, DDP, LoRA)                        policy.py
     8. its run log and greedy held-out evaluation                         ../report/run_log.py, heldout_accuracy.py
@@ -30,6 +31,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import get_quantization_config
 
 from ...tasks import get_task
+from ...tasks.chat_arithmetic import ChatArithmeticTask
 from ...tasks.evaluation import HeldOutAccuracyCallback
 from ...trainer import GRPOTrainer
 from ..environment.launch_errors import agreed_step
@@ -40,6 +42,7 @@ from .heldout_accuracy import heldout_accuracy_callback
 from .policy import check_quantization, load_tokenizer, prepare_policy_loading, resolve_policy
 from .policy_prompts import policy_positions, policy_prompts
 from .progress import ConciseProgress
+from .reference_samples import add_reference_rewards, check_reference_samples
 from .resume_checkpoint import check_output_dir, checkpoint_step, resume_checkpoint
 from .training_data import _load_dataset_splits, column_names
 
@@ -106,6 +109,7 @@ def _trainer_inputs(task_args, training_args, model_args, log) -> _TrainerInputs
     if checkpoint is None:
         check_output_dir(training_args.output_dir, task_args.overwrite_output_dir)
     rewards = run_rewards(task_args, training_args.max_completion_length, log)
+    check_reference_samples(task_args.reference_reward_samples, training_args)
     task = get_task(task_args.task) if task_args.dataset_name is None and not task_args.datasets else None
     train, heldout, source = _training_splits(task, task_args, training_args, model_args, rewards.reads, log)
     model_path = resolve_policy(task, task_args, training_args, model_args, log)
@@ -113,6 +117,10 @@ def _trainer_inputs(task_args, training_args, model_args, log) -> _TrainerInputs
     tokenizer = load_tokenizer(model_path, model_args, training_args)
     train, heldout = policy_prompts(task, train, heldout, source, tokenizer, positions, task_args, training_args, log)
     rewards.check_columns(column_names(train))
+    if task_args.reference_reward_samples:  # the true rewards, before the null-reward control shuffles them
+        train = add_reference_rewards(train, model_path, tokenizer, rewards.functions,
+                                      task_args.reference_reward_samples, training_args, model_args, log,
+                                      resumed=checkpoint is not None)
     if task_args.null_reward_control:
         rewards = rewards.shuffled(training_args.seed, log)
     peft_config = prepare_policy_loading(training_args, model_args, model_path)
@@ -127,8 +135,13 @@ def _trainer_inputs(task_args, training_args, model_args, log) -> _TrainerInputs
 def _training_splits(task, task_args, training_args, model_args, reads: dict[str, str], log):
     """(train, held-out, source): a built-in task's splits (its first `num_heldout` held-out prompts), or a
     dataset's (`training_data.py`); the held-out set is None with `num_heldout 0`."""
+    if task_args.expert_traces and not isinstance(task, ChatArithmeticTask):
+        raise ConfigError(f"expert_traces: the chat_arithmetic tasks build expert traces from their own labels; "
+                          f"{task_args.task if task is not None else 'a dataset'} has none (give the dataset's own "
+                          "expert column to --expert_column instead).")
     if task is not None:
-        train, heldout, source = task.train_dataset(), task.heldout_dataset(), task.name
+        train = task.train_dataset(expert_traces=True) if task_args.expert_traces else task.train_dataset()
+        heldout, source = task.heldout_dataset(), task.name
         if task_args.num_heldout == 0:
             log(f"{source}: num_heldout 0, so no held-out evaluation.")
             heldout = None
