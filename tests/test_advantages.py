@@ -315,8 +315,8 @@ def test_normalize_then_sum_runs_the_estimator_on_each_reward_then_whitens_the_s
         trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="rloo", reward_funcs=GDPO_REWARDS,
         reward_weights=[2.0, 1.0], multi_objective_aggregation="normalize_then_sum",
     )
-    scored_rewards, seen = trl_zoo.hooks.rewards.RewardChecks.scored_rewards, []
-    monkeypatch.setattr(trl_zoo.hooks.rewards.RewardChecks, "scored_rewards",
+    scored_rewards, seen = trl_zoo.hooks.rewards.Rewards.scored_rewards, []
+    monkeypatch.setattr(trl_zoo.hooks.rewards.Rewards, "scored_rewards",
                         lambda *a, **k: seen.append(scored_rewards(*a, **k)) or seen[-1])
     advantages = generate(trainer)["advantages"]
     rewards = seen[-1]  # (N, 2), NaN where the length reward returned None

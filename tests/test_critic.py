@@ -19,7 +19,7 @@ from tests.trl_internals import buffered_micro_batches, generate_and_score, metr
 from trl_zoo.advantages import AdvantageInputs
 from trl_zoo.advantages.gae import gae, length_adaptive_lambda, policy_gae, token_rewards
 from trl_zoo.critic import clipped_value_loss, explained_variance, positive_example_nll, value_targets
-from trl_zoo.hooks.critic_component import CRITIC_FILE, VALUE_ADAPTER, check_critic_distribution
+from trl_zoo.hooks.value_model import CRITIC_FILE, VALUE_ADAPTER, check_critic_distribution
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 ARGS = SimpleNamespace(
@@ -496,7 +496,7 @@ def test_head_critic_reuses_the_policy_forward_also_when_rows_are_skipped():
     trainer = make_trainer(
         trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="gae", skip_zero_advantage=True
     )
-    assert trainer.critic.mode == "head" and trainer.pipeline.get("zero_advantage_skip").active
+    assert trainer.critic.mode == "head" and trainer.pipeline.get("skip_zero_advantage").active
     perturb(trainer.critic.value_head.parameters())
     batch = generate(trainer)
     trainer.current_gradient_accumulation_steps = 1

@@ -191,16 +191,16 @@ def test_composes_with_skip_zero_advantage_and_two_iterations():
     trainer = _trainer(
         reward_funcs=half_constant_reward, skip_zero_advantage=True, num_iterations=2, gradient_accumulation_steps=2
     )
-    assert trainer.pipeline.get("zero_advantage_skip").active and trainer.pipeline.get("length_bucketing").active
+    assert trainer.pipeline.get("skip_zero_advantage").active and trainer.pipeline.get("length_bucketing").active
     batch = _generation_batch(trainer)
     assert "old_per_token_logps" in batch
     assert torch.any(batch["advantages"] == 0) and torch.any(batch["advantages"] != 0)
     perturb(trainer.model)
     plain = _trl_buffer(trainer, batch)
     bucketed = trainer.pipeline.get("length_bucketing").bucketed(plain)
-    trainer.pipeline.get("zero_advantage_skip").active = False
+    trainer.pipeline.get("skip_zero_advantage").active = False
     expected = _per_step_losses_and_gradients(trainer, plain)
-    trainer.pipeline.get("zero_advantage_skip").active = True
+    trainer.pipeline.get("skip_zero_advantage").active = True
     measured = _per_step_losses_and_gradients(trainer, bucketed)
     for (loss, gradients), (expected_loss, expected_gradients) in zip(measured, expected):
         torch.testing.assert_close(loss, expected_loss, rtol=1e-4, atol=1e-6)

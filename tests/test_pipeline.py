@@ -215,6 +215,6 @@ def test_a_trainer_builds_every_component_and_runs_those_its_config_turns_on():
     assert set(plain.pipeline.active()) == {"rewards", "dynamic_sampling", "old_logps", "resume", "prompt_length"}
     assert plain.critic is None
     gae = make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="gae", skip_zero_advantage=True)
-    assert {"advantages", "critic", "zero_advantage_skip"} <= set(gae.pipeline.active())
+    assert {"advantages", "critic", "skip_zero_advantage"} <= set(gae.pipeline.active())
     assert "length_bucketing" not in gae.pipeline.active()
     assert gae.critic is gae.pipeline.get("critic").critic and gae.critic.mode == "head"

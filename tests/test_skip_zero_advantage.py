@@ -31,7 +31,7 @@ def setup():
         trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, reward_funcs=half_constant_reward, skip_zero_advantage=True,
         num_iterations=2, gradient_accumulation_steps=2, max_completion_length=6,
     )
-    assert trainer.pipeline.get("zero_advantage_skip").active
+    assert trainer.pipeline.get("skip_zero_advantage").active
     torch.manual_seed(0)
     trainer.model.train()
     batch = generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
@@ -50,7 +50,7 @@ def setup():
 
 
 def _loss_and_gradients(trainer, micro_batches, forwarded, skip):
-    trainer.pipeline.get("zero_advantage_skip").active = skip
+    trainer.pipeline.get("skip_zero_advantage").active = skip
     trainer.model.zero_grad()
     forwarded.clear()
     losses = []
@@ -97,7 +97,7 @@ def test_logged_entropy_is_that_of_the_trained_rows(setup):
     active = micro_batch["advantages"] != 0
     mask = micro_batch["completion_mask"][active].float()
     expected = ((entropies[active] * mask).sum() / mask.sum()).item()
-    trainer.pipeline.get("zero_advantage_skip").active = True
+    trainer.pipeline.get("skip_zero_advantage").active = True
     trainer.compute_loss(trainer.model, micro_batch)
     assert metric_values(trainer)["entropy"][-1] == pytest.approx(expected, rel=1e-5)
 
@@ -116,7 +116,7 @@ def test_skipping_waits_for_the_device_once_per_micro_batch(setup):
     counts = {}
     for name, micro_batch, skip in (("full", mixed, False), ("mixed", mixed, True), ("every row", every_row, True),
                                     ("no row", no_row, True)):
-        trainer.pipeline.get("zero_advantage_skip").active = skip
+        trainer.pipeline.get("skip_zero_advantage").active = skip
         with counting_syncs() as calls:
             trainer.compute_loss(trainer.model, micro_batch).backward()
         trainer.model.zero_grad()

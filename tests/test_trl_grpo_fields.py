@@ -97,8 +97,8 @@ def test_a_trl_grpo_yaml_runs_with_reward_model_trl_reward_eval_split_and_trust_
     monkeypatch.setattr(trl_zoo.cli.train.command, "prepare_training",
                         lambda *a, **k: setups.append(prepare(*a, **k)) or setups[-1])
     rewards_per_round = []  # the reward seam's checked rewards of every round
-    scored_rewards = trl_zoo.hooks.rewards.RewardChecks.scored_rewards
-    monkeypatch.setattr(trl_zoo.hooks.rewards.RewardChecks, "scored_rewards",
+    scored_rewards = trl_zoo.hooks.rewards.Rewards.scored_rewards
+    monkeypatch.setattr(trl_zoo.hooks.rewards.Rewards, "scored_rewards",
                         lambda *a, **k: rewards_per_round.append(scored_rewards(*a, **k)) or rewards_per_round[-1])
     SCORED.clear()
     assert main(["train", "--config", str(path), "--write_report", "false"]) == 0

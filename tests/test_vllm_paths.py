@@ -182,7 +182,7 @@ def test_skip_zero_advantage_keeps_loss_and_gradients_on_the_vllm_path(monkeypat
         skip_zero_advantage=True, num_iterations=2, gradient_accumulation_steps=2, max_completion_length=6,
         vllm_importance_sampling_mode="token_truncate",
     )
-    assert trainer.pipeline.get("zero_advantage_skip").active
+    assert trainer.pipeline.get("skip_zero_advantage").active
     torch.manual_seed(0)
     trainer.model.train()
     batch = generate_and_score(trainer, next(iter(trainer.get_train_dataloader())))
@@ -200,7 +200,7 @@ def test_skip_zero_advantage_keeps_loss_and_gradients_on_the_vllm_path(monkeypat
 
     results = {}
     for skip in (False, True):
-        trainer.pipeline.get("zero_advantage_skip").active = skip
+        trainer.pipeline.get("skip_zero_advantage").active = skip
         trainer.model.zero_grad()
         forwarded.clear()
         loss = 0.0

@@ -202,7 +202,7 @@ class GRPOTrainer(PolicyLossStep, GenerationSeam, TRLSeams):
 
     @property
     def critic(self):
-        """The critic (`hooks/critic_component.Critic`: value adapter or head, passes, loss), None without one."""
+        """The critic (`hooks/value_model.ValueModel`: value adapter or head, passes, loss), None without one."""
         component = self.pipeline.get("critic")
         return None if component is None else component.critic
 

@@ -150,7 +150,7 @@ class Advantages(Component):
         """Â over the global `inputs` by the configured estimator (TRL's grpo when none is set), NaN (a row with no
         baseline) as 0 and per-token advantages masked; with `per_reward` = (R_{i,k}, w_k), GDPO's form
         (`reward_decoupled_advantages`). The one place an estimator is called: the rounds' advantages and dynamic
-        sampling's regrouped batches (`hooks/sampling.py`) both come from here."""
+        sampling's regrouped batches (`hooks/dynamic_sampling.py`) both come from here."""
         args = self.trainer.args
         entry = self.entry or ADVANTAGES.get("grpo")
         if per_reward is not None:

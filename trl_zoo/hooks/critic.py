@@ -1,7 +1,7 @@
 """The critic component: a learned critic V(s_t) for PPO with GAE and VAPO, at the pipeline's hook points.
 
 Active when the advantage estimator declares ``needs=("values",)`` (``advantage_estimator="gae"``): it then builds the
-critic, `trl_zoo.hooks.critic_component.Critic` (its own LoRA adapter and head, or a head, on the policy's shared
+critic, `trl_zoo.hooks.value_model.ValueModel` (its own LoRA adapter and head, or a head, on the policy's shared
 frozen base; its weights, passes, loss and optimizer group are described there), as ``self.critic`` (the trainer's
 ``critic``); off otherwise. The formulas are in `trl_zoo/critic.py`. The hook points:
 
@@ -37,14 +37,14 @@ import torch
 
 from ..registry import ADVANTAGES
 from .component import Component
-from .critic_component import VALUE_HEAD, Critic
 from .generation import ScoredRound
 from .optimizer_step import OptimizerStep, StepPhase
 from .trl_access import log_metric, weight_sync_without
+from .value_model import VALUE_HEAD, ValueModel
 
 
-class CriticHooks(Component):
-    """The critic at the hook points (module docstring); the critic itself is `self.critic` (`Critic`), built when
+class Critic(Component):
+    """The critic at the hook points (module docstring); the critic itself is `self.critic` (`ValueModel`), built when
     the advantage estimator reads values (off otherwise)."""
 
     name = "critic"
@@ -55,7 +55,7 @@ class CriticHooks(Component):
         self.active = name is not None and "values" in ADVANTAGES.get(name).spec.needs
         self.critic = None
         if self.active:
-            self.critic = Critic(trainer.model, trainer.accelerator, trainer.args, partial(log_metric, trainer))
+            self.critic = ValueModel(trainer.model, trainer.accelerator, trainer.args, partial(log_metric, trainer))
 
     # ------------------------------------------------------------------ generation
     def generate(self, inner, prompts):

@@ -88,7 +88,7 @@ NEW_BUFFER = HookPoint(
     "TRL's `_prepare_inputs`, once it built a new buffer of micro-batches (training)",
 )
 POLICY_FORWARD = HookPoint(
-    "policy_forward", WRAP, ("router", "zero_advantage_skip", "critic"), "the loss step's one policy forward"
+    "policy_forward", WRAP, ("router", "skip_zero_advantage", "critic"), "the loss step's one policy forward"
 )
 MICRO_BATCH_LOSS = HookPoint(
     "micro_batch_loss",

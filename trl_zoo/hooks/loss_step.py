@@ -60,7 +60,7 @@ class PolicyForward:
     log-prob pass (`trl_access.per_token_logps`). Hooks extend it (`dataclasses.replace`):
     `router_logps` (B, T, L, K) the current routers' log-probs of the old top-K experts (RSPO, `hooks/router.py`);
     `hidden_states` (R, T, H) the backbone's last hidden states at the positions predicting the completion tokens,
-    detached (the critic's head, `critic_component.py`); `computed_rows` the R row indices the forward ran on (None:
+    detached (the critic's head, `value_model.py`); `computed_rows` the R row indices the forward ran on (None:
     every row; `skip_zero_advantage` fills the other rows' log-probs and entropies and leaves their hidden states
     out).
     """

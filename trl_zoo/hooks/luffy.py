@@ -42,7 +42,7 @@ from .expert_sft import answer_tokens
 from .trl_access import as_generate_result, generate_result
 
 
-class OffPolicyTraces(Component):
+class Luffy(Component):
     """Puts LUFFY's expert traces into the first N_off slots of each group and flags their rows (module docstring)."""
 
     name = "luffy"

@@ -18,37 +18,37 @@ from collections.abc import Callable
 
 from .advantages import Advantages
 from .component import Component
-from .critic import CriticHooks
+from .critic import Critic
+from .dynamic_sampling import DynamicSampling
 from .expert_sft import ExpertSFT
 from .generation_speed import GenerationSpeed
 from .hook_points import CHAIN, EVENT, HOOKS, WRAP, HookPoint
 from .kl_control import KLControl
 from .length_bucketing import LengthBucketing
-from .luffy import OffPolicyTraces
+from .luffy import Luffy
 from .old_logps import OldLogps
 from .prompt_length import PromptLength
-from .resume import ResumableState
-from .rewards import RewardChecks
+from .resume import Resume
+from .rewards import Rewards
 from .router import RouterStats
-from .sampling import DynamicSampling
-from .skip_zero_advantage import ZeroAdvantageSkip
-from .teacher import TeacherSignal
+from .skip_zero_advantage import SkipZeroAdvantage
+from .teacher import Teacher
 
 COMPONENTS: tuple[type[Component], ...] = (
     GenerationSpeed,  # merged, autocast, compiled decoding (generation_speed.py)
-    RewardChecks,  # reward shaping and NaN/±inf checks of the reward call (rewards.py)
+    Rewards,  # reward shaping and NaN/±inf checks of the reward call (rewards.py)
     KLControl,  # KL in the reward, adaptive β, reference resets (kl_control.py)
     Advantages,  # the estimator table's Â (advantages.py)
-    TeacherSignal,  # a teacher's λ·(log π_T − log π_old) added to Â (teacher.py)
-    CriticHooks,  # the critic: values, value targets, value loss (critic.py, critic_component.py)
+    Teacher,  # a teacher's λ·(log π_T − log π_old) added to Â (teacher.py)
+    Critic,  # the critic: values, value targets, value loss (critic.py, value_model.py)
     ExpertSFT,  # CHORD: (1 − μ)·L_RL + μ·L_SFT on expert answers (expert_sft.py)
-    OffPolicyTraces,  # LUFFY: expert traces as off-policy rollouts of each group (luffy.py)
-    ZeroAdvantageSkip,  # the loss forward over rows with Â ≠ 0 (skip_zero_advantage.py)
-    DynamicSampling,  # generation rounds and regrouping (sampling.py)
+    Luffy,  # LUFFY: expert traces as off-policy rollouts of each group (luffy.py)
+    SkipZeroAdvantage,  # the loss forward over rows with Â ≠ 0 (skip_zero_advantage.py)
+    DynamicSampling,  # generation rounds and regrouping (dynamic_sampling.py)
     RouterStats,  # MoE router statistics (router.py)
     LengthBucketing,  # micro-batches re-cut by length (length_bucketing.py)
     OldLogps,  # old log-probs only where an optimizer step needs them (old_logps.py)
-    ResumableState,  # checkpoints carry trl_zoo's state (resume.py)
+    Resume,  # checkpoints carry trl_zoo's state (resume.py)
     PromptLength,  # prompts within the model's positions (prompt_length.py)
 )
 

@@ -102,7 +102,7 @@ def interrupted_message(step: int, output_dir: str, resume_with: str = "train(re
     return f"interrupted at step {step}; last checkpoint: {last}; resume with {resume_with}."
 
 
-class ResumableState(Component):
+class Resume(Component):
     """Saves and restores trl_zoo's state with every checkpoint (see the module docstring)."""
 
     name = "resume"

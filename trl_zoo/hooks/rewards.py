@@ -71,7 +71,7 @@ def shaped_reward_funcs(reward_funcs, args, positional: tuple, kwargs: dict):
     return with_soft_overlong_punishment(reward_funcs, args, positional, kwargs)
 
 
-class RewardChecks(Component):
+class Rewards(Component):
     """The NaN and ±inf checks of the reward call (see the module docstring)."""
 
     name = "rewards"

@@ -26,10 +26,10 @@ from .model_inputs import is_multimodal
 _FORWARD_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")  # what the text forward reads
 
 
-class ZeroAdvantageSkip(Component):
+class SkipZeroAdvantage(Component):
     """`skip_zero_advantage` (see the module docstring)."""
 
-    name = "zero_advantage_skip"
+    name = "skip_zero_advantage"
 
     def __init__(self, trainer):
         super().__init__(trainer)

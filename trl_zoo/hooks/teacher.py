@@ -57,7 +57,7 @@ from .trl_access import log_metric, pad_token_id, per_token_logps, tokenized_pro
 SELF_TEACHER = "self"
 
 
-class TeacherSignal(Component):
+class Teacher(Component):
     """Adds λ·(log π_T − log π_old) per token to the advantages after the estimator (see the module docstring)."""
 
     name = "teacher"

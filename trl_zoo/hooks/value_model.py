@@ -1,5 +1,5 @@
 """The critic of PPO with GAE and VAPO: a value function V(s_t) sharing the policy's frozen base (formulas in
-`trl_zoo/critic.py`), as one object, `Critic`, that the trainer hook `hooks/critic.py` creates and calls.
+`trl_zoo/critic.py`), as one object, `ValueModel`, that the trainer hook `hooks/critic.py` creates and calls.
 
 The critic takes one of two forms (``critic_model``):
 
@@ -65,7 +65,7 @@ CRITIC_FILE = "critic.pt"
 _SHARDED = (DistributedType.DEEPSPEED, DistributedType.FSDP, DistributedType.MEGATRON_LM)
 
 
-class Critic:
+class ValueModel:
     """A value function sharing the policy's frozen base: its own LoRA adapter + head, or a head (module docstring).
 
     Built on the trainer's `model` (PEFT-wrapped or not, before any DDP wrapping), with its `accelerator` and
