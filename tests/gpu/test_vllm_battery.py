@@ -311,6 +311,14 @@ def test_speed_recipes_say_they_do_not_apply_under_vllm(policy_path):
         make(policy_path, speed_recipe="lora_graphed")
 
 
+def test_the_vllm_recipe_trains_with_half_the_old_logps_under_vllm(policy_path):
+    trainer = make(policy_path, speed_recipe="vllm")
+    assert trainer.args.generation_kwargs == {"detokenize": False} and trainer.args.steps_per_generation == 2
+    trains(trainer)  # TRL's correction still logged: the first step's computed in its loss forward
+    generation_batch = trainer.args.generation_batch_size
+    assert logged(trainer, "old_logps/rows") == [generation_batch / 2]
+
+
 def test_resume_from_a_checkpoint_under_vllm(policy_path):
     output_dir = tempfile.mkdtemp(prefix="trl_zoo_gpu_resume_")
     first = make(
