@@ -7,10 +7,10 @@ vllm_importance_sampling_correction=True` for the gap between vLLM's sampler and
     *_truncate:  w ← clamp(w, clip_min, clip_max)
     *_mask:      w ← 0 where w < clip_min or w > clip_max                 (a bound of None is no bound)
 
-m is the completion mask, times the tool mask on multi-turn rows (a tool's reply is not sampled). TRL computes w
-inline at generation; trl_zoo computes it here where it defers the correction: with `skip_on_policy_old_logps`
-under vLLM the first optimizer step's rows have π_old = π_θ, known only in their loss forward (hooks/old_logps.py).
-The metrics are TRL's names over the rows at hand.
+m is the loss mask: the completion mask times the tool mask of multi-turn rows (a tool's reply is not sampled;
+`hooks/model_inputs.loss_mask`). TRL computes w inline at generation; trl_zoo computes it here where it defers the
+correction: with `skip_on_policy_old_logps` under vLLM the first optimizer step's rows have π_old = π_θ, known only
+in their loss forward (hooks/old_logps.py). The metrics are TRL's names over the rows at hand.
 
 Tests: tests/test_old_logps_skip.py (the deferred correction against TRL's, every mode).
 """
@@ -27,13 +27,6 @@ METRICS = (
     "sampling/importance_sampling_ratio/min", "sampling/importance_sampling_ratio/mean",
     "sampling/importance_sampling_ratio/max",
 )
-
-
-def correction_mask(batch: dict) -> torch.Tensor:
-    """m: the completion tokens vLLM sampled (a multi-turn row's tool replies left out)."""
-    mask = batch["completion_mask"]
-    tool_mask = batch.get("tool_mask")
-    return mask if tool_mask is None else mask * tool_mask
 
 
 def sampling_ratio(old_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor, args) -> torch.Tensor:

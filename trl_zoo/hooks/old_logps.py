@@ -43,10 +43,10 @@ import torch
 
 from ..config.generation_buffer import entries_trained_on_policy, vllm_correction_on
 from ..config.generation_speed import old_logps_skip_applies
-from ..sampling_correction import correction_mask, correction_metrics, sampling_ratio
+from ..sampling_correction import correction_metrics, sampling_ratio
 from .component import Component
 from .generation import ScoredRound
-from .model_inputs import forward_inputs, is_multimodal
+from .model_inputs import forward_inputs, is_multimodal, loss_mask
 from .trl_access import log_metric, micro_step, old_logps_pass_skipped, per_token_logps, trl_computes_old_logps
 
 ROWS = "old_logps/rows"
@@ -114,7 +114,7 @@ class OldLogps(Component):
 
 def corrected(trainer, micro_batch: dict, old_logps: torch.Tensor) -> torch.Tensor:
     """vLLM's importance-sampling ratio of `micro_batch` from its old log-probs, TRL's metrics of it logged."""
-    mask = correction_mask(micro_batch)
+    mask = loss_mask(micro_batch)
     sampling = micro_batch[SAMPLING_LOGPS]
     ratio = sampling_ratio(old_logps, sampling, mask, trainer.args)
     gather = trainer.accelerator.gather
