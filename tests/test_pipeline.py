@@ -95,7 +95,9 @@ def recorded_run(tmp_path_factory):
 def test_a_real_run_calls_every_hook_point_inside_the_one_the_table_nests_it_in(recorded_run):
     trainer, parents, _ = recorded_run
     assert {"critic", "expert_sft", "teacher", "kl_control"} <= set(trainer.pipeline.active())
-    expected = {point.name: {None if parent is None else parent.name} for point, parent in walk()}
+    expected = {}
+    for point, parent in walk():
+        expected.setdefault(point.name, set()).add(None if parent is None else parent.name)
     assert parents == expected
 
 
@@ -107,9 +109,12 @@ def test_a_component_is_at_most_two_trl_zoo_frames_from_trl(recorded_run):
     assert {name: count for name, count in frames.items() if count > 2} == {}
 
 
-def test_the_table_is_a_tree_of_distinct_hook_points():
-    names = [point.name for point, _ in walk()]
-    assert len(names) == len(set(names)) == len(HOOKS)
+def test_the_table_is_a_tree_of_distinct_hook_points_whose_shared_leaves_are_one_hook_point():
+    points = [point for point, _ in walk()]
+    assert len({point.name for point in points}) == len(HOOKS)
+    repeated = {point.name for point in points if [other.name for other in points].count(point.name) > 1}
+    assert repeated == {"log_prob_pass"}  # TRL's log-prob pass, called inside several hook points
+    assert all(point is HOOKS[point.name] and not point.inside for point in points if point.name in repeated)
     assert {point.kind for point in HOOKS.values()} == {EVENT, WRAP, CHAIN}
     assert all(getattr(hook_points, point.name.upper()) is point for point in HOOKS.values())
 

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import trl
 import trl.trainer.grpo_trainer as trl_grpo_trainer
+from trl import GRPOTrainer as TRLGRPOTrainer
 
 from trl_zoo.hooks.trl_access import (
     EntropyController,
@@ -49,6 +50,13 @@ def prepare_micro_batch(trainer, generation_batch) -> dict:
 def token_logps_and_entropies(trainer, model, input_ids, attention_mask, logits_to_keep, **options):
     """TRL's log π(y_t), entropies and MoE auxiliary loss of the last `logits_to_keep` tokens under `model`."""
     return trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, **options)
+
+
+def trl_own_token_logps_and_entropies(trainer, model, input_ids, attention_mask, logits_to_keep, **options):
+    """The same by TRL's own method, past trl_zoo's `log_prob_pass` hook point."""
+    return TRLGRPOTrainer._get_per_token_logps_and_entropies(
+        trainer, model, input_ids, attention_mask, logits_to_keep, **options
+    )
 
 
 def policy_loss(trainer, model, inputs):

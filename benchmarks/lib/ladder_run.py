@@ -71,6 +71,8 @@ CONTENDERS: dict[str, tuple[str, dict]] = {
     }),
     # the recipe of those levers (TRL's correction kept, the first step's computed in its loss forward)
     "zoo_vllm_recipe": ("zoo", {**VLLM, "speed_recipe": "vllm"}),
+    # and each distinct prompt of a log-prob pass forwarded once (needs --gradient_checkpointing false)
+    "zoo_vllm_prompt_once": ("zoo", {**VLLM, "speed_recipe": "vllm", "prompt_once": True}),
     "zoo_vllm_levers": ("zoo", {
         TWO_STEPS: True, **VLLM, "generation_kwargs": {"detokenize": False},
         "vllm_importance_sampling_correction": False, "skip_on_policy_old_logps": True,

@@ -1,8 +1,9 @@
-"""The compute switches `skip_zero_advantage` and `length_bucketing`: same loss and gradients, less compute. Their
-fields and the config-time checks of when that holds (what the trainer's components do: `hooks/skip_zero_advantage.py`,
-`hooks/length_bucketing.py`, whose docstrings derive the conditions).
+"""The compute switches `skip_zero_advantage`, `length_bucketing` and `prompt_once`: same loss and gradients, less
+compute. Their fields and the config-time checks of when that holds (what the trainer's components do:
+`hooks/skip_zero_advantage.py`, `hooks/length_bucketing.py`, `hooks/prompt_once.py`, whose docstrings derive the
+conditions).
 
-Tests: tests/test_skip_zero_advantage.py, tests/test_length_bucketing.py.
+Tests: tests/test_skip_zero_advantage.py, tests/test_length_bucketing.py, tests/test_prompt_once.py.
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ class ComputeFields:
         "padded token slots, logged as length_bucketing/padded_token_slots.",
         False,
     )
+    prompt_once: bool = help_field(
+        "Forward each distinct prompt of a log-prob pass once and its completions on its cached keys and values, "
+        "instead of the prompt once per completion; inside every optimizer step rows are sorted by prompt where "
+        "that keeps the loss. Same log-probs up to rounding; forwarded positions logged as "
+        "prompt_once/token_slots. Needs gradient_checkpointing=False.",
+        False,
+    )
 
     def _check_compute_combinations(self, entry) -> None:
         """Each switch only where it keeps the loss of the chosen loss `entry` and the gradient."""
@@ -46,6 +54,8 @@ class ComputeFields:
             check_zero_advantage_skip(entry, self)
         if self.length_bucketing:
             check_length_bucketing(entry, self)
+        if self.prompt_once:
+            check_prompt_once(self)
 
 
 def check_zero_advantage_skip(entry, args) -> None:
@@ -76,6 +86,21 @@ def check_zero_advantage_skip(entry, args) -> None:
                 f"skip_zero_advantage: the loss {entry.name!r} is not inert for Â = 0 ({problem}); set "
                 f"skip_zero_advantage=False, or declare zero_advantage_is_inert in the loss entry."
             )
+
+
+def check_prompt_once(args) -> None:
+    """Raise a one-line ValueError where the shared prompt's cache cannot be used (hooks/prompt_once.py)."""
+    if args.gradient_checkpointing:
+        raise ValueError(
+            "prompt_once: transformers drops the prompt's cache in gradient-checkpointed layers; set "
+            "gradient_checkpointing=False (TRL's default is True) or prompt_once=False."
+        )
+    estimator = args.advantage_estimator
+    if estimator is not None and "values" in ADVANTAGES.get(estimator).spec.needs:
+        raise ValueError(
+            f"prompt_once: the critic (advantage_estimator={estimator!r}) reads the backbone's hidden states of the "
+            f"whole sequence; set prompt_once=False."
+        )
 
 
 def check_length_bucketing(entry, args) -> None:

@@ -40,6 +40,15 @@ class HookPoint:
     inside: tuple[HookPoint, ...] = ()
 
 
+# TRL's log-prob pass, the one hook point called inside several (a round's old and reference log-probs, the teacher's,
+# CHORD's expert answers, the loss's policy forward; also old_logps' deferred ones in `new_buffer` and the ‖s‖² pass
+# of `replace_advantages`): listed inside each hook point a recorded run calls it in, the same hook point
+LOG_PROB_PASS = HookPoint(
+    "log_prob_pass",
+    WRAP,
+    ("prompt_once",),
+    "TRL's `_get_per_token_logps_and_entropies`: every log-prob pass",
+)
 TOKENIZE_PROMPTS = HookPoint(
     "tokenize_prompts",
     WRAP,
@@ -64,14 +73,18 @@ GENERATED_ROUND = HookPoint(
     WRAP,
     ("old_logps", "luffy"),
     "per round: TRL's `_generate_and_score_completions` itself",
-    (GENERATE, SCORED_REWARDS),
+    (GENERATE, SCORED_REWARDS, LOG_PROB_PASS),
 )
 BEFORE_ADVANTAGES = HookPoint(
     "before_advantages", EVENT, ("critic", "old_logps"), "per round, TRL's advantages in the batch"
 )
 REPLACE_ADVANTAGES = HookPoint("replace_advantages", EVENT, ("advantages",), "per round: the estimator's Â")
 AFTER_ADVANTAGES = HookPoint(
-    "after_advantages", EVENT, ("teacher", "critic", "expert_sft"), "per round, its advantages final"
+    "after_advantages",
+    EVENT,
+    ("teacher", "critic", "expert_sft"),
+    "per round, its advantages final",
+    (LOG_PROB_PASS,),
 )
 GENERATION_BATCH = HookPoint(
     "generation_batch",
@@ -84,18 +97,22 @@ ON_GENERATION_BATCH = HookPoint("on_generation_batch", EVENT, ("router",), "the 
 NEW_BUFFER = HookPoint(
     "new_buffer",
     CHAIN,
-    ("length_bucketing", "old_logps"),
+    ("length_bucketing", "prompt_once", "old_logps"),
     "TRL's `_prepare_inputs`, once it built a new buffer of micro-batches (training)",
 )
 POLICY_FORWARD = HookPoint(
-    "policy_forward", WRAP, ("router", "skip_zero_advantage", "critic"), "the loss step's one policy forward"
+    "policy_forward",
+    WRAP,
+    ("router", "skip_zero_advantage", "critic"),
+    "the loss step's one policy forward",
+    (LOG_PROB_PASS,),
 )
 MICRO_BATCH_LOSS = HookPoint(
     "micro_batch_loss",
     WRAP,
     ("expert_sft", "critic"),
     "TRL's `_compute_loss`; innermost the policy loss, (loss, `PolicyForward`)",
-    (POLICY_FORWARD,),
+    (POLICY_FORWARD, LOG_PROB_PASS),
 )
 ON_OPTIMIZER_STEP = HookPoint(
     "on_optimizer_step", EVENT, ("kl_control", "critic"), "each optimizer-step point, after the loss step's own"

@@ -97,23 +97,32 @@ class LengthBucketing(Component):
             ("length_bucketing cannot re-cut", "set length_bucketing=False"),
         )
         block = math.gcd(trainer.args.steps_per_generation, trainer.args.gradient_accumulation_steps)
-        return bucket_micro_batches(micro_batches, block, layouts, pad_token, trainer.pad_to_multiple_of)
+        prompt_once = trainer.pipeline.get("prompt_once")
+        order = prompt_once.prompt_then_length if prompt_once is not None and prompt_once.active else row_lengths
+        return bucket_micro_batches(micro_batches, block, layouts, pad_token, trainer.pad_to_multiple_of, order)
 
 
-def bucket_micro_batches(micro_batches: list[dict], block: int, layouts: dict, pad_token: int, multiple) -> list[dict]:
-    """The micro-batches re-cut by length inside each block of `block` consecutive ones, then trimmed (module
-    docstring, steps 1 and 2). Entries not in `layouts` (scalars such as num_items_in_batch, None) are kept as
-    they are."""
+def row_lengths(rows: dict) -> torch.Tensor:
+    """ℓ_i = Σ prompt_mask_i + Σ completion_mask_i, the sort key of length bucketing."""
+    return rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)
+
+
+def bucket_micro_batches(
+    micro_batches: list[dict], block: int, layouts: dict, pad_token: int, multiple, order=row_lengths
+) -> list[dict]:
+    """The micro-batches re-cut inside each block of `block` consecutive ones, rows sorted by `order(rows)` (a sort
+    key per row; by length unless told), then trimmed (module docstring, steps 1 and 2). Entries not in `layouts`
+    (scalars such as num_items_in_batch, None) are kept as they are."""
     bucketed = []
     for start in range(0, len(micro_batches), block):
         group = micro_batches[start : start + block]
         rows = {key: torch.cat([batch[key] for batch in group]) for key in layouts}
-        lengths = rows["prompt_mask"].sum(1) + rows["completion_mask"].sum(1)
+        keys = order(rows)
         # one micro-batch per block: its rows stay in TRL's order (sorting them would change nothing but the order)
-        order = torch.sort(lengths, stable=True).indices if block > 1 else torch.arange(lengths.numel())
+        order_of_rows = torch.sort(keys, stable=True).indices if block > 1 else torch.arange(keys.numel())
         size = group[0]["completion_ids"].size(0)
         for position, batch in enumerate(group):
-            chosen = order[position * size : (position + 1) * size]
+            chosen = order_of_rows[position * size : (position + 1) * size]
             cut = {key: value for key, value in batch.items() if key not in layouts}
             cut.update({key: rows[key][chosen] for key in layouts})
             bucketed.append(trim_padding(cut, layouts, pad_token, multiple))

@@ -28,6 +28,7 @@ from .length_bucketing import LengthBucketing
 from .luffy import Luffy
 from .old_logps import OldLogps
 from .prompt_length import PromptLength
+from .prompt_once import PromptOnce
 from .resume import Resume
 from .rewards import Rewards
 from .router import RouterStats
@@ -47,6 +48,7 @@ COMPONENTS: tuple[type[Component], ...] = (
     DynamicSampling,  # generation rounds and regrouping (dynamic_sampling.py)
     RouterStats,  # MoE router statistics (router.py)
     LengthBucketing,  # micro-batches re-cut by length (length_bucketing.py)
+    PromptOnce,  # each distinct prompt of a log-prob pass forwarded once (prompt_once.py)
     OldLogps,  # old log-probs only where an optimizer step needs them (old_logps.py)
     Resume,  # checkpoints carry trl_zoo's state (resume.py)
     PromptLength,  # prompts within the model's positions (prompt_length.py)

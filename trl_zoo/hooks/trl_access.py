@@ -16,9 +16,9 @@ three hand over to a layer above: `_generate_and_score_completions` and `_calcul
 (`_generation_batch`, `_round_rewards_of`, hooks/generation.py, whose rounds are `trl_generated_round`),
 `_get_grad_norm` to the loss step's CLIPPED point (`_on_optimizer_step`, hooks/loss_step.py); `_compute_loss` is the
 `micro_batch_loss` hook point around the loss step's `_policy_loss`; `_prepare_inputs` hands a new buffer of
-micro-batches through `new_buffer`. TRL's private methods the components call are functions here
-(`per_token_logps`, `tokenized_prompts`, `run_output_dir`, `without_unused_columns`). `RELIED_METHODS` holds each
-one's parameters.
+micro-batches through `new_buffer`; `_get_per_token_logps_and_entropies` is the `log_prob_pass` hook point. TRL's
+private methods the components call are functions here (`per_token_logps`, `tokenized_prompts`, `run_output_dir`,
+`without_unused_columns`). `RELIED_METHODS` holds each one's parameters.
 
 State. `log_metric` (TRL's `_metrics`, which TRL averages and logs at each logging step), `replace_logged_advantages`
 (`_logs["advantages"]`, the completions table), `generation_buffer` / `micro_step` / `set_generation_buffer` (TRL's
@@ -315,6 +315,21 @@ class TRLSeams(TRLGRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         return self.pipeline.wrap(hook_points.MICRO_BATCH_LOSS, self._policy_loss)(model, inputs)[0]
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+        compute_aux_loss=False, pixel_values=None, image_grid_thw=None, num_images=None, pixel_attention_mask=None,
+        spatial_shapes=None, num_tiles=None, image_sizes=None, token_type_ids=None, mm_token_type_ids=None,
+        image_position_ids=None,
+    ):
+        compute = self.pipeline.wrap(hook_points.LOG_PROB_PASS, super()._get_per_token_logps_and_entropies)
+        return compute(
+            model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+            pixel_values=pixel_values, image_grid_thw=image_grid_thw, num_images=num_images,
+            pixel_attention_mask=pixel_attention_mask, spatial_shapes=spatial_shapes, num_tiles=num_tiles,
+            image_sizes=image_sizes, token_type_ids=token_type_ids, mm_token_type_ids=mm_token_type_ids,
+            image_position_ids=image_position_ids,
+        )
 
     def _get_grad_norm(self, model, grad_norm=None):
         grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
