@@ -33,7 +33,7 @@ Tensor = torch.Tensor
 
 
 @dataclass(frozen=True)
-class Router:
+class MoELayerRouter:
     """One MoE layer's router: the module, which of its outputs holds the logits, and how many experts it picks."""
 
     name: str
@@ -66,7 +66,7 @@ def _top_k(module: nn.Module, model: nn.Module) -> int | None:
     return getattr(text_config, "num_experts_per_tok", None)
 
 
-def find_routers(model: nn.Module) -> list[Router]:
+def find_routers(model: nn.Module) -> list[MoELayerRouter]:
     """The MoE routers of `model` in layer order (empty for a dense model). Works through PEFT wrappers."""
     specs = _router_specs(model)
     routers, seen = [], set()
@@ -82,7 +82,7 @@ def find_routers(model: nn.Module) -> list[Router]:
                     f"Router {name} ({type(module).__name__}) declares no top_k and the model config has no "
                     f"num_experts_per_tok; cannot tell how many experts it routes each token to."
                 )
-            routers.append(Router(name, module, index, top_k))
+            routers.append(MoELayerRouter(name, module, index, top_k))
             seen.add(id(module))
     return routers
 
@@ -106,7 +106,11 @@ class RouterLogpsRecorder:
     """
 
     def __init__(
-        self, routers: list[Router], sequence_length: int, completion_length: int, experts: Tensor | None = None
+        self,
+        routers: list[MoELayerRouter],
+        sequence_length: int,
+        completion_length: int,
+        experts: Tensor | None = None,
     ):
         if not 0 < completion_length < sequence_length:
             raise ValueError(

@@ -31,7 +31,7 @@ from .prompt_length import PromptLength
 from .prompt_once import PromptOnce
 from .resume import Resume
 from .rewards import Rewards
-from .router import RouterStats
+from .router import Router
 from .skip_zero_advantage import SkipZeroAdvantage
 from .teacher import Teacher
 
@@ -46,7 +46,7 @@ COMPONENTS: tuple[type[Component], ...] = (
     Luffy,  # LUFFY: expert traces as off-policy rollouts of each group (luffy.py)
     SkipZeroAdvantage,  # the loss forward over rows with Â ≠ 0 (skip_zero_advantage.py)
     DynamicSampling,  # generation rounds and regrouping (dynamic_sampling.py)
-    RouterStats,  # MoE router statistics (router.py)
+    Router,  # MoE router statistics (router.py)
     LengthBucketing,  # micro-batches re-cut by length (length_bucketing.py)
     PromptOnce,  # each distinct prompt of a log-prob pass forwarded once (prompt_once.py)
     OldLogps,  # old log-probs only where an optimizer step needs them (old_logps.py)

@@ -33,7 +33,7 @@ from .moe import RouterLogpsRecorder, find_routers
 from .trl_access import per_token_logps
 
 
-class RouterStats(Component):
+class Router(Component):
     """Records old and current router log-probs for MoE losses; off for every other loss."""
 
     name = "router"
