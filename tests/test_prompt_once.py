@@ -10,6 +10,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
 import trl_zoo
 from tests.test_advantages import lora
+from tests.test_length_bucketing import _per_step_losses_and_gradients
 from tests.tiny import config_kwargs, make_trainer, perturb
 from tests.trl_internals import (
     generate_and_score,
@@ -99,22 +100,6 @@ def test_forwarded_positions_are_counted_once_per_distinct_prompt():
     assert first.numel() == len(PROMPTS) and (groups == groups[:, :1]).all()
     assert metric_values(trainer)[SLOTS] == [float(len(PROMPTS) * (prompt - 1) + rows * (completion + 1))]
     assert metric_values(trainer)[SLOTS_UNSHARED] == [float(rows * (prompt + completion))]
-
-
-def _per_step_losses_and_gradients(trainer, micro_batches):
-    accumulation = trainer.args.gradient_accumulation_steps
-    trainer.current_gradient_accumulation_steps = accumulation
-    results = []
-    for start in range(0, len(micro_batches), accumulation):
-        trainer.model.zero_grad()
-        loss = 0.0
-        for micro_batch in micro_batches[start : start + accumulation]:
-            step_loss = trainer.compute_loss(trainer.model, micro_batch)
-            step_loss.backward()
-            loss = loss + step_loss.detach()
-        gradients = {name: p.grad.clone() for name, p in trainer.model.named_parameters() if p.grad is not None}
-        results.append((loss, gradients))
-    return results
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "dr_grpo", "gspo"])

@@ -79,27 +79,33 @@ class LengthBucketing(Component):
         return buffer
 
     def bucketed(self, micro_batches: list[dict]) -> list[dict]:
-        """`micro_batches` re-cut by length and trimmed (`bucket_micro_batches`)."""
-        trainer = self.trainer
-        pad_token = pad_token_id(trainer)
-        # every entry but scalars (num_items_in_batch) and None moves with its rows; a list is refused by its layout
-        keys = [
-            key
-            for key, value in micro_batches[0].items()
-            if value is not None and not (isinstance(value, torch.Tensor) and value.dim() == 0)
-        ]
-        layouts = batch_layouts(
-            micro_batches,
-            keys,
-            micro_batches[0]["completion_ids"].size(0),
-            pad_token,
-            trainer.vllm_importance_sampling_mode.startswith("token"),
-            ("length_bucketing cannot re-cut", "set length_bucketing=False"),
-        )
-        block = math.gcd(trainer.args.steps_per_generation, trainer.args.gradient_accumulation_steps)
-        prompt_once = trainer.pipeline.get("prompt_once")
+        """`micro_batches` re-cut by length (with `prompt_once` on, by prompt first) and trimmed (`recut_buffer`)."""
+        prompt_once = self.trainer.pipeline.get("prompt_once")
         order = prompt_once.prompt_then_length if prompt_once is not None and prompt_once.active else row_lengths
-        return bucket_micro_batches(micro_batches, block, layouts, pad_token, trainer.pad_to_multiple_of, order)
+        refusal = ("length_bucketing cannot re-cut", "set length_bucketing=False")
+        return recut_buffer(self.trainer, micro_batches, order, refusal)
+
+
+def recut_buffer(trainer, micro_batches: list[dict], order, refusal: tuple[str, str]) -> list[dict]:
+    """A new buffer of `trainer`'s re-cut inside each optimizer step's block of micro-batches, rows sorted by
+    `order(rows)`, and trimmed (`bucket_micro_batches`); `refusal` names the caller in a layout's one-line error."""
+    pad_token = pad_token_id(trainer)
+    # every entry but scalars (num_items_in_batch) and None moves with its rows; a list is refused by its layout
+    keys = [
+        key
+        for key, value in micro_batches[0].items()
+        if value is not None and not (isinstance(value, torch.Tensor) and value.dim() == 0)
+    ]
+    layouts = batch_layouts(
+        micro_batches,
+        keys,
+        micro_batches[0]["completion_ids"].size(0),
+        pad_token,
+        trainer.vllm_importance_sampling_mode.startswith("token"),
+        refusal,
+    )
+    block = math.gcd(trainer.args.steps_per_generation, trainer.args.gradient_accumulation_steps)
+    return bucket_micro_batches(micro_batches, block, layouts, pad_token, trainer.pad_to_multiple_of, order)
 
 
 def row_lengths(rows: dict) -> torch.Tensor:

@@ -33,15 +33,14 @@ Tests: tests/test_prompt_once.py.
 
 from __future__ import annotations
 
+import functools
 import inspect
-import math
 
 import torch
 
-from .batch_layout import batch_layouts
 from .component import Component
-from .length_bucketing import bucket_micro_batches, row_lengths
-from .trl_access import log_metric, pad_token_id
+from .length_bucketing import recut_buffer, row_lengths
+from .trl_access import log_metric
 
 SLOTS = "prompt_once/token_slots"
 SLOTS_UNSHARED = "prompt_once/token_slots_unshared"
@@ -68,23 +67,8 @@ class PromptOnce(Component):
         """The new buffer with each optimizer step's rows sorted by prompt (module docstring)."""
         if not self.regroups:
             return micro_batches
-        trainer = self.trainer
-        pad_token = pad_token_id(trainer)
-        keys = [
-            key
-            for key, value in micro_batches[0].items()
-            if value is not None and not (isinstance(value, torch.Tensor) and value.dim() == 0)
-        ]
-        layouts = batch_layouts(
-            micro_batches,
-            keys,
-            micro_batches[0]["completion_ids"].size(0),
-            pad_token,
-            trainer.vllm_importance_sampling_mode.startswith("token"),
-            ("prompt_once cannot re-cut", "set prompt_once=False"),
-        )
-        block = math.gcd(trainer.args.steps_per_generation, trainer.args.gradient_accumulation_steps)
-        return bucket_micro_batches(micro_batches, block, layouts, pad_token, trainer.pad_to_multiple_of, prompt_order)
+        refusal = ("prompt_once cannot re-cut", "set prompt_once=False")
+        return recut_buffer(self.trainer, micro_batches, prompt_order, refusal)
 
     @staticmethod
     def prompt_then_length(rows: dict) -> torch.Tensor:
@@ -159,7 +143,7 @@ def shared_prompt_pass(trainer, inner, model, input_ids, attention_mask, logits_
     prefix, prefix_mask = input_ids[first, : prompt_width - 1], attention_mask[first, : prompt_width - 1]
     with trainer.accelerator.autocast():
         prompt_output = model(input_ids=prefix, attention_mask=prefix_mask, use_cache=True, logits_to_keep=1)
-    cache = prompt_output[cache_name] if cache_name in prompt_output else prompt_output["past_key_values"]
+    cache = prompt_output[cache_name]
     cache.batch_select_indices(inverse)
     tail = input_ids[:, prompt_width - 1 :]
     labels = tail.masked_fill(attention_mask[:, prompt_width - 1 :] == 0, -100)
@@ -178,4 +162,9 @@ def cache_argument(trainer, model) -> str:
     language_model = trainer.accelerator.unwrap_model(model)
     if hasattr(language_model, "get_base_model"):
         language_model = language_model.get_base_model()
-    return "cache" if "cache" in inspect.signature(type(language_model).forward).parameters else "past_key_values"
+    return _cache_argument_of(type(language_model))
+
+
+@functools.cache
+def _cache_argument_of(model_class) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
