@@ -412,7 +412,7 @@ def test_the_vllm_levers_page_states_its_records_step_times_and_generation_media
     folder = RESULTS / "2026-12-02-h200-vllm-levers"
     page = (folder / "README.md").read_text()
     records = [json.loads(line) for line in (folder / "ladder.jsonl").read_text().splitlines()]
-    assert len(records) == 12
+    assert len(records) == 17  # 12 of the first batch, 5 of the recipe-and-prompt_once batch
     for record in records:
         assert f"| {record['step_s']:.2f} | {record['seams']['generation']:.2f} |" in page, record["contender"]
     generation = [json.loads(line) for line in (folder / "vllm_generation.jsonl").read_text().splitlines()]
