@@ -123,6 +123,7 @@ STUDIES: dict[str, tuple[str, list[str]]] = {
     "2026-12-02-h200-vllm": ("README.md", ["results.jsonl"]),
     "2026-12-02-h200-vllm-levers": ("README.md", ["ladder.jsonl", "vllm_generation.jsonl"]),
     "2026-11-29-h200-step-profile": ("README.md", ["profile.jsonl"]),
+    "2026-12-02-h200-methods": ("README.md", ["runs.jsonl"]),
 }
 
 
@@ -419,3 +420,14 @@ def test_the_vllm_levers_page_states_its_records_step_times_and_generation_media
     for row in summarize(generation)[2:]:
         seconds, inside, tokens = row.split(" | ")[2:5]
         assert f"| {seconds} | {inside} | {tokens} |" in page or f"| {seconds} | {inside} | |" in page, row
+
+
+def test_the_methods_page_states_each_runs_curve_and_its_gain_over_the_control():
+    folder = RESULTS / "2026-12-02-h200-methods"
+    page = (folder / "README.md").read_text()
+    runs = {r["configuration"]: r for r in map(json.loads, (folder / "runs.jsonl").read_text().splitlines())}
+    control = runs.pop("control")["accuracy_after"]
+    for name, run in runs.items():
+        curve = " / ".join(f"{100 * run['heldout_by_step'][step]:.1f}" for step in ("0", "20", "40"))
+        gain = 100 * (run["accuracy_after"] - control)
+        assert f"| {curve} % | {gain:+.1f} |".replace("-", "−") in page, name
