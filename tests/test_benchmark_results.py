@@ -422,12 +422,28 @@ def test_the_vllm_levers_page_states_its_records_step_times_and_generation_media
         assert f"| {seconds} | {inside} | {tokens} |" in page or f"| {seconds} | {inside} | |" in page, row
 
 
-def test_the_methods_page_states_each_runs_curve_and_its_gain_over_the_control():
+def test_the_methods_page_states_each_runs_curve_its_gains_over_the_control_and_its_paired_verdict():
+    from trl_zoo.cli.report.verdict import PairedDifference
+
     folder = RESULTS / "2026-12-02-h200-methods"
     page = (folder / "README.md").read_text()
-    runs = {r["configuration"]: r for r in map(json.loads, (folder / "runs.jsonl").read_text().splitlines())}
-    control = runs.pop("control")["accuracy_after"]
-    for name, run in runs.items():
-        curve = " / ".join(f"{100 * run['heldout_by_step'][step]:.1f}" for step in ("0", "20", "40"))
-        gain = 100 * (run["accuracy_after"] - control)
-        assert f"| {curve} % | {gain:+.1f} |".replace("-", "−") in page, name
+    runs: dict[str, dict[int, dict]] = {}
+    for run in map(json.loads, (folder / "runs.jsonl").read_text().splitlines()):
+        runs.setdefault(run["configuration"], {})[run["seed"]] = run
+    seeds = sorted(runs["grpo"])
+    assert seeds == [0, 1, 2] and all(sorted(by_seed) == seeds for by_seed in runs.values())
+    control = runs.pop("control")
+    for name, by_seed in runs.items():
+        curves = " | ".join(
+            " / ".join(f"{100 * by_seed[s]['heldout_by_step'][step]:.1f}" for step in ("0", "20", "40")) + " %"
+            for s in seeds
+        )
+        gains = " / ".join(f"{100 * (by_seed[s]['accuracy_after'] - control[s]['accuracy_after']):+.1f}" for s in seeds)
+        row = f"| {curves} | {gains} |"
+        if name != "grpo":
+            versus = PairedDifference(name, "grpo", seeds, [
+                100 * (by_seed[s]["accuracy_after"] - runs["grpo"][s]["accuracy_after"]) for s in seeds
+            ])
+            low, high = versus.interval
+            row += f" {versus.mean:+.1f} [{low:+.1f}, {high:+.1f}] |"
+        assert row.replace("-", "−") in page, name
