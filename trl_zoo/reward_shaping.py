@@ -36,8 +36,7 @@ wrong = −1 and c = 0 a cut completion (0) scores above an ended wrong one (−
 known only once scored, so the first batch in which a penalised completion's task reward is below 0 warns once
 (`TRUNCATION_WARNING`), naming the fixes: rewards shifted to ≥ 0, or the soft overlong punishment, which subtracts.
 
-Tests: tests/test_overlong.py (the ramp at its boundaries, its wiring as a reward), tests/test_sampling.py (not a task
-reward), tests/test_truncation_penalty.py (the truncation rule at its boundaries, its settings, its wiring).
+Tests: tests/test_overlong.py, tests/test_sampling.py (not a task reward), tests/test_truncation_penalty.py.
 """
 
 from __future__ import annotations

@@ -17,9 +17,7 @@ One file a concern, each a dataclass of its fields with the checks of those fiel
                           truncation_penalty, truncation_length (DLER)
     compute.py            skip_zero_advantage, length_bucketing, prompt_once (probes.py: the loss probes they run)
     generation_speed.py   speed_recipe (speed_recipe.py), merge_adapter_for_generation, generation_autocast,
-                          compile_generation, compile_generation_backend, skip_on_policy_old_logps (the old
-                          log-probs of the first optimizer step's micro-batches after a generation are the policy's
-                          own; only the later steps' are computed, right after generation, before any update)
+                          compile_generation, compile_generation_backend, skip_on_policy_old_logps
     run.py                nan_rewards, nonfinite_policy, reward_timeout_warning, plugin_args; the checks of TRL's
                           own fields
     fields.py             the built-in table entries' fields as dataclass groups (`TABLE_FIELDS`); a table field

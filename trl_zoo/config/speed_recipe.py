@@ -7,30 +7,26 @@ sizes (`GRPOConfig.__post_init__`), so the config a run prints and saves shows t
                       steps_per_generation = 2 · gradient_accumulation_steps   (when neither it nor
                                                                                 generation_batch_size is given)
     "lora_graphed"    the same, and compile_generation = True, compile_generation_backend = "cuda_graph"
-                      (the decode step recorded as a CUDA graph once per generation batch, no torch.compile),
-                      skip_on_policy_old_logps = True (old log-probs only for the second optimizer step's
-                      micro-batches; the first step's are the policy's own; where it cannot apply, e.g.
-                      num_iterations > 1, it silently does not)
+                      (the decode step recorded as a CUDA graph once per generation batch, hooks/decode_graph.py),
+                      skip_on_policy_old_logps = True (the first step's old log-probs are the policy's own; where
+                      it cannot apply, e.g. num_iterations > 1, it silently does not)
     "lora_compiled"   "lora", and compile_generation = True, generation_autocast = True
     "vllm"            the vLLM path (use_vllm=True): steps_per_generation = 2 · gradient_accumulation_steps,
                       skip_on_policy_old_logps = True (vLLM's importance-sampling correction kept: the first step's
                       computed in its loss forward), and in colocate mode generation_kwargs["detokenize"] = False
-                      (vLLM returns token ids without their text; TRL reads the ids only; a value the user gives
-                      wins)
+                      (vLLM returns token ids alone, all TRL reads; a value the user gives wins)
 
 "vllm" takes two optimizer steps per generation batch like "lora" (the second off-policy); its other two fields
 change no sampled token and no importance-sampling ratio: only the text nobody reads and the old-log-prob forward of
 the rows trained before any update are not computed. Without use_vllm it is refused (the transformers path has the
 "lora" recipes).
 
-"lora" merges the LoRA adapter while TRL generates and takes two optimizer steps per generation batch, the second
-off-policy (TRL's clipped importance ratio); "lora_graphed" also records the decode step once per generation batch
-(hooks/decode_graph.py) and does not recompute the first step's old log-probs; "lora_compiled" pays torch's compile
-on a first run (for long or repeated runs; transformers >= 5.24 and bf16 or fp16). What each costs and gives (time
-to TRL's accuracy, × TRL's, peak memory): docs/benchmarks.md, "Time to a target", one row of its table each.
+The second optimizer step of a "lora" batch is off-policy (TRL's clipped importance ratio); "lora_compiled" pays
+torch's compile on a first run (for long or repeated runs; transformers >= 5.24 and bf16 or fp16). What each costs
+and gives: docs/benchmarks.md, "Time to a target".
 
 On a CPU, "lora_compiled" warns in one line that torch's compile does not pay there, and names "lora";
-"lora_graphed" compiles nothing (its decode step runs eagerly on a CPU).
+"lora_graphed" runs its decode step eagerly there.
 
 A value the user gives for `steps_per_generation` or `generation_batch_size` wins; the recipe's other fields are set.
 A recipe that cannot work stops at the refusals of the fields it set, and those name the recipe and say "unset

@@ -21,9 +21,8 @@ compiled decoding where transformers does not compile the quantization (bitsandb
 
 generation_autocast, TRL's generation under the training forward's mixed precision: TRL's `_generate_single_turn` run
 inside `accelerator.autocast()`, so fp32 weights decode with bf16 (or fp16) matmuls; the weights are not touched.
-Refused when the config is built (`config/`): without bf16 or fp16, with vLLM (its own dtype), with TRL's continuous
-batching (TRL casts the model for it itself), and with a static KV cache under transformers < 5.24, whose cache
-fails on autocast's mixed dtypes (`static_cache_fails_on_mixed_dtypes`, config/generation_speed.py).
+Refused when the config is built (config/generation_speed.py): without bf16 or fp16, with vLLM (its own dtype), with
+TRL's continuous batching (TRL casts the model for it), with a static KV cache under transformers < 5.24.
 
 compile_generation, TRL's `model.generate` decoding compiled with a static KV cache, sets on the generation config
 TRL built (`switch_on_compiled_decoding`, `hooks/trl_access.py`):

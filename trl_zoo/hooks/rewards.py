@@ -34,7 +34,6 @@ the group becomes 0 and nothing is learned, silently.
 
 A reward called outside training (the held-out evaluation, pass@k: `tasks/evaluation.py`'s `call_reward`) goes
 through the same checks, one function's output at a time (`checked_rewards`).
-
 Tests: tests/test_nan_rewards.py (raise or drop), tests/test_reward_checks.py (not a reward, overflow, own inputs),
 tests/test_reward_output_cli.py, tests/test_bad_input_more.py (an all-None batch), tests/test_heldout_reward_checks.py
 (the evaluation and pass@k).

@@ -27,8 +27,7 @@ after the templated prompt, tokenized by TRL's `_tokenize_prompts` (chat templat
 prompt keeps its messages; the last user message's text becomes the filled template, {prompt} being that text.
 
 Identity: the teacher "self" with no template is the reference π_ref, so its term is −λ·k1_t per token, after the
-estimator; how it relates to `kl_placement="reward"` (the same for an estimator linear in R, not for grpo):
-docs/formulas.md, "Teacher signal".
+estimator; against `kl_placement="reward"`: docs/formulas.md, "Teacher signal".
 
 Composition: the component sits just outside the estimator, so every estimator and loss sees the sum (a sequence-level
 loss takes its masked mean per sequence). A critic's value targets come from the rewards alone (the teacher term is

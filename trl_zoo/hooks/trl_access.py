@@ -37,26 +37,10 @@ Results. `generate_result` / `as_generate_result`: TRL's `_generate` result by f
 order), a one-line drift error when the installed TRL returns another layout.
 
 Swaps, for the duration of one call of TRL's, undone however the call ends (an exception included): `swapped(owner,
-name, value)`, or `restored(owner, name)` around code of TRL's that sets the attribute itself; TRL 1.16 offers no
-public or overridable method for these:
-
-- `trainer.reward_funcs`: recording wrappers while TRL's `_calculate_rewards` runs (`hooks/rewards.py`), to see each
-  function's raw outputs before TRL turns them into float32; TRL calls the functions inline.
-- the LM-head owner's `forward`: TRL's fused head with `log_sum_sq_probs` during the ‖s‖² pass (`hooks/advantages.py`);
-  calling that forward directly would skip the module's hooks (FSDP2's unsharding, accelerate's device hooks).
-  Building it (`add_fused_lm_head`, which sets `forward`) runs inside `restored`.
-- `trl.trainer.grpo_trainer.create_model_from_path` (`reference_loaded_from`): answers the reference's load with an
-  in-memory copy while TRL's constructor runs (`hooks/model_object.py`); TRL builds the reference inline.
-- `vllm_generation._iter_named_params` (`weight_sync_without`): the policy's tensors without the value head, while
-  TRL's `_generate` runs (its weight sync is inside, `hooks/critic.py`); TRL's `sync_weights` takes no filter.
-- `trainer._get_per_token_logps_and_entropies` (`old_logps_pass_skipped`): while TRL's
-  `_generate_and_score_completions` runs in a round of `hooks/old_logps.py`'s with `skip_on_policy_old_logps` on,
-  its old-log-prob pass (its first call of that method, on the policy under no_grad: `RELIED_CALLS`) returns (None,
-  None, None), so TRL returns no `old_per_token_logps`; TRL computes them inline, under its own condition
-  (`trl_computes_old_logps`). Its later calls (the reference's) are TRL's. Under vLLM's importance-sampling
-  correction the same block sets `trainer.vllm_importance_sampling_correction` False, so TRL neither computes the
-  correction (it reads the skipped old log-probs) nor logs its metrics; hooks/old_logps.py computes both later
-  (trl_zoo/sampling_correction.py). TRL reads that attribute inline in this method and in its loss.
+name, value)`, or `restored(owner, name)` around code of TRL's that sets the attribute itself. TRL 1.16 offers no
+public or overridable method for the five trl_zoo makes (`trainer.reward_funcs`, the LM head's `forward`,
+`create_model_from_path`, `vllm_generation._iter_named_params`, the old-log-prob pass with its importance-sampling
+flag); each, and why: docs/architecture.md, "Where trl_zoo still writes TRL's objects".
 """
 
 from __future__ import annotations

@@ -30,8 +30,7 @@ greso — pre-rollout prompt filtering (GRESO, arXiv:2506.02177), `greso.py`
 
 adaptive_budget — a per-prompt rollout budget, `adaptive_budget.py`
     each prompt generated in increments along a grid (2, 4, …, G_max): stop at the first reward spread, give up when
-    all G_max rewards are equal; the batch is exactly the configured number of completions, in informative groups of
-    unequal sizes, whose advantages are computed again over those groups.
+    all G_max rewards are equal; exactly the configured number of completions, in informative groups of unequal sizes.
 
 A sampler is `fn(session: SamplingSession, args) -> SampledBatch`; the trainer's mixin provides the session
 (generation, scoring, moving rows between processes). Metrics, under `dynamic_sampling/`: `informative_share`

@@ -10,8 +10,7 @@ n completions so far (R_1 … R_n its task rewards, NaN ignored as in resample's
     give up   max R = min R  and  n ≥ n_give     all equal after enough samples
     continue  otherwise                          next round it gets the completions up to the next grid point
 
-What that costs and saves against resample (exact for binary rewards: `expected_counts`), and how sure a give-up
-is: docs/formulas.md, "Adaptive budget"; measured: docs/algorithms.md, "Groups without reward spread".
+Its cost against resample (exact for binary rewards: `expected_counts`): docs/formulas.md, "Adaptive budget".
 
 Rounds. Every round generates exactly one generation batch of B = `generation_batch_size` completions (all
 processes), so TRL's batch layout and its split across processes are unchanged: the open prompts first, in the
@@ -34,9 +33,9 @@ rewards: a critic's values, ‖s‖², reference rewards, turns; the teacher's t
 per-function normalisation, LUFFY's expert traces), and a pass@k estimator whose `passk_k` is not below the smallest
 trained group (the first grid point ≥ n_stop: a group of n ≤ k has one k-subset or none, so Â = 0).
 
-Metrics (under `dynamic_sampling/`): `generated_per_trained` (completions generated / trained completions of
-informative groups), `informative_share` (informative prompts / prompts opened), `generation_rounds`,
-`prompts_opened`, `given_up`, `mean_group_size` (trained informative groups), `filled_rows`.
+Metrics (`dynamic_sampling/`): `generated_per_trained` (generated / trained completions of informative groups),
+`informative_share` (of prompts opened), `generation_rounds`, `prompts_opened`, `given_up`, `mean_group_size`,
+`filled_rows`.
 Tests: tests/test_adaptive_budget.py.
 """
 

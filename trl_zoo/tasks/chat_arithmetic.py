@@ -22,30 +22,21 @@ chosen by `prompt_format_for(tokenizer)`; `prompts_for` rewrites the datasets):
     question_answer   "Question: What is 47 + 38?\\nAnswer:" alone
 
 and, since the model goes on after its answer ("Answer: 47 + 38 = 85\\n\\nQuestion: ..."), the reward reads the
-answer line:
-
-    reward R = [ number on the completion's first line == answer ]   (final_number with the dataset column
-                                                                     answer_first_line = True, rewards.py: the
-                                                                     number after the line's last "=", else its
-                                                                     first number)
-
-Gemma 3 270M's greedy accuracy in each format is in docs/models.md; few_shot is the one chosen (BASE_FORMAT).
+answer line: R = [ number on the completion's first line == answer ] (final_number with the dataset column
+answer_first_line = True, rewards.py: the number after the line's last "=", else its first number). few_shot is the
+one chosen (BASE_FORMAT; each format's accuracy: docs/models.md).
 
 Expert traces (`train_dataset(expert_traces=True)`, the CLI's `--expert_traces true`): the training split gains the
 column EXPERT_COLUMN, each question's worked line in the style of the few-shot answers,
 
     expert_answer = "47 + 38 = 85"          (the task's own label, `answer`, written as a worked line)
 
-for the methods that read expert answers (CHORD's SFT term and LUFFY's off-policy traces, `expert_column`). It is
-the label turned into a trace, not a stronger model's solution: no information beyond `answer` is in it. Off by
-default; the held-out split never has it.
+for the methods that read expert answers (CHORD's SFT term and LUFFY's off-policy traces, `expert_column`): the
+label as a trace, no information beyond `answer`. Off by default; the held-out split never has it.
 
-How the levels were chosen (the base model's accuracy at each, and how many groups carry reward spread):
-docs/benchmarks.md, "The real model".
-
-The default policy is the packaged SmolLM2-135M-Instruct (`smollm2-135m-instruct`, see gguf_checkpoint.py), and
-`preset()` holds the hyperparameters chosen on one GPU (LoRA r 16 on every linear layer, 16 prompts × 8
-completions a step in micro-batches of 32, 64 new tokens, learning rate 2e-4, 40 steps).
+The default policy is the packaged SmolLM2-135M-Instruct (`smollm2-135m-instruct`, see gguf_checkpoint.py);
+`preset()` holds the hyperparameters chosen on one GPU. How the levels were chosen: docs/benchmarks.md, "The real
+model".
 """
 
 from __future__ import annotations
