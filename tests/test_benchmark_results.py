@@ -438,7 +438,9 @@ def test_the_methods_page_states_each_runs_curve_its_gains_over_the_control_and_
             " / ".join(f"{100 * by_seed[s]['heldout_by_step'][step]:.1f}" for step in ("0", "20", "40")) + " %"
             for s in seeds
         )
-        gains = " / ".join(f"{100 * (by_seed[s]['accuracy_after'] - control[s]['accuracy_after']):+.1f}" for s in seeds)
+        gains = " / ".join(
+            f"{100 * (by_seed[s]['accuracy_after'] - control[s]['accuracy_after']):+.1f}" for s in seeds
+        )
         row = f"| {curves} | {gains} |"
         if name != "grpo":
             versus = PairedDifference(name, "grpo", seeds, [

@@ -23,9 +23,9 @@ from tests.trl_internals import (
     set_micro_step,
 )
 from trl_zoo.config.compute import check_length_bucketing
+from trl_zoo.config.run_plan import RunPlan
 from trl_zoo.hooks.batch_layout import trim_padding
 from trl_zoo.hooks.length_bucketing import SLOTS, SLOTS_UNBUCKETED, token_slots
-from trl_zoo.registry import AGGREGATIONS, LOSSES
 
 # prompts of 4 to 11 characters; even first numbers give zero-spread groups under half_constant_reward
 PROMPTS = ["1+2=", "23+4567=", "345+6=", "7+891011=", "12+3=", "4+56789012=", "5678+9=", "6+7="]
@@ -35,8 +35,7 @@ COMPLETION_LENGTHS = [16, 1, 9, 3, 14, 2, 6, 11, 4, 16, 1, 8, 13, 5, 2, 7]  # on
 
 def _use_loss(trainer, name):
     trainer.args.loss_type = name
-    trainer.loss_entry = LOSSES.get(name)
-    trainer.aggregate = AGGREGATIONS.get(trainer.loss_entry.spec.aggregation).fn
+    trainer.plan = RunPlan.of(trainer.args)
 
 
 def _trainer(**overrides):
@@ -129,7 +128,7 @@ def setup(request):
 def test_optimizer_steps_unchanged(setup, loss_type):
     trainer, plain, bucketed = setup
     _use_loss(trainer, loss_type)
-    check_length_bucketing(trainer.loss_entry, trainer.args)  # accepted: no ValueError
+    check_length_bucketing(trainer.plan.loss_entry, trainer.args)  # accepted: no ValueError
     _assert_same_steps(trainer, plain, bucketed)
 
 

@@ -9,6 +9,7 @@ import dataclasses
 import inspect
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -168,7 +169,7 @@ class _Recorder(Component):
 
 def _pipeline_of(names, calls):
     built = Pipeline()
-    built._components = {name: _Recorder(None, name, calls) for name in names}
+    built._components = {name: _Recorder(SimpleNamespace(plan=None), name, calls) for name in names}
     return built
 
 

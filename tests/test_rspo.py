@@ -180,7 +180,7 @@ def _spy_on_loss(trainer):
         seen.append({key: batch.extras[key].clone() for key in keys if key in batch.extras})
         return rspo_loss(batch, args)
 
-    trainer.loss_entry = replace(trainer.loss_entry, fn=spy)
+    trainer.plan = replace(trainer.plan, loss_entry=replace(trainer.plan.loss_entry, fn=spy))
     return seen
 
 

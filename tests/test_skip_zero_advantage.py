@@ -12,7 +12,8 @@ from tests.tiny import make_trainer, relative_error
 from tests.trl_internals import generate_and_score, metric_values, token_logps_and_entropies
 from trl_zoo.config.compute import check_zero_advantage_skip
 from trl_zoo.config.probes import zero_advantage_probe
-from trl_zoo.registry import AGGREGATIONS, LOSSES, Entry
+from trl_zoo.config.run_plan import RunPlan
+from trl_zoo.registry import LOSSES, Entry
 from trl_zoo.specs import LossSpec
 
 ROW_LOCAL_LOSSES = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "gmpo", "vespo", "topr"]
@@ -21,8 +22,7 @@ COUPLED = "the other sequences' terms or gradients depend on the rows with Â = 
 
 def _use_loss(trainer, name):
     trainer.args.loss_type = name
-    trainer.loss_entry = LOSSES.get(name)
-    trainer.aggregate = AGGREGATIONS.get(trainer.loss_entry.spec.aggregation).fn
+    trainer.plan = RunPlan.of(trainer.args)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def _loss_and_gradients(trainer, micro_batches, forwarded, skip):
 def test_skipping_leaves_loss_and_gradients_unchanged(setup, loss_type):
     trainer, micro_batches, forwarded = setup
     _use_loss(trainer, loss_type)
-    check_zero_advantage_skip(trainer.loss_entry, trainer.args)  # accepted: no ValueError
+    check_zero_advantage_skip(trainer.plan.loss_entry, trainer.args)  # accepted: no ValueError
     active_rows = [int((mb["advantages"] != 0).sum()) for mb in micro_batches]
     assert 0 < active_rows[0] < 8 and active_rows[1] == 0  # a mixed micro-batch, and one with nothing to train
 

@@ -26,7 +26,7 @@ def record():
             PREPARE: {"0": 4.0, "2": 2.0},
             f"{PREPARE} > transformers.generate": {"0": 3.0, "2": 1.5},
             f"{PREPARE} > {LOGPS}": {"2": 0.2},
-            "old_logps": {"2": 0.1},  # skip_on_policy_old_logps's pass, its `_generation_pass` name
+            "old_logps": {"2": 0.1},  # skip_on_policy_old_logps's pass, its `extra_pass` name
             f"old_logps > {LOGPS}": {"2": 0.09},  # inside it: not counted twice
             f"{PREPARE} > {REWARDS}": {"2": 0.01},
             "compute_loss": {"0": 0.3, "1": 0.3, "2": 0.3, "3": 0.3},

@@ -38,6 +38,7 @@ from trl import GRPOTrainer as TRLGRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .config import GRPOConfig, to_zoo_config
+from .config.run_plan import RunPlan
 from .config.vllm_engine import check_vllm_engine, vllm_engine_errors
 from .dataset_values import REFERENCE_REWARDS, check_one_format, check_prompts, check_read_columns
 from .hooks import hook_points, pipeline
@@ -48,7 +49,7 @@ from .hooks.rewards import shaped_reward_funcs
 from .hooks.trl_access import TRLSeams, check_installed_trl, set_training_method
 from .io.gguf_checkpoint import policy_path
 from .numerics import nonfinite_names
-from .registry import ADVANTAGES, AGGREGATIONS, KL_ESTIMATORS, LOSSES, SAMPLERS
+from .registry import ADVANTAGES, LOSSES, SAMPLERS
 
 _TRL_INIT = inspect.signature(TRLGRPOTrainer.__init__)  # to read a constructor argument given by position or name
 ADAPTER_LEARNING_RATE = 1e-5  # below it a learning rate is one of full fine-tuning (TRL's default: 1e-6)
@@ -185,9 +186,7 @@ class GRPOTrainer(PolicyLossStep, GenerationSeam, TRLSeams):
             args = GRPOConfig(f"{model_name.split('/')[-1]}-GRPO")
         args = to_zoo_config(args)
         model = dense_policy(model, args)
-        self.loss_entry = LOSSES.get(args.loss_type)
-        self.aggregate = AGGREGATIONS.get(args.loss_aggregation or self.loss_entry.spec.aggregation).fn
-        self.kl_estimator = KL_ESTIMATORS.get(args.kl_estimator).fn
+        self.plan = RunPlan.of(args)
         given = _TRL_INIT.bind_partial(self, model, reward_funcs, args, *positional, **kwargs).arguments
         check_train_dataset(given.get("train_dataset"), args, given.get("environment_factory"))
         self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..registry import ADVANTAGES, KL_ESTIMATORS
 from .fields import help_field, names_of
+from .run_plan import has_critic
 
 
 @dataclass
@@ -67,7 +68,7 @@ class AdvantageFields:
                 "function separately, and the KL penalty of kl_placement='reward' belongs to none of them; use "
                 "kl_placement='loss' (or 'sum_then_normalize')."
             )
-        if estimator is not None and "values" in estimator.spec.needs:
+        if has_critic(self.advantage_estimator):
             raise ValueError(
                 f"multi_objective_aggregation: 'normalize_then_sum' runs the advantage estimator on each reward "
                 f"function separately, but {self.advantage_estimator!r} needs a critic, which learns the value of the "

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..registry import ADVANTAGES, AGGREGATIONS
+from ..registry import AGGREGATIONS
 from .fields import help_field
 from .probes import row_grouping_probe, zero_advantage_probe
+from .run_plan import has_critic
 
 # Aggregations whose optimizer-step loss does not depend on how its rows are grouped into micro-batches (derived in
 # hooks/length_bucketing.py).
@@ -95,11 +96,10 @@ def check_prompt_once(args) -> None:
             "prompt_once: transformers drops the prompt's cache in gradient-checkpointed layers; set "
             "gradient_checkpointing=False (TRL's default is True) or prompt_once=False."
         )
-    estimator = args.advantage_estimator
-    if estimator is not None and "values" in ADVANTAGES.get(estimator).spec.needs:
+    if has_critic(args.advantage_estimator):
         raise ValueError(
-            f"prompt_once: the critic (advantage_estimator={estimator!r}) reads the backbone's hidden states of the "
-            f"whole sequence; set prompt_once=False."
+            f"prompt_once: the critic (advantage_estimator={args.advantage_estimator!r}) reads the backbone's hidden "
+            f"states of the whole sequence; set prompt_once=False."
         )
 
 
@@ -123,8 +123,7 @@ def check_length_bucketing(entry, args) -> None:
         reasons.append("the entropy bonus (a token mean per micro-batch)")
     if args.top_entropy_quantile < 1.0:
         reasons.append(f"top_entropy_quantile={args.top_entropy_quantile} (a quantile per micro-batch)")
-    estimator = args.advantage_estimator
-    if estimator is not None and "values" in ADVANTAGES.get(estimator).spec.needs:
+    if has_critic(args.advantage_estimator):
         reasons.append("the critic's value loss (advantage_estimator='gae': a token mean per micro-batch)")
     if reasons:
         raise ValueError(

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..registry import ADVANTAGES
 from .fields import help_field
+from .run_plan import has_critic
 
 
 @dataclass
@@ -34,15 +34,15 @@ class CriticFields:
 
     def _check_critic_fields(self) -> None:
         """The critic's ranges when an estimator needs it; its fields and gae's are refused without one."""
-        needs = ADVANTAGES.get(self.advantage_estimator).spec.needs if self.advantage_estimator else ()
-        if "values" in needs:
+        critic = has_critic(self.advantage_estimator)
+        if critic:
             if self.value_coef < 0:
                 raise ValueError(f"value_coef: must be ≥ 0, got {self.value_coef}.")
             for name in ("value_clip", "value_learning_rate"):
                 value = getattr(self, name)
                 if value is not None and value <= 0:
                     raise ValueError(f"{name}: must be > 0 (or None), got {value}.")
-        if "values" not in needs:
+        if not critic:
             for name, active in (
                 ("critic_model", self.critic_model is not None),
                 ("vapo_value_warmup_steps", self.vapo_value_warmup_steps > 0),

@@ -25,7 +25,7 @@ With `advantage_estimator=None` and `kl_placement="loss"` every call goes straig
 ‖s‖² for `optimal_baseline` needs Σ_v π(v)² per completion token. TRL's fused LM head computes it in its tiles
 (`log_sum_sq_probs`) without the full logits: at init a second fused head with that output enabled is built with
 TRL's `add_fused_lm_head` and kept aside (the model keeps TRL's head, so TRL's own passes cost nothing extra); one
-no-grad pass over the generation batch (`_generation_pass`) swaps it in and reads Σ_v π(v)² and log π (the latter
+no-grad pass over the generation batch (`extra_pass`) swaps it in and reads Σ_v π(v)² and log π (the latter
 reused for the reward KL when TRL has no old log-probs). That pass supports text models only.
 
 Logged: `advantages/mean`, `advantages/std`, `advantages/abs_max` over the scorable completions (tokens for
@@ -118,7 +118,7 @@ class Advantages(Component):
 
         global_mask = self._gather_padded(mask)
         values = None
-        if "values" in self.entry.spec.needs:
+        if self.plan.has_critic:
             values = self._gather_padded(output["old_values"])  # set by the critic hook (hooks/critic.py)
         reference = None
         if "reference_rewards" in self.entry.spec.needs:  # a dataset column (advantages/a2po.py)
@@ -169,7 +169,7 @@ class Advantages(Component):
         """log π(y_t) of the sampled tokens under the current policy, no grad (TRL's own log-prob pass)."""
         trainer = self.trainer
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(output)
-        with trainer._generation_pass("reward_kl_logps") as chunk:
+        with trainer.extra_pass("reward_kl_logps") as chunk:
             logps, _, _ = per_token_logps(
                 trainer,
                 trainer.model,
@@ -192,7 +192,7 @@ class Advantages(Component):
 
         logps, log_squares = [], []
         target = self._lm_head_owner()
-        with swapped(target, "forward", self._squares_forward), trainer._generation_pass("score_sq_norms") as chunk:
+        with swapped(target, "forward", self._squares_forward), trainer.extra_pass("score_sq_norms") as chunk:
             for rows in row_chunks(input_ids.size(0), chunk):  # the swap lasts for this pass only
                 with trainer.accelerator.autocast():
                     fused = trainer.model(

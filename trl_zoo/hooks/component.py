@@ -1,8 +1,9 @@
 """`Component`: one feature of trl_zoo's training step (dynamic sampling, the critic, length bucketing, ...).
 
 A component is built once TRL's trainer is, in the order `hooks/pipeline.py` declares, and reaches the trainer as
-`self.trainer`; what it keeps is its own (`self`), and what it needs of another component it asks the trainer's
-pipeline for by name (`trainer.pipeline.get(name)`), never through state another constructor left on the trainer.
+`self.trainer` and the run's facts derived from its config as `self.plan` (config/run_plan.py); what it keeps is its
+own (`self`), and what it needs of another component it asks the trainer's pipeline for by name
+(`trainer.pipeline.get(name)`), never through state another constructor left on the trainer.
 It takes part in a hook point by defining a method of the hook point's name; the pipeline calls it there, in the
 order the table of hooks/hook_points.py declares, while the component is `active` (a feature that is off sets it
 False once built, and then takes part in no hook point).
@@ -21,6 +22,7 @@ class Component:
 
     def __init__(self, trainer):
         self.trainer = trainer
+        self.plan = trainer.plan  # the run's facts derived from its config (config/run_plan.py)
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name!r}{'' if self.active else ' (off)'}>"

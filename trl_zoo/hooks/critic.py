@@ -6,7 +6,7 @@ frozen base; its weights, passes, loss and optimizer group are described there),
 ``critic``); off otherwise. The formulas are in `trl_zoo/critic.py`. The hook points:
 
 Generation side, around the advantages component's `replace_advantages`: before it (`before_advantages`), a no-grad
-value pass (`_generation_pass("critic_values")`) stores ``old_values`` (B, T) in the batch; the advantages component
+value pass (`extra_pass("critic_values")`) stores ``old_values`` (B, T) in the batch; the advantages component
 hands them to the estimator as ``AdvantageInputs.values`` over the global batch; after it (`after_advantages`, from
 the estimator's inputs in `scored.advantage_inputs`), the value targets (``value_targets``, Monte-Carlo λ = 1 during
 value pre-training) and, for VAPO's positive-example loss, ``positive_example`` (task reward > threshold) are added
@@ -35,7 +35,6 @@ from functools import partial
 
 import torch
 
-from ..registry import ADVANTAGES
 from .component import Component
 from .generation import ScoredRound
 from .optimizer_step import OptimizerStep, StepPhase
@@ -51,8 +50,7 @@ class Critic(Component):
 
     def __init__(self, trainer):
         super().__init__(trainer)
-        name = trainer.args.advantage_estimator
-        self.active = name is not None and "values" in ADVANTAGES.get(name).spec.needs
+        self.active = self.plan.has_critic
         self.critic = None
         if self.active:
             self.critic = ValueModel(trainer.model, trainer.accelerator, trainer.args, partial(log_metric, trainer))
@@ -71,7 +69,7 @@ class Critic(Component):
             return inner(prompts)
 
     def before_advantages(self, scored: ScoredRound) -> None:
-        with self.trainer._generation_pass("critic_values") as chunk:
+        with self.trainer.extra_pass("critic_values") as chunk:
             scored.batch["old_values"] = self.critic.old_values(scored.batch, chunk)
 
     def after_advantages(self, scored: ScoredRound) -> None:

@@ -10,7 +10,7 @@ Nothing a round produced is kept on the trainer after the round (the one window:
 reward call and read back as soon as TRL returns).
 
 Extra no-grad passes over a generation batch (old routers, log-probs for the reward KL, ‖s‖², V_old) go through
-`_generation_pass`: one chunking rule (the per-device train or eval batch size), gradient checkpointing off, no grad,
+`extra_pass`: one chunking rule (the per-device train or eval batch size), gradient checkpointing off, no grad,
 and TRL's `profiling_context`, so each shows up in TRL's profiling metrics under its own name.
 
 Tests: tests/test_generation_seam.py (hook order, `ScoredRound`, profiling), tests/test_sampling.py (batches of several
@@ -108,7 +108,7 @@ class GenerationSeam:
 
     # ------------------------------------------------------------------ extra passes
     @contextmanager
-    def _generation_pass(self, name: str) -> Iterator[int]:
+    def extra_pass(self, name: str) -> Iterator[int]:
         """The context of one extra no-grad pass over a generation batch: TRL's `profiling_context` under `name`, no
         grad, gradient checkpointing off; yields the chunk size, the per-device batch size (train or eval), which
         the pass uses for its rows (or hands to TRL's log-prob pass, `trl_access.per_token_logps`, as

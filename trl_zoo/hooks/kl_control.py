@@ -48,7 +48,7 @@ def reward_kl_penalty(trainer, output: dict, policy_logps: torch.Tensor) -> torc
     ref_logps = output.get("ref_per_token_logps")
     if trainer.args.kl_placement != "reward" or ref_logps is None:
         return None
-    per_token_kl = trainer.kl_estimator(policy_logps, ref_logps)
+    per_token_kl = trainer.plan.kl_estimator(policy_logps, ref_logps)
     return trainer.kl_coefficient * per_token_kl * loss_mask(output)
 
 

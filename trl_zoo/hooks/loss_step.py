@@ -93,7 +93,7 @@ class PolicyLossStep:
             self._guard_nonfinite_step(step.model, step.grad_norm)
         elif step.phase is StepPhase.UPDATED:
             self._update_entropy_coefficient()
-            on_optimizer_step = self.loss_entry.spec.on_optimizer_step
+            on_optimizer_step = self.plan.loss_entry.spec.on_optimizer_step
             if on_optimizer_step is not None:
                 for name, value in (on_optimizer_step(self.zoo_state, self.args, step.means) or {}).items():
                     log_metric(self, name, value)
@@ -212,7 +212,7 @@ class PolicyLossStep:
         if self.top_entropy_quantile < 1.0:
             entropy_mask = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
 
-        term = self.loss_entry.fn(batch, self.args)
+        term = self.plan.loss_entry.fn(batch, self.args)
         per_token_loss = term.loss
         if self.off_policy_mask_threshold is not None:
             sampling_logps = inputs.get("sampling_per_token_logps", batch.old_logps)
@@ -221,16 +221,16 @@ class PolicyLossStep:
             )
         if entropy_mask is not None:
             per_token_loss = per_token_loss * entropy_mask
-        if batch.sampling_ratio is not None and not self.loss_entry.spec.applies_sampling_ratio:
+        if batch.sampling_ratio is not None and not self.plan.loss_entry.spec.applies_sampling_ratio:
             per_token_loss = per_token_loss * batch.sampling_ratio
 
         per_token_kl = None
         if self.beta != 0.0 and batch.ref_logps is not None:
-            per_token_kl = self.kl_estimator(logps, batch.ref_logps)
+            per_token_kl = self.plan.kl_estimator(logps, batch.ref_logps)
             if self.args.use_bias_correction_kl:
                 log_weights = importance_log_weights(batch, self.importance_sampling_level)
                 per_token_kl = per_token_kl * importance_ratio(log_weights)
-            if self.args.kl_placement == "loss" and not self.loss_entry.spec.applies_kl:
+            if self.args.kl_placement == "loss" and not self.plan.loss_entry.spec.applies_kl:
                 per_token_loss = per_token_loss + self.kl_coefficient * per_token_kl
 
         context = AggregationContext(
@@ -241,7 +241,7 @@ class PolicyLossStep:
             max_completion_length=self.max_completion_length,
             training=mode == "train",
         )
-        loss, policy_loss = self.aggregate(per_token_loss, mask, context)
+        loss, policy_loss = self.plan.aggregate(per_token_loss, mask, context)
         terms = {"policy loss": loss}
         if per_token_kl is not None:
             terms["kl"] = torch.where(mask > 0, per_token_kl, 0.0).sum()

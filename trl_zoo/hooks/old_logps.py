@@ -13,7 +13,7 @@ generation (`old_logps_pass_skipped`, the door, around each training round's `ge
 hook point of TRL's round); right after TRL's `_prepare_inputs` built (and length bucketing re-cut) the buffer
 of micro-batches (`new_buffer`), before any optimizer update on it, each micro-batch of a later optimizer step gets
 `old_per_token_logps` from the same forward TRL uses (`trl_access.per_token_logps` on prompt + completion
-ids and masks, chunked by the per-device batch size, under `_generation_pass("old_logps")`: no grad, gradient
+ids and masks, chunked by the per-device batch size, under `extra_pass("old_logps")`: no grad, gradient
 checkpointing off, outside autocast as TRL's pass). Computed on the re-cut micro-batches, they are the log-probs of
 exactly the rows and padding the loss forward sees. The buffer then goes to the resume component, which saves it with
 them. Entries not used before the next generation (only after a resume that lost the buffer) get them too.
@@ -42,7 +42,6 @@ from __future__ import annotations
 import torch
 
 from ..config.generation_buffer import entries_trained_on_policy, vllm_correction_on
-from ..config.generation_speed import old_logps_skip_applies
 from ..sampling_correction import correction_metrics, sampling_ratio
 from .component import Component
 from .generation import ScoredRound
@@ -63,7 +62,7 @@ class OldLogps(Component):
         super().__init__(trainer)
         self.rows = 0  # rows through an old-log-prob pass in the current generation batch, this process
         # the field applies: TRL's pass is skipped at generation (`old_logps_pass_skipped`)
-        self.skip_on_policy = old_logps_skip_applies(trainer.args, bool(trainer.loss_entry.spec.requires_moe))
+        self.skip_on_policy = self.plan.skips_on_policy_old_logps
         # vLLM's correction moves with the skipped pass: later micro-batches get it here, the first step's in the loss
         self.defers_correction = self.skip_on_policy and vllm_correction_on(trainer.args)
 
@@ -95,7 +94,7 @@ class OldLogps(Component):
         trainer = self.trainer
         on_policy = entries_trained_on_policy(trainer.args, step)
         result = []
-        with trainer._generation_pass("old_logps") as chunk:
+        with trainer.extra_pass("old_logps") as chunk:
             for micro_batch, own in zip(micro_batches, on_policy):
                 if own or OLD_LOGPS in micro_batch or is_multimodal(micro_batch):
                     result.append(micro_batch)

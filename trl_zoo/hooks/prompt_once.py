@@ -108,7 +108,7 @@ def regrouping_keeps_loss(trainer) -> bool:
     from ..config.compute import check_length_bucketing
 
     try:
-        check_length_bucketing(trainer.loss_entry, trainer.args)
+        check_length_bucketing(trainer.plan.loss_entry, trainer.args)
     except ValueError:
         return False
     return True

@@ -40,7 +40,7 @@ class Router(Component):
 
     def __init__(self, trainer):
         super().__init__(trainer)
-        entry = trainer.loss_entry
+        entry = self.plan.loss_entry
         self.active = bool(entry.spec.requires_moe)
         self.routers = find_routers(trainer.model) if self.active else ()
         if self.active and not self.routers:
@@ -59,7 +59,7 @@ class Router(Component):
         trainer = self.trainer
         input_ids, attention_mask, completion_length, multimodal = forward_inputs(batch)
         with (
-            trainer._generation_pass("old_routers") as chunk,
+            trainer.extra_pass("old_routers") as chunk,
             RouterLogpsRecorder(self.routers, input_ids.size(1), completion_length) as recorder,
         ):
             per_token_logps(

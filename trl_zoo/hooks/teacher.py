@@ -34,7 +34,7 @@ loss takes its masked mean per sequence). A critic's value targets come from the
 not in V). With "self" under PEFT and `ref_reset_steps`, the teacher stays the base weights (disable_adapter), not
 the reset "ref" adapter; without PEFT it is TRL's reference model, which resets and `sync_ref_model` move.
 
-The teacher's log-probs come from one no-grad pass (`_generation_pass("teacher_logps")`, TRL's
+The teacher's log-probs come from one no-grad pass (`extra_pass("teacher_logps")`, TRL's
 `_get_per_token_logps_and_entropies`, chunked at the per-device batch size). Logged: `teacher/log_ratio` (token mean
 of log π_T − log π_old over the batch).
 """
@@ -166,7 +166,7 @@ class Teacher(Component):
     def _logps_under(self, model, name: str, output: dict) -> torch.Tensor:
         trainer = self.trainer
         input_ids, attention_mask, logits_to_keep, multimodal = forward_inputs(output)
-        with trainer._generation_pass(name) as chunk:
+        with trainer.extra_pass(name) as chunk:
             logps, _, _ = per_token_logps(
                 trainer, model, input_ids, attention_mask, logits_to_keep, batch_size=chunk, **multimodal
             )

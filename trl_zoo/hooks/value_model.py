@@ -230,7 +230,7 @@ class ValueModel:
 
     def old_values(self, batch: dict, chunk: int) -> torch.Tensor:
         """V_old(s_t) of a freshly generated batch, (B, T), in row chunks of `chunk`; the caller holds no grad and
-        gradient checkpointing off (the generation seam's `_generation_pass`)."""
+        gradient checkpointing off (the generation seam's `extra_pass`)."""
         rows = batch["completion_ids"].size(0)
         with self.active():
             values = [self.value_head(self.hidden_states(batch, part).float()) for part in row_chunks(rows, chunk)]

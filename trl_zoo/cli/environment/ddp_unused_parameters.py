@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from transformers import AutoConfig
 
-from ...registry import ADVANTAGES
+from ...config.run_plan import has_critic
 
 EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")  # how MoE configs name their expert count
 
@@ -25,8 +25,7 @@ def find_unused_parameters(training_args, model_args, model_path: str) -> bool |
     policy, no critic, a dense model), else None (transformers decides)."""
     if training_args.ddp_find_unused_parameters is not None or not model_args.use_peft:
         return training_args.ddp_find_unused_parameters
-    estimator = training_args.advantage_estimator
-    if estimator and "values" in ADVANTAGES.get(estimator).spec.needs:
+    if has_critic(training_args.advantage_estimator):
         return None
     return None if has_experts(model_path, model_args.model_revision, training_args.trust_remote_code) else False
 
