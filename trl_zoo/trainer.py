@@ -189,7 +189,7 @@ class GRPOTrainer(PolicyLossStep, GenerationSeam, TRLSeams):
         self.plan = RunPlan.of(args)
         given = _TRL_INIT.bind_partial(self, model, reward_funcs, args, *positional, **kwargs).arguments
         check_train_dataset(given.get("train_dataset"), args, given.get("environment_factory"))
-        self.zoo_state: dict = {}  # persistent algorithm state (adaptive coefficients), saved with checkpoints
+        self.loss_state: dict = {}  # the loss entry's own state (`LossSpec.on_optimizer_step`), saved with checkpoints
         reward_funcs, args, positional, kwargs = shaped_reward_funcs(reward_funcs, args, positional, kwargs)
         check_vllm_engine(args)
         with reference_for_model_object(model, args, given), vllm_engine_errors(args):

@@ -47,7 +47,7 @@ from .component import Component
 from .model_inputs import loss_mask
 from .trl_access import log_metric, pad_token_id, without_unused_columns
 
-PROMPT_BATCHES_DRAWN = "dynamic_sampling/prompt_batches_drawn"  # zoo_state key: position in the prompt stream
+PROMPT_BATCHES_DRAWN = "dynamic_sampling/prompt_batches_drawn"  # state key: position in the prompt stream
 
 
 class DynamicSampling(Component):
@@ -60,6 +60,11 @@ class DynamicSampling(Component):
         name = trainer.args.dynamic_sampling
         self.sampler = SAMPLERS.get(name).fn if name else None  # the sampler table's function, or None
         self._prompt_stream = None  # the sampler's own generation batches, made on first use
+
+    def owns_state(self, key: str) -> bool:
+        """Its own keys ("dynamic_sampling/...") and the sampler's ("<sampler>/...")."""
+        owner = key.split("/", 1)[0]
+        return owner == self.name or owner in SAMPLERS.names()
 
     # ------------------------------------------------------------------ dynamic sampling
     def generation_batch(self, inner, inputs) -> dict:
@@ -106,11 +111,10 @@ class DynamicSampling(Component):
 
     def next_prompt_batch(self) -> list:
         """This process's slice of the next generation batch of the sampler's own prompt stream."""
-        trainer = self.trainer
-        drawn = trainer.zoo_state.get(PROMPT_BATCHES_DRAWN, 0)
-        if self._prompt_stream is None:  # a resumed run skips what the checkpointed run drew (zoo_state is saved)
+        drawn = self.state.get(PROMPT_BATCHES_DRAWN, 0)
+        if self._prompt_stream is None:  # a resumed run skips what the checkpointed run drew (the state is saved)
             self._prompt_stream = self._local_generation_batches(skip=drawn)
-        trainer.zoo_state[PROMPT_BATCHES_DRAWN] = drawn + 1
+        self.state[PROMPT_BATCHES_DRAWN] = drawn + 1
         return [dict(row) if isinstance(row, dict) else row for row in next(self._prompt_stream)]
 
     def _local_generation_batches(self, skip: int = 0):
@@ -178,7 +182,7 @@ class TrainerSamplingSession:
         self._prompt_batches = sampling.next_prompt_batch
         self.group_size = trainer.num_generations
         self.num_groups = trainer.args.generation_batch_size // self.group_size
-        self.state = trainer.zoo_state
+        self.state = sampling.state  # the sampler's own keys, "<sampler>/...", kept with dynamic sampling's
         self.local_size = len(first_inputs)
         self._first_inputs = first_inputs  # not generated until a sampler reads `rounds` or draws them
         self._rounds: list[Round] = []

@@ -9,8 +9,8 @@
   that step's micro-batches and processes (`StepMeans`), the rule ``kl_controller`` names:
   "doubling" β ← 2β if KL > 1.5·target, β ← β/2 if KL < target/1.5; "proportional" β ← β·(1 + K·clip(KL/target
   − 1, ±0.2)).
-  β lives in ``zoo_state["kl_coef"]``, read by the loss (placement "loss") and by the reward penalty (placement
-  "reward").
+  β is this component's (`KLControl.beta`, saved as its state "kl_coef"), read by the loss (placement "loss") and by
+  the reward penalty (placement "reward").
 - ``ref_reset_steps`` (ProRL, arXiv:2505.24864): every N optimizer steps the reference becomes the current policy.
   With a separate reference model its weights are copied (TRL's `SyncRefModelCallback.sync_target_model` with
   α = 1). With PEFT and no reference model, the active adapter is copied into a frozen adapter named "ref" (created
@@ -49,7 +49,7 @@ def reward_kl_penalty(trainer, output: dict, policy_logps: torch.Tensor) -> torc
     if trainer.args.kl_placement != "reward" or ref_logps is None:
         return None
     per_token_kl = trainer.plan.kl_estimator(policy_logps, ref_logps)
-    return trainer.kl_coefficient * per_token_kl * loss_mask(output)
+    return trainer.pipeline.get("kl_control").beta * per_token_kl * loss_mask(output)
 
 
 class KLControl(Component):
@@ -65,27 +65,42 @@ class KLControl(Component):
         if args.ref_reset_steps is not None:
             check_reference_resets(trainer)
         if args.kl_target is not None:
-            trainer.zoo_state["kl_coef"] = float(trainer.beta)
+            self.state["kl_coef"] = float(trainer.beta)
+
+    STATE_KEYS = ("kl_coef", "ref_resets")
+
+    def owns_state(self, key: str) -> bool:
+        return key in self.STATE_KEYS
+
+    @property
+    def beta(self) -> float:
+        """β now: the adaptive controller's value, else the configured `beta`."""
+        return self.state.get("kl_coef", self.trainer.beta)
+
+    @property
+    def reference_resets(self) -> int:
+        """How many times `ref_reset_steps` has made the reference the current policy."""
+        return self.state.get("ref_resets", 0)
 
     # ------------------------------------------------------------------ after each optimizer step
     def on_optimizer_step(self, step: OptimizerStep):
         if step.phase is not StepPhase.UPDATED:
             return
         trainer, args = self.trainer, self.trainer.args
-        zoo_state, global_step, step_means = trainer.zoo_state, step.global_step, step.means
+        state, global_step, step_means = self.state, step.global_step, step.means
         if args.kl_target is not None:
             if "kl" in step_means:  # the loss step's KL(π_θ ‖ π_ref), token mean over the step
-                beta, kl, target = zoo_state["kl_coef"], step_means["kl"], args.kl_target
+                beta, kl, target = state["kl_coef"], step_means["kl"], args.kl_target
                 if args.kl_controller == "proportional":
                     beta = proportional_kl_coefficient(beta, kl, target, args.kl_controller_gain)
                 else:
                     beta = adaptive_kl_coefficient(beta, kl, target)
-                zoo_state["kl_coef"] = beta
-            log_metric(trainer, "kl_coef", zoo_state["kl_coef"])
+                state["kl_coef"] = beta
+            log_metric(trainer, "kl_coef", state["kl_coef"])
         if args.ref_reset_steps is not None and global_step % args.ref_reset_steps == 0:
             reset_reference(trainer)
-            zoo_state["ref_resets"] = zoo_state.get("ref_resets", 0) + 1
-            log_metric(trainer, "ref_resets", float(zoo_state["ref_resets"]))
+            state["ref_resets"] = self.reference_resets + 1
+            log_metric(trainer, "ref_resets", float(state["ref_resets"]))
 
 
 def check_reference_resets(trainer) -> None:

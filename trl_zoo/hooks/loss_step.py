@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -95,7 +97,7 @@ class PolicyLossStep:
             self._update_entropy_coefficient()
             on_optimizer_step = self.plan.loss_entry.spec.on_optimizer_step
             if on_optimizer_step is not None:
-                for name, value in (on_optimizer_step(self.zoo_state, self.args, step.means) or {}).items():
+                for name, value in (on_optimizer_step(self.loss_state, self.args, step.means) or {}).items():
                     log_metric(self, name, value)
         self.pipeline.event(hook_points.ON_OPTIMIZER_STEP, step)
 
@@ -192,13 +194,23 @@ class PolicyLossStep:
             entropies=forward.entropies,
             sampling_ratio=sampling_ratio,
             extras=extras,
-            state=self.zoo_state,
+            state=self.loss_state,
         )
 
     @property
     def kl_coefficient(self) -> float:
-        """β now: the configured `beta`, or the adaptive controller's value."""
-        return self.zoo_state.get("kl_coef", self.beta)
+        """β now, KL control's (`KLControl.beta`: the adaptive controller's value, else the configured `beta`)."""
+        return self.pipeline.get("kl_control").beta
+
+    @property
+    def zoo_state(self) -> Mapping:
+        """What a checkpoint saves of trl_zoo's algorithm state, read-only: every component's own (`Component.state`)
+        and the loss entry's (`loss_state`), in one dict of distinct keys."""
+        return MappingProxyType({**self.pipeline.saved_state(), **self.loss_state})
+
+    def restore_zoo_state(self, saved: Mapping) -> None:
+        """Each saved key back to its owner: the component that `owns_state` it, else the loss entry's state."""
+        self.loss_state.update(self.pipeline.restore_state(saved))
 
     def _policy_loss(self, model, inputs) -> tuple[torch.Tensor, PolicyForward]:
         """The policy loss of the micro-batch (module docstring) and the policy forward it was computed from."""

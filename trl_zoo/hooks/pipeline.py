@@ -67,6 +67,21 @@ class Pipeline:
         """The component `name` (on or off), None before the trainer is built."""
         return self._components.get(name)
 
+    def saved_state(self) -> dict:
+        """Every component's `state`, in one dict (their keys are distinct)."""
+        merged: dict = {}
+        for component in self._components.values():
+            merged.update(component.state)
+        return merged
+
+    def restore_state(self, saved) -> dict:
+        """Each key of `saved` into the state of the component that `owns_state` it; returns the keys none owns."""
+        unowned = {}
+        for key, value in saved.items():
+            owner = next((c for c in self._components.values() if c.owns_state(key)), None)
+            (unowned if owner is None else owner.state)[key] = value
+        return unowned
+
     def active(self) -> list[str]:
         """The names of the components that take part in this run, in build order."""
         return [name for name, component in self._components.items() if component.active]

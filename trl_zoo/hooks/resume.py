@@ -4,9 +4,9 @@ transformers saves the model (every PEFT adapter, the frozen reference adapter "
 back), the optimizer, the scheduler and the RNG states; TRL adds its entropy controller. What neither saves, and
 this component does, in the checkpoint folder:
 
-- ``trl_zoo_state.pt``: ``zoo_state``, the algorithm state every hook keeps there (adaptive KL coefficient
-  ``kl_coef``, ppo_kl's β, the reference-reset count, the dynamic-sampling prompt-stream position, greso's prompt
-  history, exploration probabilities and decision counter), TRL's
+- ``trl_zoo_state.pt``: ``zoo_state``, every component's own state and the loss entry's, in one dict (KL control's
+  adaptive ``kl_coef`` and reference-reset count, ppo_kl's β, the dynamic-sampling prompt-stream position, greso's
+  prompt history, exploration probabilities and decision counter), handed back key by key to its owner, TRL's
   micro-step counter ``_step``, which decides when the next generation batch is sampled, and the settings the
   checkpoint's files are laid out by (``hooks/checkpoint_settings.py``);
 - ``trl_zoo_buffer_{process}.pt``, one per process, only when the checkpoint falls inside a generation cycle
@@ -188,7 +188,7 @@ class Resume(Component):
             )
             return
         saved = torch.load(state_path, map_location=trainer.accelerator.device, weights_only=True)
-        trainer.zoo_state.update(saved["zoo_state"])
+        trainer.restore_zoo_state(saved["zoo_state"])
         set_generation_buffer(trainer, generation_buffer(trainer), step=saved["trl_step"])
         buffer_path = os.path.join(checkpoint, BUFFER_FILE.format(process=trainer.accelerator.process_index))
         if inside_generation_cycle(trainer.args, micro_step(trainer)):
@@ -209,5 +209,5 @@ class Resume(Component):
 
     def _reference_has_moved(self) -> bool:
         trainer = self.trainer
-        moved = trainer.zoo_state.get("ref_resets", 0) > 0 or trainer.args.sync_ref_model
+        moved = trainer.pipeline.get("kl_control").reference_resets > 0 or trainer.args.sync_ref_model
         return moved and trainer.ref_model is not None
