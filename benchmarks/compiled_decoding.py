@@ -1,6 +1,6 @@
 """What compiled decoding costs and saves in TRL's `model.generate` path, per configuration, one process each.
 
-`compile_generation` (trl_zoo/hooks/generation_speed.py) turns on transformers' compiled decoding with a static
+`compile_generation` (trl_zoo/components/generation_speed.py) turns on transformers' compiled decoding with a static
 KV cache. This measures, on the real-model task's prompts (or the tiny model on a CPU), for each configuration:
 
 - the first `generate` call (it pays the compile) and the median of the later ones (steady state), in seconds,
@@ -22,7 +22,7 @@ generates outside the training step's autocast, so its decoding runs in the weig
 `eager_peft_fp32_autocast`, `inductor_peft_fp32_autocast`: float32 weights decoding under bf16 autocast, what
 `generation_autocast` does. `cuda_graph`, `cuda_graph_peft`, `cuda_graph_peft_fp32`,
 `cuda_graph_peft_fp32_autocast`: the same models decoding through trl_zoo's CUDA graph of the decode step
-(`compile_generation_backend="cuda_graph"`, trl_zoo/hooks/decode_graph.py: no torch.compile), with its counts of
+(`compile_generation_backend="cuda_graph"`, trl_zoo/components/decode_graph.py: no torch.compile), with its counts of
 captures, replays and eager steps.
 
 Every call generates exactly `--new_tokens` tokens for `--batch` prompts (EOS suppressed by `min_new_tokens`), the
@@ -62,7 +62,8 @@ class Config(NamedTuple):
     autocast: bool = False  # generate under bf16 autocast (trl_zoo's generation_autocast)
 
 
-# `Config.compile` meaning trl_zoo's CUDA graph of the decode step (trl_zoo/hooks/decode_graph.py), no torch.compile
+# `Config.compile` meaning trl_zoo's CUDA graph of the decode step (trl_zoo/components/decode_graph.py), no
+# torch.compile
 CUDA_GRAPH = {"trl_zoo": "cuda_graph"}
 
 CONFIGS: dict[str, Config] = {

@@ -180,7 +180,7 @@ def command(task: str, flags: list[str], seed: int, out: Path, extra: list[str],
 
 def resumable(out: Path) -> bool:
     """Whether an earlier invocation left this run a complete checkpoint to go on from."""
-    from trl_zoo.hooks.resume import last_complete_checkpoint
+    from trl_zoo.components.resume import last_complete_checkpoint
 
     return out.is_dir() and last_complete_checkpoint(str(out), lambda *_: None) is not None
 

@@ -107,8 +107,8 @@ COMPILED = ["--compile_generation", "true"]
 # CUDA graphs of the traced decoding without inductor's kernel generation: the compile of 19-38 s (second study) is
 # most of what compiled decoding cost on this ~2-minute task
 CUDAGRAPHS = [*COMPILED, "--compile_generation_backend", "cudagraphs"]
-# the decode step recorded as a CUDA graph by trl_zoo once per generation batch (hooks/decode_graph.py): no tracing,
-# no inductor, a capture costs one eager step
+# the decode step recorded as a CUDA graph by trl_zoo once per generation batch (components/decode_graph.py): no
+# tracing, no inductor, a capture costs one eager step
 CUDA_GRAPH = [*COMPILED, "--compile_generation_backend", "cuda_graph"]
 # the frozen base loaded in bf16 (TRL's own ModelConfig field; its default is float32). TRL generates outside the
 # training step's autocast, so with the default every decoding matmul runs in fp32: the step breakdown measured the
@@ -128,7 +128,7 @@ CONTENDERS: dict[str, list[str]] = {
     "trl_zoo": [],
     # compute in proportion: greso's dynamic sampling, no forward/backward for zero-advantage rows, length buckets
     "greso_skip_bucket": COMPUTE,
-    # the LoRA adapter merged into the weights while `model.generate` runs (trl_zoo/hooks/generation_speed.py)
+    # the LoRA adapter merged into the weights while `model.generate` runs (trl_zoo/components/generation_speed.py)
     "merged": MERGED,
     "merged_greso_skip_bucket": MERGED + COMPUTE,
     # TRL's transformers continuous batching (GRPOConfig.use_transformers_continuous_batching; trl.GRPOTrainer.
@@ -155,7 +155,7 @@ CONTENDERS: dict[str, list[str]] = {
     # the first study's winner (merged) with half the generation batches and no extra sampling rounds
     "merged_two_steps": MERGED + TWO_STEPS,
     # transformers' compiled decoding (static cache, CUDA graphs) in TRL's model.generate path, which TRL turns off
-    # (trl_zoo/hooks/generation_speed.py); the first batches pay the compile
+    # (trl_zoo/components/generation_speed.py); the first batches pay the compile
     "compiled": COMPILED,
     "merged_compiled": MERGED + COMPILED,
     "merged_compiled_two_steps": MERGED + COMPILED + TWO_STEPS,

@@ -15,10 +15,10 @@ import importlib.util
 import sys
 
 import torch
+from lora_math import load_math_dataset, to_prompts  # examples/lora_math.py, next to this file
 from peft import LoraConfig
 from transformers import AutoTokenizer, BitsAndBytesConfig
 
-from lora_math import load_math_dataset, to_prompts  # examples/lora_math.py, next to this file
 from trl_zoo import GRPOConfig, GRPOTrainer
 from trl_zoo.tasks.evaluation import HeldOutAccuracyCallback, greedy_accuracy
 from trl_zoo.tasks.rewards import final_number_reward

@@ -11,7 +11,7 @@ import yaml
 from peft import LoraConfig
 
 import trl_zoo
-import trl_zoo.hooks.rewards
+import trl_zoo.components.rewards
 from tests.tiny import config_kwargs, make_trainer, prompts_dataset, with_reference_rewards
 from tests.trl_internals import completions_log, generate_and_score
 from trl_zoo.advantages import AdvantageInputs, nan_std, reward_decoupled_advantages
@@ -315,8 +315,8 @@ def test_normalize_then_sum_runs_the_estimator_on_each_reward_then_whitens_the_s
         trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, advantage_estimator="rloo", reward_funcs=GDPO_REWARDS,
         reward_weights=[2.0, 1.0], multi_objective_aggregation="normalize_then_sum",
     )
-    scored_rewards, seen = trl_zoo.hooks.rewards.Rewards.scored_rewards, []
-    monkeypatch.setattr(trl_zoo.hooks.rewards.Rewards, "scored_rewards",
+    scored_rewards, seen = trl_zoo.components.rewards.Rewards.scored_rewards, []
+    monkeypatch.setattr(trl_zoo.components.rewards.Rewards, "scored_rewards",
                         lambda *a, **k: seen.append(scored_rewards(*a, **k)) or seen[-1])
     advantages = generate(trainer)["advantages"]
     rewards = seen[-1]  # (N, 2), NaN where the length reward returned None

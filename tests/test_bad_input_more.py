@@ -15,8 +15,8 @@ import trl_zoo
 from tests import tiny
 from tests.tiny import config_kwargs, digit_reward, make_trainer
 from trl_zoo.cli import main
-from trl_zoo.hooks.checkpoint_integrity import CorruptCheckpointError
-from trl_zoo.hooks.prompt_length import PromptTooLongError, check_prompt_lengths
+from trl_zoo.components.checkpoint_integrity import CorruptCheckpointError
+from trl_zoo.components.prompt_length import PromptTooLongError, check_prompt_lengths
 from trl_zoo.tasks.tiny import build_tiny_causal_lm
 
 

@@ -17,7 +17,7 @@ from trl_zoo.cli import main
 from trl_zoo.cli.errors import ConfigError
 from trl_zoo.cli.report.run_log import RunLog, read_records
 from trl_zoo.cli.rewards.reward_names import resolve_reward
-from trl_zoo.hooks.rewards import RewardOutputError, check_reward_shape
+from trl_zoo.components.rewards import RewardOutputError, check_reward_shape
 from trl_zoo.io.gguf_checkpoint import GGUFError, dense_checkpoint
 
 from . import tiny

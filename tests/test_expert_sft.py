@@ -1,7 +1,7 @@
-"""CHORD's SFT term on expert demonstrations inside the RL step (trl_zoo/expert_sft.py, trl_zoo/hooks/expert_sft.py,
-trl_zoo/config/expert_sft.py): μ's schedule and the (φ-weighted) SFT loss against transcriptions of the authors'
-code, the combined loss's value and gradient on a tiny model against closed forms, the demonstrations' path through
-the batch, the refusals, and training runs.
+"""CHORD's SFT term on expert demonstrations inside the RL step (trl_zoo/expert_sft.py,
+trl_zoo/components/expert_sft.py, trl_zoo/config/expert_sft.py): μ's schedule and the (φ-weighted) SFT loss against
+transcriptions of the authors' code, the combined loss's value and gradient on a tiny model against closed forms, the
+demonstrations' path through the batch, the refusals, and training runs.
 
 The reference, transcribed below (the `reference_*` functions): the CHORD authors' framework, modelscope/Trinity-RFT,
 commit b458e2c26ff13b2f538ecbc819a2e0a40e98fc73, trinity/algorithm/policy_loss_fn/chord_policy_loss.py

@@ -20,7 +20,7 @@ import trl_zoo
 from tests import tiny
 from tests.trl_internals import AfterGenerationBatch, replace_decoding
 from trl_zoo.advantages import AdvantageInputs, Turns
-from trl_zoo.hooks.turns import environment_turn_rewards, turns_of
+from trl_zoo.components.turns import environment_turn_rewards, turns_of
 
 GIGPO = trl_zoo.ADVANTAGES.get("gigpo").fn
 

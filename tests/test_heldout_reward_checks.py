@@ -1,8 +1,8 @@
 """A reward called outside training, by the held-out evaluation or by pass@k, goes through training's checks
-(`hooks/rewards.checked_rewards`) and its watchdog (`hooks/reward_watchdog.py`): NaN or ±inf is one line naming the
-function (or, with nan_rewards='drop', a warning and an unscored completion), an output that is not one number or
-None per completion is one line naming the function, a reward still running gets its line, and one still running at
-`reward_timeout` stops the evaluation."""
+(`components/rewards.checked_rewards`) and its watchdog (`components/reward_watchdog.py`): NaN or ±inf is one line
+naming the function (or, with nan_rewards='drop', a warning and an unscored completion), an output that is not one
+number or None per completion is one line naming the function, a reward still running gets its line, and one still
+running at `reward_timeout` stops the evaluation."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from datasets import Dataset
 
 from trl_zoo.cli.train import heldout_accuracy
+from trl_zoo.components.rewards import RewardOutputError
 from trl_zoo.hooks import reward_watchdog
-from trl_zoo.hooks.rewards import RewardOutputError
 from trl_zoo.tasks.evaluation import greedy_evaluation
 from trl_zoo.tasks.pass_at_k import sampled_right_counts
 

@@ -18,6 +18,7 @@ LAYERS = (
                 "sampling_correction")),
     ("config", ("config",)),
     ("hooks", ("hooks",)),
+    ("components", ("components",)),
     ("io", ("io",)),
     ("trainer", ("trainer",)),
     ("tasks", ("tasks",)),

@@ -155,3 +155,15 @@ def test_the_command_line_reads_in_steps_no_function_over_80_lines_and_the_train
     assert not long, f"functions over {LONGEST_CLI_FUNCTION} lines: split them into steps: {long}"
     lines = len((cli / "train" / "command.py").read_text().splitlines())
     assert lines <= LONGEST_TRAIN_MODULE, f"cli/train/command.py has {lines} lines; move a step into its own module"
+
+
+def test_each_component_is_one_file_of_components_named_as_its_class_and_its_pipeline_name():
+    from trl_zoo.components import COMPONENTS
+    from trl_zoo.hooks.component import Component
+
+    for component in COMPONENTS:
+        assert issubclass(component, Component)
+        assert component.__module__ == f"trl_zoo.components.{component.name}", component
+        assert component.__name__.lower() == component.name.replace("_", ""), component
+    hooks = {path.stem for path in (ROOT / "trl_zoo" / "hooks").glob("*.py")}
+    assert not hooks & {component.name for component in COMPONENTS}

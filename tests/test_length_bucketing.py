@@ -22,10 +22,10 @@ from tests.trl_internals import (
     replace_generate_and_score,
     set_micro_step,
 )
+from trl_zoo.components.length_bucketing import SLOTS, SLOTS_UNBUCKETED, token_slots
 from trl_zoo.config.compute import check_length_bucketing
 from trl_zoo.config.run_plan import RunPlan
 from trl_zoo.hooks.batch_layout import trim_padding
-from trl_zoo.hooks.length_bucketing import SLOTS, SLOTS_UNBUCKETED, token_slots
 
 # prompts of 4 to 11 characters; even first numbers give zero-spread groups under half_constant_reward
 PROMPTS = ["1+2=", "23+4567=", "345+6=", "7+891011=", "12+3=", "4+56789012=", "5678+9=", "6+7="]
@@ -173,7 +173,7 @@ def test_prepare_inputs_returns_the_bucketed_buffer_for_every_iteration():
     set_micro_step(trainer, 0)
     torch.manual_seed(3)
     first = prepare_micro_batch(trainer, None)
-    buffer = buffered_micro_batches(trainer)  # what hooks/resume.py saves inside the generation cycle
+    buffer = buffered_micro_batches(trainer)  # what components/resume.py saves inside the generation cycle
     assert first is buffer[0]
     torch.manual_seed(3)
     plain = split_tensor_dict(shuffle_sequence_dict(generate(None)), 4)

@@ -141,7 +141,7 @@ def test_router_statistics_keep_to_generations_logits():
 def test_a_trl_zoo_pass_with_full_logits_would_be_caught(monkeypatch):
     """Negative control: the reward-KL pass rewritten naively (an ordinary forward, then log-softmax) builds
     [rows · T, V] logits inside the training step, and the check above would fail on it."""
-    from trl_zoo.hooks.advantages import Advantages
+    from trl_zoo.components.advantages import Advantages
     from trl_zoo.hooks.model_inputs import forward_inputs
 
     def naive_policy_logps(self, output):

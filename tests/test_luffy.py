@@ -1,4 +1,4 @@
-"""LUFFY (trl_zoo/losses/luffy.py, trl_zoo/hooks/luffy.py): the mixed-policy loss against a transcription of the
+"""LUFFY (trl_zoo/losses/luffy.py, trl_zoo/components/luffy.py): the mixed-policy loss against a transcription of the
 authors' loss on random tensors, the expert traces in their group slots of a tiny model's training round (rewarded by
 the reward functions, the advantages of the mixed groups), a training step, the refusals.
 

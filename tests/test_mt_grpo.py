@@ -23,7 +23,7 @@ import trl_zoo
 from tests import tiny
 from tests.test_gigpo import FIRST_TURNS, SECOND_TURNS, LookOrPeek, trained_two_turn_batch
 from trl_zoo.advantages import AdvantageInputs, Turns
-from trl_zoo.hooks.turns import turns_of
+from trl_zoo.components.turns import turns_of
 
 MT_GRPO = trl_zoo.ADVANTAGES.get("mt_grpo").fn
 GRPO = trl_zoo.ADVANTAGES.get("grpo").fn

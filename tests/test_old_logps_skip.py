@@ -18,6 +18,7 @@ import trl_zoo
 from tests import tiny
 from tests.trl_internals import buffered_micro_batches, metric_values, prepare_micro_batch
 from trl_zoo import GRPOConfig
+from trl_zoo.components.old_logps import OLD_LOGPS, ROWS
 from trl_zoo.config.generation_buffer import (
     buffer_entry,
     entries_trained_on_policy,
@@ -28,7 +29,6 @@ from trl_zoo.config.generation_buffer import (
 )
 from trl_zoo.config.generation_speed import old_logps_skip_applies
 from trl_zoo.hooks import trl_access
-from trl_zoo.hooks.old_logps import OLD_LOGPS, ROWS
 
 ACCUMULATION, STEPS_PER_GENERATION, ROWS_PER_MICRO_BATCH = 2, 4, 4
 BATCH_ROWS = STEPS_PER_GENERATION * ROWS_PER_MICRO_BATCH

@@ -16,10 +16,11 @@ import pytest
 import trl_zoo
 from tests.test_kl import lora
 from tests.tiny import make_trainer, prompts_dataset
+from trl_zoo.components import COMPONENTS
 from trl_zoo.hooks import hook_points, pipeline
 from trl_zoo.hooks.component import Component
 from trl_zoo.hooks.hook_points import CHAIN, EVENT, HOOKS, WRAP, walk
-from trl_zoo.hooks.pipeline import COMPONENTS, Pipeline
+from trl_zoo.hooks.pipeline import Pipeline
 
 PACKAGE = str(Path(trl_zoo.__file__).parent)
 

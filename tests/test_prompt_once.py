@@ -19,8 +19,8 @@ from tests.trl_internals import (
     token_logps_and_entropies,
     trl_own_token_logps_and_entropies,
 )
+from trl_zoo.components.prompt_once import SLOTS, SLOTS_UNSHARED, prompt_groups
 from trl_zoo.hooks.model_inputs import forward_inputs
-from trl_zoo.hooks.prompt_once import SLOTS, SLOTS_UNSHARED, prompt_groups
 
 PROMPTS = ["1+2=", "23+4567=", "345+6=", "7+891011="]  # 4 to 9 characters: left padding differs per prompt
 MAX_COMPLETION = 12

@@ -12,8 +12,8 @@ from peft import LoraConfig
 import trl_zoo
 from tests.tiny import digit_reward, make_trainer
 from tests.trl_internals import micro_step
-from trl_zoo.hooks.dynamic_sampling import PROMPT_BATCHES_DRAWN
-from trl_zoo.hooks.resume import BUFFER_FILE, REFERENCE_FILE, STATE_FILE
+from trl_zoo.components.dynamic_sampling import PROMPT_BATCHES_DRAWN
+from trl_zoo.components.resume import BUFFER_FILE, REFERENCE_FILE, STATE_FILE
 from trl_zoo.losses.ppo_kl import BETA
 
 # wall-clock measurements and whole-run averages (train_loss averages the steps this trainer ran)

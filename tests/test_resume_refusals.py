@@ -16,8 +16,8 @@ import trl_zoo
 from tests import tiny
 from tests.tiny import make_trainer
 from trl_zoo.cli import main
-from trl_zoo.hooks.checkpoint_integrity import CheckpointError, CorruptCheckpointError
-from trl_zoo.hooks.checkpoint_settings import check_same_settings
+from trl_zoo.components.checkpoint_integrity import CheckpointError, CorruptCheckpointError
+from trl_zoo.components.checkpoint_settings import check_same_settings
 
 
 def lora(r=4):
@@ -258,7 +258,7 @@ def test_a_random_state_file_another_process_wrote_is_named_when_missing(tmp_pat
                                                                          world_size, missing):
     """transformers resumes without this process's rng_state file with other random numbers, saying so at info
     level only; the resume layer warns in one line naming the file."""
-    from trl_zoo.hooks.checkpoint_integrity import missing_rng_state
+    from trl_zoo.components.checkpoint_integrity import missing_rng_state
 
     for name in files:
         (tmp_path / name).write_bytes(b"")

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from trl_zoo.cli import main
-from trl_zoo.hooks.rewards import RewardOutputError
+from trl_zoo.components.rewards import RewardOutputError
 from trl_zoo.tasks.evaluation import greedy_accuracy
 
 from . import tiny

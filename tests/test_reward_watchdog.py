@@ -11,7 +11,7 @@ import time
 import pytest
 
 from trl_zoo import GRPOConfig, GRPOTrainer
-from trl_zoo.hooks.reward_watchdog import RewardTimeoutError, watched
+from trl_zoo.components.reward_watchdog import RewardTimeoutError, watched
 
 from . import tiny
 

@@ -189,7 +189,7 @@ def test_a_run_under_the_vllm_recipe_asks_vllm_for_no_text_and_skips_half_the_ol
     import math
 
     from tests import vllm_stand_in
-    from trl_zoo.hooks.old_logps import ROWS
+    from trl_zoo.components.old_logps import ROWS
 
     stand_in = vllm_stand_in.install(monkeypatch)
     trainer = tiny.make_trainer(

@@ -1,5 +1,5 @@
-"""The teacher's per-token signal in the advantages (hooks/teacher.py): its formula by hand, its relation to the k1
-KL in the reward, its refusals, and a short LoRA training run."""
+"""The teacher's per-token signal in the advantages (components/teacher.py): its formula by hand, its relation to the
+k1 KL in the reward, its refusals, and a short LoRA training run."""
 
 import math
 
@@ -191,7 +191,7 @@ def test_template_refusals():
 
 
 def test_chat_prompt_template_goes_into_the_last_user_message():
-    from trl_zoo.hooks.teacher import teacher_prompt
+    from trl_zoo.components.teacher import teacher_prompt
 
     row = {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3?"}], "answer": "5"}
     templated = teacher_prompt("{prompt} (The answer is {answer}.)", row)

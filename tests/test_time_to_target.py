@@ -581,20 +581,20 @@ def test_cpu_smoke_flags_keep_the_levers():
 
 
 # the levers whose code paths no faster test covers run by default; the rest (a TRL field alone, torch's cudagraphs
-# backend, bf16 weights: each covered by its own unit tests) with -m soak, to keep the suite near 10 minutes
+# backend, bf16 weights, decoding under autocast: each covered by its own tests) with -m soak, to keep the suite short
 SOAK = pytest.mark.soak
 
 
 @pytest.mark.parametrize("contenders", [
     "continuous_batching_bounded", "merged_static_cache", pytest.param("two_steps_per_generation", marks=SOAK),
     "continuous_batching_compiled", pytest.param("merged_cudagraphs_two_steps", marks=SOAK),
-    pytest.param("merged_bf16_two_steps", marks=SOAK), "merged_autocast_two_steps",
+    pytest.param("merged_bf16_two_steps", marks=SOAK), pytest.param("merged_autocast_two_steps", marks=SOAK),
 ])
 @needs_packaged_model
 def test_cpu_smoke_of_the_generation_levers(contenders, tmp_path, capsys):
     """The generation levers run end to end on the CPU, one contender a test (TRL's reference record made up and
     reused by --resume); continuous_batching_compiled is skipped there with a line. Every contender ran this way
-    once by hand (docs/benchmarks.md); three run only with -m soak."""
+    once by hand (docs/benchmarks.md); four run only with -m soak."""
     run_dir = tmp_path / "seed0" / "trl"
     run_dir.mkdir(parents=True)
     (run_dir / "record.jsonl").write_text(json.dumps(reference_line(training_seconds=1000.0)) + "\n")

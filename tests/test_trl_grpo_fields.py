@@ -12,7 +12,7 @@ from trl import DatasetMixtureConfig, get_dataset
 from trl.scripts.grpo import make_parser as trl_grpo_parser
 
 import trl_zoo.cli.train.command
-import trl_zoo.hooks.rewards
+import trl_zoo.components.rewards
 from trl_zoo.cli import main
 from trl_zoo.cli.arguments.train_arguments import parse_train_args
 from trl_zoo.cli.errors import ConfigError
@@ -97,8 +97,8 @@ def test_a_trl_grpo_yaml_runs_with_reward_model_trl_reward_eval_split_and_trust_
     monkeypatch.setattr(trl_zoo.cli.train.command, "prepare_training",
                         lambda *a, **k: setups.append(prepare(*a, **k)) or setups[-1])
     rewards_per_round = []  # the reward seam's checked rewards of every round
-    scored_rewards = trl_zoo.hooks.rewards.Rewards.scored_rewards
-    monkeypatch.setattr(trl_zoo.hooks.rewards.Rewards, "scored_rewards",
+    scored_rewards = trl_zoo.components.rewards.Rewards.scored_rewards
+    monkeypatch.setattr(trl_zoo.components.rewards.Rewards, "scored_rewards",
                         lambda *a, **k: rewards_per_round.append(scored_rewards(*a, **k)) or rewards_per_round[-1])
     SCORED.clear()
     assert main(["train", "--config", str(path), "--write_report", "false"]) == 0

@@ -17,8 +17,8 @@ VAPO (Yue et al. 2025, arXiv:2504.05118) adds, each an option of gae (its fields
 - a positive-example LM loss μ·L_NLL, L_NLL = −Σ_{i∈T} Σ_t m log π_θ(y_{i,t}) / Σ_{i∈T} Σ_t m over the completions
   T whose task reward exceeds a threshold.
 
-The critic itself (its weights, value passes, loss, optimizer group) is `trl_zoo/hooks/value_model.py`; the
-trainer calls it from `trl_zoo/hooks/critic.py`.
+The critic itself (its weights, value passes, loss, optimizer group) is `trl_zoo/components/value_model.py`; the
+trainer calls it from `trl_zoo/components/critic.py`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """CHORD (arXiv:2508.11408): supervised fine-tuning on expert demonstrations inside the RL step, as pure functions —
 the schedule of the global weight μ and the SFT term of a micro-batch. The trainer's component is
-`trl_zoo/hooks/expert_sft.py`, its fields `trl_zoo/config/expert_sft.py`.
+`trl_zoo/components/expert_sft.py`, its fields `trl_zoo/config/expert_sft.py`.
 
     L = (1 − μ(s)) · L_RL + μ(s) · L_SFT
 

@@ -17,7 +17,7 @@ policy) uses the doubling rule, as its paper does.
 
 Where the KL goes (`kl_placement`): "loss" adds β·KL_t to every token's loss (GRPO); "reward" subtracts
 β Σ_t KL_t from the completion's reward before the advantage estimator (classic RLHF, RLOO), see
-`hooks/kl_control.py`.
+`components/kl_control.py`.
 """
 
 import torch

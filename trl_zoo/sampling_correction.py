@@ -10,7 +10,7 @@ vllm_importance_sampling_correction=True` for the gap between vLLM's sampler and
 m is the loss mask: the completion mask times the tool mask of multi-turn rows (a tool's reply is not sampled;
 `hooks/model_inputs.loss_mask`). TRL computes w inline at generation; trl_zoo computes it here where it defers the
 correction: with `skip_on_policy_old_logps` under vLLM the first optimizer step's rows have π_old = π_θ, known only
-in their loss forward (hooks/old_logps.py). The metrics are TRL's names over the rows at hand.
+in their loss forward (components/old_logps.py). The metrics are TRL's names over the rows at hand.
 
 Tests: tests/test_old_logps_skip.py (the deferred correction against TRL's, every mode).
 """

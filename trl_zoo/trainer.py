@@ -16,7 +16,7 @@ outermost first:
     trl.GRPOTrainer
 
 Construction, in order: the config made trl_zoo's and the loss, aggregation and KL entries looked up; the training
-set checked; the reward functions checked and reward shaping's added (hooks/rewards.py); TRL's constructor, in the
+set checked; the reward functions checked and reward shaping's added (components/rewards.py); TRL's constructor, in the
 context a policy object with no loadable name needs (hooks/model_object.py); the pipeline's components, in their
 declared order; the weights checked finite; a PEFT adapter at a full fine-tuning learning rate warned. See
 docs/architecture.md for the pipeline of one step.
@@ -37,6 +37,8 @@ from accelerate.utils import is_peft_model
 from trl import GRPOTrainer as TRLGRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
+from .components import COMPONENTS
+from .components.rewards import shaped_reward_funcs
 from .config import GRPOConfig, to_zoo_config
 from .config.run_plan import RunPlan
 from .config.vllm_engine import check_vllm_engine, vllm_engine_errors
@@ -45,7 +47,6 @@ from .hooks import hook_points, pipeline
 from .hooks.generation import GenerationSeam
 from .hooks.loss_step import PolicyLossStep
 from .hooks.model_object import reference_for_model_object
-from .hooks.rewards import shaped_reward_funcs
 from .hooks.trl_access import TRLSeams, check_installed_trl, set_training_method
 from .io.gguf_checkpoint import policy_path
 from .numerics import nonfinite_names
@@ -194,14 +195,14 @@ class GRPOTrainer(PolicyLossStep, GenerationSeam, TRLSeams):
         check_vllm_engine(args)
         with reference_for_model_object(model, args, given), vllm_engine_errors(args):
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
-        self.pipeline = pipeline.Pipeline(self)
+        self.pipeline = pipeline.Pipeline(self, COMPONENTS)
         check_finite_parameters(self.model)
         warn_adapter_learning_rate(self.model, self.args)
         set_training_method(self, *training_method(self.args))  # what TRL's model card names and cites
 
     @property
     def critic(self):
-        """The critic (`hooks/value_model.ValueModel`: value adapter or head, passes, loss), None without one."""
+        """The critic (`components/value_model.ValueModel`: value adapter or head, passes, loss), None without one."""
         component = self.pipeline.get("critic")
         return None if component is None else component.critic
 

@@ -72,7 +72,7 @@ def generations_file(folder, rank: int) -> Path:
 def resumed_step(argv: list[str], output_dir: Path) -> int:
     """The step a `--resume_from_checkpoint true` run goes on from (0 for a fresh run)."""
     from trl_zoo.cli.train.resume_checkpoint import checkpoint_step
-    from trl_zoo.hooks.resume import last_complete_checkpoint
+    from trl_zoo.components.resume import last_complete_checkpoint
 
     if "--resume_from_checkpoint" not in argv or argv[argv.index("--resume_from_checkpoint") + 1].lower() != "true":
         return 0

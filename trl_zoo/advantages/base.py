@@ -23,7 +23,7 @@ class Turns:
     turn 1, another reply, … Row i has K_i turns (0 for a row with no trained token); K = max K_i.
 
     ``states`` says which turns start from the same state: equal ids (within a batch) are identical states, what
-    GiGPO calls an anchor state (`hooks/turns.py` says what a state is in TRL's layout).
+    GiGPO calls an anchor state (`components/turns.py` says what a state is in TRL's layout).
     """
 
     token_turns: Tensor  # (N, T) long: k of the turn a completion token belongs to; −1 for a tool reply or padding

@@ -16,7 +16,7 @@ bootstrapping from the next action's value. The token advantages are optionally 
 std 1 over completion tokens, NaN rows left out), as PPO implementations do. VAPO's options: λ_critic for the
 value targets (``gae_lambda_critic``; the targets themselves are `trl_zoo/critic.py`'s), λ_policy,i =
 1 − 1/(α·ℓ_i) clamped to [0, 1] (``vapo_length_alpha``), value pre-training and the positive-example LM loss
-(declared here as gae's fields, run by the critic, `trl_zoo/hooks/value_model.py`).
+(declared here as gae's fields, run by the critic, `trl_zoo/components/value_model.py`).
 
 Tests: tests/test_critic.py (GAE against a direct double sum, λ per row, VAPO's options), tests/test_unequal_groups.py.
 """

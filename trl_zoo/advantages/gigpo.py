@@ -11,7 +11,7 @@ anchor state), and compares their discounted returns:
 
 F = 1 (`gigpo_mode="mean_norm"`) or the std of the same values + ε ("mean_std_norm"; std unbiased or not per
 `advantage_std_unbiased`, ε = `advantage_epsilon`). The turns, their states and their rewards come from TRL's
-multi-turn layout (`AdvantageInputs.turns`, `hooks/turns.py`): turn k is the model's reply after k tool replies.
+multi-turn layout (`AdvantageInputs.turns`, `components/turns.py`): turn k is the model's reply after k tool replies.
 The turn rewards are r_{i,k} = e_{i,k} + [k is i's last turn] · R_i, with e the environment's rewards of the turns
 (its `turn_rewards`, 0 without) and R_i the trajectory's reward (the reward functions' weighted sum, as every
 estimator's); the episode's R(τ_i) = Σ_k r_{i,k}, verl-agent's episode reward (the sum of its step rewards). Without

@@ -10,12 +10,12 @@ advantage goes to every token, the turn advantage to the first turn's:
 
 means and stds over i's group (every rollout of the prompt, of either kind; std unbiased or not per
 `advantage_std_unbiased`, ε = `advantage_epsilon`), λ = `mt_grpo_turn_advantage_coef` (the reference's
-`turn_advantage_coef`, 1). The turns come from TRL's multi-turn layout (`AdvantageInputs.turns`, `hooks/turns.py`):
-turn 0 is the model's reply before the tool reply (every tool reply counts, an error reply included), turn 1 the one
-after it; tool replies and padding get 0. R_i is the trajectory's reward (the reward functions' weighted sum, as
-every estimator's); r_i is the environment's reward of turn 0, the first entry of its `turn_rewards` list (0 without
-the list, for a rollout that called no tool and whose environment listed nothing, or for a row with no trained
-token, as in gigpo).
+`turn_advantage_coef`, 1). The turns come from TRL's multi-turn layout (`AdvantageInputs.turns`,
+`components/turns.py`): turn 0 is the model's reply before the tool reply (every tool reply counts, an error reply
+included), turn 1 the one after it; tool replies and padding get 0. R_i is the trajectory's reward (the reward
+functions' weighted sum, as every estimator's); r_i is the environment's reward of turn 0, the first entry of its
+`turn_rewards` list (0 without the list, for a rollout that called no tool and whose environment listed nothing, or for
+a row with no trained token, as in gigpo).
 
 A group whose values are all equal (a group of one included) gets exactly 0; an unscorable reward (NaN R_i, or a
 None turn reward) is left out of every mean, and the tokens whose advantage it enters are NaN (the trainer turns them

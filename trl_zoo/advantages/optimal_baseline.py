@@ -6,7 +6,7 @@
 ∇_{z_t} log π(y_t) = e_{y_t} − π_t, so ‖s_j‖² = Σ_t ‖e_{y_t} − π_t‖² = Σ_t (1 − 2π_t(y_t) + Σ_v π_t(v)²).
 b* = E[R ‖s‖²] / E[‖s‖²] is the variance-minimising baseline; in logit space it needs no gradient pass, only
 Σ_v π(v)² per token, which TRL's fused LM head computes without the full logits (`score_sq_norms`, from the
-trainer's ‖s‖² pass, hooks/advantages.py).
+trainer's ‖s‖² pass, components/advantages.py).
 
 Tests: tests/test_advantages.py, tests/test_unequal_groups.py (groups of unequal size).
 """

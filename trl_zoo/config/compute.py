@@ -1,7 +1,7 @@
 """The compute switches `skip_zero_advantage`, `length_bucketing` and `prompt_once`: same loss and gradients, less
 compute. Their fields and the config-time checks of when that holds (what the trainer's components do:
-`hooks/skip_zero_advantage.py`, `hooks/length_bucketing.py`, `hooks/prompt_once.py`, whose docstrings derive the
-conditions).
+`components/skip_zero_advantage.py`, `components/length_bucketing.py`, `components/prompt_once.py`, whose docstrings
+derive the conditions).
 
 Tests: tests/test_skip_zero_advantage.py, tests/test_length_bucketing.py, tests/test_prompt_once.py.
 """
@@ -16,7 +16,7 @@ from .probes import row_grouping_probe, zero_advantage_probe
 from .run_plan import has_critic
 
 # Aggregations whose optimizer-step loss does not depend on how its rows are grouped into micro-batches (derived in
-# hooks/length_bucketing.py).
+# components/length_bucketing.py).
 GROUPING_INVARIANT_AGGREGATIONS = ("sequence_mean", "sequence_sum", "token_mean_global", "token_sum_over_max_length")
 
 
@@ -90,7 +90,7 @@ def check_zero_advantage_skip(entry, args) -> None:
 
 
 def check_prompt_once(args) -> None:
-    """Raise a one-line ValueError where the shared prompt's cache cannot be used (hooks/prompt_once.py)."""
+    """Raise a one-line ValueError where the shared prompt's cache cannot be used (components/prompt_once.py)."""
     if args.gradient_checkpointing:
         raise ValueError(
             "prompt_once: transformers drops the prompt's cache in gradient-checkpointed layers; set "

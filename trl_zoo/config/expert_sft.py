@@ -1,7 +1,7 @@
 """The expert-demonstration axis: CHORD's SFT term on a dataset column of expert answers inside the RL step (the
-maths: `trl_zoo/expert_sft.py`; the component: `hooks/expert_sft.py`), its fields and their checks.
+maths: `trl_zoo/expert_sft.py`; the component: `components/expert_sft.py`), its fields and their checks.
 
-With `loss_type="luffy"` the same column holds LUFFY's expert traces (`hooks/luffy.py`), and CHORD's fields are
+With `loss_type="luffy"` the same column holds LUFFY's expert traces (`components/luffy.py`), and CHORD's fields are
 refused: LUFFY adds no SFT term.
 
 The defaults are the authors' code's (CHORD-φ: μ = 0.1 throughout, φ on); their CHORD-μ recipe is
@@ -24,7 +24,7 @@ class ExpertSFTFields:
     expert_column: str | None = help_field(
         "CHORD: the dataset column of expert answers (text, a number read as its text; None or blank in a row: no "
         "demonstration for that prompt). Each step then minimises (1 − μ)·L_RL + μ·L_SFT, L_SFT the token-mean NLL "
-        "of the expert answer after the row's prompt (hooks/expert_sft.py). None: RL alone."
+        "of the expert answer after the row's prompt (components/expert_sft.py). None: RL alone."
     )
     expert_mu_peak: float = help_field(
         "μ_p, the SFT weight μ at the end of the warm-up (in [0, 1]); μ rises linearly from 0 to it over "
@@ -55,7 +55,7 @@ def check_expert_sft_options(args) -> None:
         return
     if not isinstance(column, str) or not column:
         raise ValueError(f"expert_column: got {column!r}; name the dataset column of expert answers, or None.")
-    if getattr(args, "loss_type", None) == "luffy":  # the column holds LUFFY's expert traces (hooks/luffy.py)
+    if getattr(args, "loss_type", None) == "luffy":  # the column holds LUFFY's expert traces (components/luffy.py)
         defaults = {item.name: item.default for item in fields(ExpertSFTFields)}
         for name, default in defaults.items():
             if name != "expert_column" and getattr(args, name) != default:

@@ -1,5 +1,5 @@
 """The generation-speed axis: the LoRA adapter merged while TRL generates, generation under autocast or from a bf16
-copy of the weights (hooks/decode_precision.py), compiled decoding, and `speed_recipe`, which sets them together
+copy of the weights (components/decode_precision.py), compiled decoding, and `speed_recipe`, which sets them together
 (config/speed_recipe.py). Their fields and what each cannot work with, refused when the config is built (naming the
 recipe that set the field, if one did); what needs the model (a PEFT adapter, a quantized base, ZeRO-3, FSDP) is
 refused by the trainer's components.
@@ -95,7 +95,7 @@ class GenerationSpeedFields:
         "merge_adapter_for_generation, the adapter merged into the copy); the training weights are not written. "
         "TRL generates from float32 weights by default (its dtype field) while the rest of a bf16 step runs in bf16. "
         "Costs 2 bytes a weight while generating; needs bf16; not with vLLM or continuous batching; no quantized "
-        "base, ZeRO-3 or FSDP (trl_zoo/hooks/decode_precision.py).",
+        "base, ZeRO-3 or FSDP (trl_zoo/components/decode_precision.py).",
         False,
     )
     compile_generation: bool = help_field(

@@ -101,7 +101,7 @@ class RunFields:
             raise ValueError(
                 f"max_steps: must be ≥ 1 optimizer steps, or -1 to train for num_train_epochs, got {self.max_steps}."
             )
-        if self.reward_timeout_warning < 0:  # trl_zoo's, checked with these (hooks/reward_watchdog.py)
+        if self.reward_timeout_warning < 0:  # trl_zoo's, checked with these (components/reward_watchdog.py)
             raise ValueError(
                 f"reward_timeout_warning: must be ≥ 0 seconds (0: no line), got {self.reward_timeout_warning}."
             )

@@ -7,7 +7,7 @@ sizes (`GRPOConfig.__post_init__`), so the config a run prints and saves shows t
                       steps_per_generation = 2 · gradient_accumulation_steps   (when neither it nor
                                                                                 generation_batch_size is given)
     "lora_graphed"    the same, and compile_generation = True, compile_generation_backend = "cuda_graph"
-                      (the decode step recorded as a CUDA graph once per generation batch, hooks/decode_graph.py),
+                      (the decode step recorded as a CUDA graph once per generation batch, components/decode_graph.py),
                       skip_on_policy_old_logps = True (the first step's old log-probs are the policy's own; where
                       it cannot apply, e.g. num_iterations > 1, it silently does not)
     "lora_compiled"   "lora", and compile_generation = True, generation_autocast = True
@@ -33,8 +33,8 @@ A recipe that cannot work stops at the refusals of the fields it set, and those 
 speed_recipe" (`refusal_words`): the config's (vLLM; for the compiled fields continuous batching, no mixed
 precision, a cache other than "static", transformers < 5.24) and the trainer's (no PEFT adapter, DoRA, ZeRO-3,
 FSDP). On a quantized base (QLoRA) a recipe applies without the merge and, where transformers does not compile the
-quantization (bitsandbytes), without compiled decoding, in one line (`hooks/generation_speed.py`). "lora" works with
-TRL's continuous batching: the merge wraps both transformers generation paths.
+quantization (bitsandbytes), without compiled decoding, in one line (`components/generation_speed.py`). "lora" works
+with TRL's continuous batching: the merge wraps both transformers generation paths.
 
 Tests: tests/test_speed_recipe.py.
 """

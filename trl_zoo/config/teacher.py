@@ -1,4 +1,4 @@
-"""The teacher axis: on-policy distillation inside the RL loss (the signal itself: `hooks/teacher.py`), its fields
+"""The teacher axis: on-policy distillation inside the RL loss (the signal itself: `components/teacher.py`), its fields
 and their checks.
 
 Tests: tests/test_teacher.py.
@@ -19,7 +19,7 @@ class TeacherFields:
 
     teacher_model: str | None = help_field(
         "On-policy distillation inside the RL loss: a teacher whose per-token log-ratio λ·(log π_T − log π_old) is "
-        "added to the advantages (hooks/teacher.py). A model name or path (loaded like TRL's reference model, "
+        "added to the advantages (components/teacher.py). A model name or path (loaded like TRL's reference model, "
         "frozen), or 'self': the policy's base weights under PEFT's disable_adapter(). None: no teacher."
     )
     teacher_coef: float = help_field(

@@ -8,7 +8,7 @@ or re-cut micro-batches (length bucketing) need, for every entry of the batch, i
   reference and sampling log-probs, per-token advantages or importance-sampling ratios, the critic's per-token
   values and targets, the router component's old experts), padding last;
 - ``row``: one value (or a fixed-width vector) per completion, among them the expert answer's tokens and mask
-  (``expert_ids``, ``expert_mask``, hooks/expert_sft.py), always ``max_completion_length`` wide.
+  (``expert_ids``, ``expert_mask``, components/expert_sft.py), always ``max_completion_length`` wide.
 
 An entry not named here is per-token iff it is as wide as the completions in every batch on every process (one
 vote over the processes), otherwise per row.

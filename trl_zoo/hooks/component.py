@@ -5,7 +5,7 @@ A component is built once TRL's trainer is, in the order `hooks/pipeline.py` dec
 own (`self`), and what it needs of another component it asks the trainer's pipeline for by name
 (`trainer.pipeline.get(name)`), never through state another constructor left on the trainer. What a resumed run must
 get back it keeps in `self.state` (numbers, lists, dicts of them), under keys it `owns_state`: checkpoints save every
-owner's state in one dict (hooks/resume.py) and a resume hands each key back to its owner.
+owner's state in one dict (components/resume.py) and a resume hands each key back to its owner.
 It takes part in a hook point by defining a method of the hook point's name; the pipeline calls it there, in the
 order the table of hooks/hook_points.py declares, while the component is `active` (a feature that is off sets it
 False once built, and then takes part in no hook point).

@@ -21,7 +21,7 @@ innermost of `micro_batch_loss` (the critic adds its terms from that forward).
     CLIPPED     after clipping, before optimizer.step()                     the non-finite guard (may drop the update)
     UPDATED     after optimizer.step(), the scheduler and global_step += 1, before the step's log and checkpoint:
                 TRL's adaptive entropy coefficient, the loss entry's own `on_optimizer_step` (ppo_kl's β), then the
-                adaptive KL coefficient β (kl_target) and reference resets (hooks/kl_control.py)
+                adaptive KL coefficient β (kl_target) and reference resets (components/kl_control.py)
 
 UPDATED carries the step's token-mean metrics (`StepMeans`, the one window the adaptive-β controllers read their
 measured KL from).
@@ -47,7 +47,6 @@ from ..aggregation import AggregationContext
 from ..losses.base import PolicyBatch, importance_log_weights, importance_ratio
 from . import hook_points
 from .model_inputs import forward_inputs, loss_mask
-from .old_logps import deferred_sampling_ratio
 from .optimizer_step import OptimizerStep, StepPhase
 from .trl_access import EntropyController, log_metric, per_token_logps
 
@@ -60,7 +59,7 @@ class PolicyForward:
 
     `logps` (B, T) log π_θ(y_t) with grad, `entropies` (B, T) or None, `aux_loss` the MoE router loss or None: TRL's
     log-prob pass (`trl_access.per_token_logps`). Hooks extend it (`dataclasses.replace`):
-    `router_logps` (B, T, L, K) the current routers' log-probs of the old top-K experts (RSPO, `hooks/router.py`);
+    `router_logps` (B, T, L, K) the current routers' log-probs of the old top-K experts (RSPO, `components/router.py`);
     `hidden_states` (R, T, H) the backbone's last hidden states at the positions predicting the completion tokens,
     detached (the critic's head, `value_model.py`); `computed_rows` the R row indices the forward ran on (None:
     every row; `skip_zero_advantage` fills the other rows' log-probs and entropies and leaves their hidden states
@@ -183,7 +182,7 @@ class PolicyLossStep:
         if self.use_vllm and self.vllm_importance_sampling_correction:
             sampling_ratio = inputs.get("importance_sampling_ratio")
             if sampling_ratio is None:  # deferred by skip_on_policy_old_logps: π_old = π_θ
-                sampling_ratio = deferred_sampling_ratio(self, inputs, logps)
+                sampling_ratio = self.pipeline.get("old_logps").deferred_sampling_ratio(inputs, logps)
         extras = inputs if forward.router_logps is None else {**inputs, "router_logps": forward.router_logps}
         return PolicyBatch(
             logps=logps,

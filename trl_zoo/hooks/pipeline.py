@@ -1,12 +1,9 @@
-"""The trainer's components: the order in which they are built (`COMPONENTS`) and the calls of the hook points
-(`Pipeline`). Which component takes part in which hook point, in what order, and how the hook points nest is the
+"""The calls of the hook points (`Pipeline`) to the trainer's components (trl_zoo/components/, built in the order of
+its `COMPONENTS`). Which component takes part in which hook point, in what order, and how the hook points nest is the
 table of hooks/hook_points.py (`STEP`); the trainer calls the hook points (the door, hooks/trl_access.py: TRL's
 private methods; trainer.py: `Trainer`'s public ones; hooks/generation.py: a round and a generation batch;
 hooks/loss_step.py: the loss step); nothing else calls a component's hook method. A component that is off (`active`
 False once built) takes part in none.
-
-`COMPONENTS` is the order in which they are built, after TRL's constructor (the features that need the model and
-TRL's state).
 
 Tests: tests/test_pipeline.py.
 """
@@ -16,49 +13,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from .advantages import Advantages
 from .component import Component
-from .critic import Critic
-from .dynamic_sampling import DynamicSampling
-from .expert_sft import ExpertSFT
-from .generation_speed import GenerationSpeed
 from .hook_points import CHAIN, EVENT, HOOKS, WRAP, HookPoint
-from .kl_control import KLControl
-from .length_bucketing import LengthBucketing
-from .luffy import Luffy
-from .old_logps import OldLogps
-from .prompt_length import PromptLength
-from .prompt_once import PromptOnce
-from .resume import Resume
-from .rewards import Rewards
-from .router import Router
-from .skip_zero_advantage import SkipZeroAdvantage
-from .teacher import Teacher
-
-COMPONENTS: tuple[type[Component], ...] = (
-    GenerationSpeed,  # merged, autocast, compiled decoding (generation_speed.py)
-    Rewards,  # reward shaping and NaN/±inf checks of the reward call (rewards.py)
-    KLControl,  # KL in the reward, adaptive β, reference resets (kl_control.py)
-    Advantages,  # the estimator table's Â (advantages.py)
-    Teacher,  # a teacher's λ·(log π_T − log π_old) added to Â (teacher.py)
-    Critic,  # the critic: values, value targets, value loss (critic.py, value_model.py)
-    ExpertSFT,  # CHORD: (1 − μ)·L_RL + μ·L_SFT on expert answers (expert_sft.py)
-    Luffy,  # LUFFY: expert traces as off-policy rollouts of each group (luffy.py)
-    SkipZeroAdvantage,  # the loss forward over rows with Â ≠ 0 (skip_zero_advantage.py)
-    DynamicSampling,  # generation rounds and regrouping (dynamic_sampling.py)
-    Router,  # MoE router statistics (router.py)
-    LengthBucketing,  # micro-batches re-cut by length (length_bucketing.py)
-    PromptOnce,  # each distinct prompt of a log-prob pass forwarded once (prompt_once.py)
-    OldLogps,  # old log-probs only where an optimizer step needs them (old_logps.py)
-    Resume,  # checkpoints carry trl_zoo's state (resume.py)
-    PromptLength,  # prompts within the model's positions (prompt_length.py)
-)
 
 
 class Pipeline:
-    """The trainer's components, built in `COMPONENTS` order, and the calls of the hook points (`hook_points.STEP`)."""
+    """The trainer's components, built in the given order, and the calls of the hook points (`hook_points.STEP`)."""
 
-    def __init__(self, trainer=None, components: tuple[type[Component], ...] = COMPONENTS):
+    def __init__(self, trainer=None, components: tuple[type[Component], ...] = ()):
         self._components: dict[str, Component] = {}
         for component_class in components if trainer is not None else ():
             self._components[component_class.name] = component_class(trainer)

@@ -102,7 +102,7 @@ RELIED_CLASS_ATTRIBUTES = ("_name", "_paper", "_tag_names")
 RELIED_STATE = (
     "_metrics", "_logs", "_buffered_inputs", "_step", "_tokenizer",
     "_entropy_bonus_enabled", "_entropy_window_stats", "_last_world_entropy",
-    "eos_token_ids",  # public: the truncation penalty reads it (hooks/rewards.py)
+    "eos_token_ids",  # public: the truncation penalty reads it (components/rewards.py)
     "vllm_importance_sampling_correction",  # public: off while a round skips the old-log-prob pass
 )
 # elsewhere in TRL and transformers: (owner, name, parameters or None for an attribute)
@@ -403,8 +403,8 @@ def trl_computes_old_logps(trainer) -> bool:
 
 def set_generation_buffer(trainer, buffer: list[dict] | None, step: int | None = None) -> None:
     """TRL's buffer of micro-batches of the current generation batch (and its micro-step counter): re-cut by
-    `hooks/length_bucketing.py` right after TRL's `_prepare_inputs` built it, restored from a checkpoint by
-    `hooks/resume.py`; TRL builds and indexes the buffer inline in `_prepare_inputs`."""
+    `components/length_bucketing.py` right after TRL's `_prepare_inputs` built it, restored from a checkpoint by
+    `components/resume.py`; TRL builds and indexes the buffer inline in `_prepare_inputs`."""
     trainer._buffered_inputs = buffer
     if step is not None:
         trainer._step = step

@@ -12,7 +12,7 @@ an expectation under π_ref) at the run's temperature, the prompts rendered and 
 TRL's GRPOTrainer calls them (`prompts`, `completions` — a conversational prompt's as `[{"role": "assistant",
 "content": ...}]` —, `completion_ids` and the dataset's other columns, each repeated K times); a None reward is NaN,
 and the weighted sum over the functions leaves NaNs out (NaN where all are). Their outputs are checked as the
-trainer checks them (`hooks/rewards.checked_rewards`): one number or None per completion, else one line naming the
+trainer checks them (`components/rewards.checked_rewards`): one number or None per completion, else one line naming the
 function and what it returned; NaN or ±inf is an error (`nan_rewards="raise"`) or left unscored as None
 (`nan_rewards="drop"`, with a warning); a reward, and a weighted sum, beyond ±1e6 (`MAX_ABS_REFERENCE_REWARD`, the
 column's bound) is an error, so no value the trainer would refuse is written. A dataset without a `prompt` column,
@@ -38,8 +38,8 @@ import torch
 from transformers import GenerationConfig
 from trl import is_conversational
 
+from ..components.rewards import RewardOutputError, checked_rewards
 from ..dataset_values import MAX_ABS_REFERENCE_REWARD, REFERENCE_REWARDS, check_prompts
-from ..hooks.rewards import RewardOutputError, checked_rewards
 
 
 def sample_reference_rewards(
@@ -128,7 +128,7 @@ def _sample(model, tokenizer, rows, generation_config, chat_template_kwargs):
 
 def _total_rewards(funcs, weights, rows, repeats, completions, completion_ids, nan_rewards) -> torch.Tensor:
     """Σ_k w_k R_k per completion, as TRL's GRPOTrainer sums them (NaN rewards left out; NaN where all are), each
-    function's output under training's checks (`hooks/rewards.checked_rewards`: one number or None per completion,
+    function's output under training's checks (`components/rewards.checked_rewards`: one number or None per completion,
     finite, within ±1e15; NaN or ±inf as `nan_rewards` says), and each reward and total within the column's
     ±`MAX_ABS_REFERENCE_REWARD`, so that no value the trainer refuses is written."""
     columns = [key for key in rows[0] if key not in ("prompt", "completion", "completion_ids", REFERENCE_REWARDS)]

@@ -1,7 +1,7 @@
 """LUFFY's mixed-policy loss (Yan et al., "Learning to Reason under Off-Policy Guidance", arXiv:2504.14945).
 
 Each prompt's group of G holds N_off expert traces (off-policy rollouts, put there by the trainer's component,
-`hooks/luffy.py`, from the dataset column `expert_column`) and G − N_off of the policy's own completions; the
+`components/luffy.py`, from the dataset column `expert_column`) and G − N_off of the policy's own completions; the
 advantages are the estimator's over the mixed group. Per token, with o the row's off-policy flag
 (`batch.extras["off_policy"]`, (B,)):
 

@@ -257,7 +257,8 @@ def validate_adaptive_budget(args) -> None:
     ]
     estimator = getattr(args, "advantage_estimator", None)
     if estimator is not None:
-        # the regrouped batch's estimator sees the rewards, the groups and the mask alone (hooks/dynamic_sampling.py)
+        # the regrouped batch's estimator sees the rewards, the groups and the mask alone
+        # (components/dynamic_sampling.py)
         needs = ADVANTAGES.get(estimator).spec.needs
         refusals.append((bool(needs), f"advantage_estimator='{estimator}'", "use an estimator of the rewards alone"))
     for refused, setting, fix in refusals:

@@ -33,9 +33,9 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from ..components.reward_watchdog import watched
+from ..components.rewards import checked_rewards
 from ..config.run import RunFields
-from ..hooks.reward_watchdog import watched
-from ..hooks.rewards import checked_rewards
 from .rewards import exact_match_reward
 
 REWARD_TIMEOUT_WARNING = RunFields.reward_timeout_warning  # the config's default
@@ -146,8 +146,8 @@ def call_reward(
 
     As in training, a call still running after `reward_timeout_warning` seconds gets one line naming the function,
     one running after `reward_timeout` seconds (None: no limit) raises `RewardTimeoutError`
-    (`hooks/reward_watchdog.py`), and the output is checked (`hooks/rewards.checked_rewards`: one number or None per
-    completion, NaN and ±inf as `nan_rewards` says); returns floats and None."""
+    (`components/reward_watchdog.py`), and the output is checked (`components/rewards.checked_rewards`: one number or
+    None per completion, NaN and ±inf as `nan_rewards` says); returns floats and None."""
     name = getattr(reward, "__name__", type(reward).__name__)
     values = watched(reward, name, reward_timeout_warning, reward_timeout)(
         prompts=prompts, completions=completions, completion_ids=completion_ids, trainer_state=trainer_state,

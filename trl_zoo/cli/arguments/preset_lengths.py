@@ -11,7 +11,7 @@ scaled by one factor s, keeping their proportions, to the smallest that never cu
 A length given as a flag is the user's and wins; the preset's other lengths then follow it (s = flag / L).
 
 With any model, a max_completion_length that leaves no room for a prompt in the model's positions is refused
-before anything is loaded (`position_limit_of` reads them; `hooks/prompt_length.completion_room_error` words it,
+before anything is loaded (`position_limit_of` reads them; `components/prompt_length.completion_room_error` words it,
 as the trainer does at construction).
 
 Tests: tests/test_presets_builtin.py (lengths scaled to the model's context, the message).

@@ -29,12 +29,12 @@ import time
 
 from transformers.trainer_utils import get_last_checkpoint
 
+from ...components.checkpoint_integrity import CheckpointError
+from ...components.prompt_length import PromptTooLongError
+from ...components.resume import interrupted_message as resume_interrupted_message
+from ...components.reward_watchdog import RewardTimeoutError
+from ...components.rewards import RewardOutputError
 from ...dataset_values import DatasetValueError
-from ...hooks.checkpoint_integrity import CheckpointError
-from ...hooks.prompt_length import PromptTooLongError
-from ...hooks.resume import interrupted_message as resume_interrupted_message
-from ...hooks.reward_watchdog import RewardTimeoutError
-from ...hooks.rewards import RewardOutputError
 from ..arguments.train_arguments import parse_train_args
 from ..environment.cpu_run_notice import notice_for_run
 from ..environment.cpu_threads import apply_cpu_threads

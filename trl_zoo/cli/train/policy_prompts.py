@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datasets import IterableDataset
 
-from ...hooks.prompt_length import characters_per_token, check_prompt_characters, completion_room_error
+from ...components.prompt_length import characters_per_token, check_prompt_characters, completion_room_error
 from ...tasks.chat_arithmetic import ChatArithmeticTask
 from ...tasks.evaluation import render_prompt
 from ..arguments.preset_lengths import position_limit_of

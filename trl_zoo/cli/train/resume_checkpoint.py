@@ -18,8 +18,8 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import TrainerState
 from transformers.trainer_utils import get_last_checkpoint
 
-from ...hooks.checkpoint_integrity import check_checkpoint
-from ...hooks.resume import last_complete_checkpoint
+from ...components.checkpoint_integrity import check_checkpoint
+from ...components.resume import last_complete_checkpoint
 from ..errors import ConfigError
 from ..report.run_log import SUMMARY_FILE
 

@@ -21,8 +21,8 @@ them. Entries not used before the next generation (only after a resume that lost
 Under vLLM's importance-sampling correction (TRL's default with `use_vllm`), TRL's round computes neither the
 correction nor its metrics (the door turns it off with the pass, `old_logps_pass_skipped`); each later micro-batch
 gets `importance_sampling_ratio` from its old log-probs here, and each first-step micro-batch in its loss forward,
-where π_old = π_θ is known (`deferred_sampling_ratio`, called by hooks/loss_step.py): the same ratio TRL computes
-(trl_zoo/sampling_correction.py), TRL's `sampling/…` metrics logged over each micro-batch.
+where π_old = π_θ is known (`OldLogps.deferred_sampling_ratio`, asked by hooks/loss_step.py): the same ratio TRL
+computes (trl_zoo/sampling_correction.py), TRL's `sampling/…` metrics logged over each micro-batch.
 
 Where it does not apply, TRL's behaviour is unchanged: eval, a multimodal batch (TRL's pass then runs in full), and
 every setting of `old_logps_skip_conflicts` (num_iterations > 1, a teacher, the reward's KL, a MoE-router loss:
@@ -42,11 +42,11 @@ from __future__ import annotations
 import torch
 
 from ..config.generation_buffer import entries_trained_on_policy, vllm_correction_on
+from ..hooks.component import Component
+from ..hooks.generation import ScoredRound
+from ..hooks.model_inputs import forward_inputs, is_multimodal, loss_mask
+from ..hooks.trl_access import log_metric, micro_step, old_logps_pass_skipped, per_token_logps, trl_computes_old_logps
 from ..sampling_correction import correction_metrics, sampling_ratio
-from .component import Component
-from .generation import ScoredRound
-from .model_inputs import forward_inputs, is_multimodal, loss_mask
-from .trl_access import log_metric, micro_step, old_logps_pass_skipped, per_token_logps, trl_computes_old_logps
 
 ROWS = "old_logps/rows"
 OLD_LOGPS = "old_per_token_logps"
@@ -110,6 +110,13 @@ class OldLogps(Component):
                 self.rows += input_ids.size(0)
         return result
 
+    def deferred_sampling_ratio(self, inputs: dict, logps: torch.Tensor) -> torch.Tensor:
+        """The loss step's ratio for a micro-batch whose correction this component deferred (`defers_correction`, a
+        first-step micro-batch): π_old = π_θ, the loss forward's `logps` detached."""
+        if not self.active or not self.defers_correction:
+            raise KeyError(f"{SAMPLING_RATIO}: a micro-batch under vLLM's importance-sampling correction carries none")
+        return corrected(self.trainer, inputs, logps.detach())
+
 
 def corrected(trainer, micro_batch: dict, old_logps: torch.Tensor) -> torch.Tensor:
     """vLLM's importance-sampling ratio of `micro_batch` from its old log-probs, TRL's metrics of it logged."""
@@ -122,10 +129,3 @@ def corrected(trainer, micro_batch: dict, old_logps: torch.Tensor) -> torch.Tens
     return ratio
 
 
-def deferred_sampling_ratio(trainer, inputs: dict, logps: torch.Tensor) -> torch.Tensor:
-    """The loss step's ratio for a micro-batch whose correction this component deferred (`defers_correction`, a
-    first-step micro-batch): π_old = π_θ, the loss forward's `logps` detached."""
-    component = trainer.pipeline.get(OldLogps.name)
-    if component is None or not component.active or not component.defers_correction:
-        raise KeyError(f"{SAMPLING_RATIO}: a micro-batch under vLLM's importance-sampling correction carries none")
-    return corrected(trainer, inputs, logps.detach())

@@ -12,7 +12,7 @@ restored exactly after. Unmerged, y = W x + s · B (A x) (s = lora_alpha / r); m
     generate    TRL's `_generate_single_turn` (the transformers paths: `generate`, `generate_batch`)
     restore:    W ← fl(W − s · B A) + residue = W₀      `merge_residue.restore`, bit for bit
 
-The residue (`hooks/merge_residue.py`) is 1/8 of the adapted weights' bytes in bf16, 1/16 in fp32, on their device
+The residue (`components/merge_residue.py`) is 1/8 of the adapted weights' bytes in bf16, 1/16 in fp32, on their device
 during the decoding only. Refused (one line, at construction): no PEFT adapter; vLLM (TRL already syncs merged
 weights to vLLM); DoRA or a LoRA bias (the update is not W + s·BA); DeepSpeed ZeRO-3 or FSDP (sharded weights); a
 quantized base (merging into 4/8-bit weights is lossy) — where `speed_recipe` set the field, a quantized base keeps
@@ -31,7 +31,7 @@ TRL built (`switch_on_compiled_decoding`, `hooks/trl_access.py`):
 
 (inductor, `mode="reduce-overhead"`); `compile_generation_backend="cudagraphs"` sets `CompileConfig(backend=
 "cudagraphs", mode=None)`; `"cuda_graph"` compiles nothing: transformers' compiled-decoding hook returns trl_zoo's
-`GraphedDecodeStep` (hooks/decode_graph.py). The LoRA layers, merged or not, are compiled with the rest, and the
+`GraphedDecodeStep` (components/decode_graph.py). The LoRA layers, merged or not, are compiled with the rest, and the
 weights are read at every call, so optimizer updates and the merge reach the compiled decoding. Refused when the
 config is built: with vLLM, with TRL's continuous batching, and with a cache implementation other than "static".
 
@@ -50,8 +50,8 @@ from transformers.utils import logging
 
 from ..config.speed_recipe import refusal_words, set_by_recipe
 from . import decode_graph, decode_precision, merge_residue
-from .component import Component
-from .trl_access import switch_on_compiled_decoding
+from ..hooks.component import Component
+from ..hooks.trl_access import switch_on_compiled_decoding
 from .weight_layout import is_quantized, policy_base, sharding
 
 logger = logging.get_logger(__name__)

@@ -1,5 +1,5 @@
 """The critic of PPO with GAE and VAPO: a value function V(s_t) sharing the policy's frozen base (formulas in
-`trl_zoo/critic.py`), as one object, `ValueModel`, that the trainer hook `hooks/critic.py` creates and calls.
+`trl_zoo/critic.py`), as one object, `ValueModel`, that the trainer hook `components/critic.py` creates and calls.
 
 The critic takes one of two forms (``critic_model``):
 
@@ -52,11 +52,11 @@ from trl.models.utils import disable_gradient_checkpointing
 
 from ..advantages.gae import policy_gae
 from ..critic import ValueHead, clipped_value_loss, explained_variance, positive_example_nll, value_targets
+from ..hooks.generation import ScoredRound, row_chunks
+from ..hooks.loss_step import PolicyForward
+from ..hooks.model_inputs import forward_inputs, is_multimodal, loss_mask
+from ..hooks.trl_access import ignored_by_ddp
 from ..run_files import torch_save
-from .generation import ScoredRound, row_chunks
-from .loss_step import PolicyForward
-from .model_inputs import forward_inputs, is_multimodal, loss_mask
-from .trl_access import ignored_by_ddp
 
 VALUE_ADAPTER = "value"
 VALUE_HEAD = "trl_zoo_value_head"

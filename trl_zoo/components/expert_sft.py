@@ -30,7 +30,8 @@ number, 42 from a JSON file, is the answer '42': `dataset_values.expert_answer`)
 SFT term, but still runs the forward, on one row weighted 0: under DDP every process must (its forward is a
 collective). At μ = 0 the forward is skipped and the loss is L_RL. Evaluation passes straight through.
 
-With `loss_type="luffy"` the column holds LUFFY's expert traces instead (`hooks/luffy.py`) and this component is off.
+With `loss_type="luffy"` the column holds LUFFY's expert traces instead (`components/luffy.py`) and this component is
+off.
 
 Logged: ``expert/mu`` (μ of the step) and ``expert/sft_loss`` (L_SFT of the micro-batch, before μ).
 
@@ -43,11 +44,11 @@ import torch
 
 from ..dataset_values import EXPERT_FIX, DatasetValueError, expert_answer, expert_answer_problem
 from ..expert_sft import mu_schedule, sft_loss
-from .batch_layout import kept_width
-from .component import Component
-from .generation import ScoredRound
-from .model_inputs import is_multimodal
-from .trl_access import log_metric, pad_token_id, per_token_logps
+from ..hooks.batch_layout import kept_width
+from ..hooks.component import Component
+from ..hooks.generation import ScoredRound
+from ..hooks.model_inputs import is_multimodal
+from ..hooks.trl_access import log_metric, pad_token_id, per_token_logps
 
 EXPERT_IDS, EXPERT_MASK = "expert_ids", "expert_mask"
 
@@ -137,8 +138,8 @@ class ExpertSFT(Component):
 def answer_tokens(trainer, answers: list) -> list[list[int] | None]:
     """Each expert answer as the policy's completion tokens: the tokenizer's, no special tokens, then EOS, cut at
     `max_completion_length`; None for no answer (None or blank; a number is its text: `dataset_values.expert_answer`)
-    (CHORD's answers here, LUFFY's traces in hooks/luffy.py). A map-style training set was checked at construction;
-    a streamed row that is not an answer is refused here."""
+    (CHORD's answers here, LUFFY's traces in components/luffy.py). A map-style training set was checked at
+    construction; a streamed row that is not an answer is refused here."""
     column = trainer.args.expert_column
     for answer in answers:
         problem = expert_answer_problem(answer)

@@ -38,9 +38,9 @@ import inspect
 
 import torch
 
-from .component import Component
+from ..hooks.component import Component
+from ..hooks.trl_access import log_metric
 from .length_bucketing import recut_buffer, row_lengths
-from .trl_access import log_metric
 
 SLOTS = "prompt_once/token_slots"
 SLOTS_UNSHARED = "prompt_once/token_slots_unshared"

@@ -10,7 +10,7 @@ which needs the rewards before the baseline; the estimator is then "grpo", TRL's
    batch (all processes, reward shaping included; NaN where every function returned None), subtracts β Σ_t KL_t for
    `kl_placement="reward"` (`kl_control.reward_kl_penalty`), gathers the extras the estimator declares
    (completion mask, per-token penalty, ‖s‖² for `optimal_baseline`, the rollouts' turns for `gigpo` and `mt_grpo`,
-   `hooks/turns.py`) over processes, runs the estimator on the global batch and keeps this process's rows as TRL
+   `components/turns.py`) over processes, runs the estimator on the global batch and keeps this process's rows as TRL
    does (process index × local batch size). Per-token (N, T) advantages are padded to the longest completion across
    processes and trimmed back to the local length;
 3. replaces TRL's advantages with them, and keeps what the estimator saw in `scored.advantage_inputs` (the critic
@@ -41,12 +41,12 @@ from trl.trainer.utils import add_fused_lm_head
 from ..advantages import AdvantageInputs, reward_decoupled_advantages
 from ..advantages.optimal_baseline import score_sq_norms
 from ..dataset_values import reference_rewards
+from ..hooks.component import Component
+from ..hooks.generation import ScoredRound, row_chunks
+from ..hooks.model_inputs import forward_inputs, is_multimodal, loss_mask
+from ..hooks.trl_access import log_metric, per_token_logps, replace_logged_advantages, restored, swapped
 from ..registry import ADVANTAGES
-from .component import Component
-from .generation import ScoredRound, row_chunks
 from .kl_control import reward_kl_penalty
-from .model_inputs import forward_inputs, is_multimodal, loss_mask
-from .trl_access import log_metric, per_token_logps, replace_logged_advantages, restored, swapped
 from .turns import gathered_turns
 
 _FUSED_OUTPUTS_WITH_SQUARES = ("log_probs", "entropy", "log_sum_sq_probs")
@@ -97,7 +97,7 @@ class Advantages(Component):
         mask = loss_mask(output)
         local_rows, local_length = mask.shape
 
-        rewards = scored.total_rewards()  # of this round, all processes (the reward seam, hooks/rewards.py)
+        rewards = scored.total_rewards()  # of this round, all processes (the reward seam, components/rewards.py)
         unscorable = scored.unscorable
 
         policy_logps = output.get("old_per_token_logps")
@@ -119,12 +119,12 @@ class Advantages(Component):
         global_mask = self._gather_padded(mask)
         values = None
         if self.plan.has_critic:
-            values = self._gather_padded(output["old_values"])  # set by the critic hook (hooks/critic.py)
+            values = self._gather_padded(output["old_values"])  # set by the critic hook (components/critic.py)
         reference = None
         if "reference_rewards" in self.entry.spec.needs:  # a dataset column (advantages/a2po.py)
             local = torch.tensor(reference_rewards(scored.inputs), device=rewards.device)
             reference = trainer.accelerator.gather(local)
-        turns = gathered_turns(trainer, output) if "turns" in self.entry.spec.needs else None  # hooks/turns.py
+        turns = gathered_turns(trainer, output) if "turns" in self.entry.spec.needs else None  # components/turns.py
         estimator_inputs = AdvantageInputs(
             rewards=rewards,
             num_generations=num_generations,
@@ -150,7 +150,7 @@ class Advantages(Component):
         """Â over the global `inputs` by the configured estimator (TRL's grpo when none is set), NaN (a row with no
         baseline) as 0 and per-token advantages masked; with `per_reward` = (R_{i,k}, w_k), GDPO's form
         (`reward_decoupled_advantages`). The one place an estimator is called: the rounds' advantages and dynamic
-        sampling's regrouped batches (`hooks/dynamic_sampling.py`) both come from here."""
+        sampling's regrouped batches (`components/dynamic_sampling.py`) both come from here."""
         args = self.trainer.args
         entry = self.entry or ADVANTAGES.get("grpo")
         if per_reward is not None:

@@ -5,7 +5,7 @@ sampler table through a session that generates lazily: reading its rounds lets T
 (the hook point's `inner`: one round, with the per-round hook points: values, advantages); a sampler that filters
 prompts before generation (`greso`) instead draws prompt batches (gathered from all processes) and picks the rows of
 each round itself. Every round reads the task rewards of the whole batch (all processes) from its `ScoredRound`
-(`task_rewards()`, checked by the reward seam, `hooks/rewards.py`). Samplers may ask for more rounds: their
+(`task_rewards()`, checked by the reward seam, `components/rewards.py`). Samplers may ask for more rounds: their
 prompts come from a stream of its own over the training set (TRL's `RepeatSampler` with one repeat, seeded with
 `seed + 1`), each process taking its slice of a generation batch as the training dataloader does. Without a sampler
 the batch is TRL's, and `informative_share` and `generated_per_trained` are logged from the same rewards (one host
@@ -40,12 +40,12 @@ from datasets import IterableDataset
 from trl.trainer.utils import RepeatSampler, repeat_iterable_dataset
 
 from ..advantages import AdvantageInputs
+from ..hooks.batch_layout import batch_layouts, trim_padding
+from ..hooks.component import Component
+from ..hooks.model_inputs import loss_mask
+from ..hooks.trl_access import log_metric, pad_token_id, without_unused_columns
 from ..registry import SAMPLERS
 from ..samplers.base import Regrouped, Round, group_reward_spread, sampling_metrics
-from .batch_layout import batch_layouts, trim_padding
-from .component import Component
-from .model_inputs import loss_mask
-from .trl_access import log_metric, pad_token_id, without_unused_columns
 
 PROMPT_BATCHES_DRAWN = "dynamic_sampling/prompt_batches_drawn"  # state key: position in the prompt stream
 

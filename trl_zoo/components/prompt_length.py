@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 
 from ..dataset_values import check_batch_prompts
-from .component import Component
+from ..hooks.component import Component
 
 
 class PromptTooLongError(ValueError):

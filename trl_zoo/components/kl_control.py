@@ -34,11 +34,11 @@ from accelerate.utils import is_peft_model
 from torch.distributed.tensor import DTensor
 from trl.trainer.callbacks import SyncRefModelCallback
 
+from ..hooks.component import Component
+from ..hooks.model_inputs import loss_mask
+from ..hooks.optimizer_step import OptimizerStep, StepPhase
+from ..hooks.trl_access import log_metric
 from ..kl import adaptive_kl_coefficient, proportional_kl_coefficient
-from .component import Component
-from .model_inputs import loss_mask
-from .optimizer_step import OptimizerStep, StepPhase
-from .trl_access import log_metric
 
 REF_ADAPTER = "ref"  # the adapter name TRL's reference pass looks for
 

@@ -1,7 +1,7 @@
 """The critic component: a learned critic V(s_t) for PPO with GAE and VAPO, at the pipeline's hook points.
 
 Active when the advantage estimator declares ``needs=("values",)`` (``advantage_estimator="gae"``): it then builds the
-critic, `trl_zoo.hooks.value_model.ValueModel` (its own LoRA adapter and head, or a head, on the policy's shared
+critic, `trl_zoo.components.value_model.ValueModel` (its own LoRA adapter and head, or a head, on the policy's shared
 frozen base; its weights, passes, loss and optimizer group are described there), as ``self.critic`` (the trainer's
 ``critic``); off otherwise. The formulas are in `trl_zoo/critic.py`. The hook points:
 
@@ -35,10 +35,10 @@ from functools import partial
 
 import torch
 
-from .component import Component
-from .generation import ScoredRound
-from .optimizer_step import OptimizerStep, StepPhase
-from .trl_access import log_metric, weight_sync_without
+from ..hooks.component import Component
+from ..hooks.generation import ScoredRound
+from ..hooks.optimizer_step import OptimizerStep, StepPhase
+from ..hooks.trl_access import log_metric, weight_sync_without
 from .value_model import VALUE_HEAD, ValueModel
 
 

@@ -12,7 +12,7 @@ reward functions like any completion, its completion mask, old log-probs (trl_zo
 advantages (`advantages`) all see the mixed group, and nothing downstream knows a row was not sampled. A row's
 slot in its group is its place in TRL's gathered order (process-major, G consecutive rows a group: TRL's own
 grouping of the rewards), so the choice needs no collective. The trace is tokenized as CHORD's answers are
-(`hooks/expert_sft.answer_tokens`: the policy's tokenizer, no special tokens, then EOS, cut at
+(`components/expert_sft.answer_tokens`: the policy's tokenizer, no special tokens, then EOS, cut at
 `max_completion_length`) and decoded for the reward functions as TRL decodes a completion (special tokens skipped;
 a chat prompt's completion as one assistant message). A row whose trace is None or blank ('' or whitespace) keeps its
 own completion; a number is its text (`dataset_values.expert_answer`).
@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import torch
 
+from ..hooks.component import Component
+from ..hooks.trl_access import as_generate_result, generate_result
 from ..losses.luffy import OFF_POLICY
-from .component import Component
 from .expert_sft import answer_tokens
-from .trl_access import as_generate_result, generate_result
 
 
 class Luffy(Component):

@@ -20,8 +20,8 @@ from dataclasses import replace
 
 import torch
 
-from .component import Component
-from .model_inputs import is_multimodal
+from ..hooks.component import Component
+from ..hooks.model_inputs import is_multimodal
 
 _FORWARD_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")  # what the text forward reads
 

@@ -16,7 +16,7 @@ whole batch. Right after TRL has built that buffer, this component re-cuts it:
 
 The buffer is replaced (the `new_buffer` hook point, before the old-log-prob component's), so the micro-batch
 `_prepare_inputs` returns, the ones later micro-steps and
-iterations read, and the one `hooks/resume.py` saves are the bucketed ones. `length_bucketing/padded_token_slots`
+iterations read, and the one `components/resume.py` saves are the bucketed ones. `length_bucketing/padded_token_slots`
 (rows × (prompt + completion width), summed over the micro-batches of all processes) is logged once per
 generation batch next to `length_bucketing/padded_token_slots_unbucketed`, the same count for TRL's micro-batches.
 
@@ -45,9 +45,9 @@ import math
 
 import torch
 
-from .batch_layout import batch_layouts, trim_padding
-from .component import Component
-from .trl_access import log_metric, pad_token_id
+from ..hooks.batch_layout import batch_layouts, trim_padding
+from ..hooks.component import Component
+from ..hooks.trl_access import log_metric, pad_token_id
 
 SLOTS = "length_bucketing/padded_token_slots"
 SLOTS_UNBUCKETED = "length_bucketing/padded_token_slots_unbucketed"

@@ -17,7 +17,7 @@ reward holding a lock or a socket keeps them until then). The worker runs with t
 torch grad mode. An async function stays async (TRL awaits them together): its task is cancelled at `timeout`, which
 stops it at its next `await` (one that blocks in plain code holds the event loop until it returns).
 
-`hooks/rewards.py` wraps each plain reward function with it for TRL's reward call, with the config's
+`components/rewards.py` wraps each plain reward function with it for TRL's reward call, with the config's
 `reward_timeout_warning` (default 10 s) and `reward_timeout` (`config/run.py`); the held-out evaluation and pass@k
 do the same (`tasks/evaluation.py`).
 

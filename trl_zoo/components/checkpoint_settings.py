@@ -9,7 +9,7 @@ parameter groups", a size mismatch in PEFT's state dict) or in a check that blam
     steps_per_generation,  TRL's buffered generation batch, saved when the checkpoint falls inside a generation
     num_iterations         cycle, and the micro-step at which the next batch is sampled (speed_recipe sets the first)
 
-`layout_settings(trainer)` is saved in ``trl_zoo_state.pt`` (hooks/resume.py); `check_same_settings` raises a
+`layout_settings(trainer)` is saved in ``trl_zoo_state.pt`` (components/resume.py); `check_same_settings` raises a
 `CheckpointError` naming the first that changed and the value to resume with. A checkpoint saved before these were
 recorded is not compared.
 

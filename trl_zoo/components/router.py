@@ -27,10 +27,10 @@ from dataclasses import replace
 
 import torch
 
-from .component import Component
-from .model_inputs import forward_inputs
+from ..hooks.component import Component
+from ..hooks.model_inputs import forward_inputs
+from ..hooks.trl_access import per_token_logps
 from .moe import RouterLogpsRecorder, find_routers
-from .trl_access import per_token_logps
 
 
 class Router(Component):

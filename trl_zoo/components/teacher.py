@@ -48,10 +48,10 @@ from trl.models import prepare_deepspeed, prepare_fsdp
 from trl.trainer.utils import add_fused_lm_head, create_model_from_path, disable_dropout_in_model
 
 from ..config.teacher import template_columns
-from .component import Component
-from .generation import ScoredRound
-from .model_inputs import forward_inputs, loss_mask
-from .trl_access import log_metric, pad_token_id, per_token_logps, tokenized_prompts
+from ..hooks.component import Component
+from ..hooks.generation import ScoredRound
+from ..hooks.model_inputs import forward_inputs, loss_mask
+from ..hooks.trl_access import log_metric, pad_token_id, per_token_logps, tokenized_prompts
 
 SELF_TEACHER = "self"
 

@@ -8,7 +8,7 @@ this component does, in the checkpoint folder:
   adaptive ``kl_coef`` and reference-reset count, ppo_kl's β, the dynamic-sampling prompt-stream position, greso's
   prompt history, exploration probabilities and decision counter), handed back key by key to its owner, TRL's
   micro-step counter ``_step``, which decides when the next generation batch is sampled, and the settings the
-  checkpoint's files are laid out by (``hooks/checkpoint_settings.py``);
+  checkpoint's files are laid out by (``components/checkpoint_settings.py``);
 - ``trl_zoo_buffer_{process}.pt``, one per process, only when the checkpoint falls inside a generation cycle
   (``steps_per_generation × num_iterations`` > 1 micro-steps): TRL's buffered generation batch, which the next
   steps reuse. Without it, TRL samples a fresh batch on resume and the run diverges from the uninterrupted one;
@@ -28,11 +28,11 @@ them all), so a folder without it is a save that was interrupted; it is skipped 
 
 Before transformers loads anything, the checkpoint is checked for ``trainer_state.json`` and the weights, its files
 for truncation, for the optimizer's and the scheduler's state, which transformers would silently start afresh
-without (``hooks/checkpoint_integrity.py``), ``trl_zoo_state.pt`` for NaN or ±inf, and the saved settings against the
-run's (``hooks/checkpoint_settings.py``); once it has loaded them, the weights and the optimizer state are checked to
-be finite, and so are the buffered batch and the moved reference as this component loads them. Each refusal is one
-line (`CheckpointError`, `CorruptCheckpointError`) naming the file or the setting and the fix, instead of an error
-deep in torch or safetensors, or in generation, or at the first step.
+without (``components/checkpoint_integrity.py``), ``trl_zoo_state.pt`` for NaN or ±inf, and the saved settings against
+the run's (``components/checkpoint_settings.py``); once it has loaded them, the weights and the optimizer state are
+checked to be finite, and so are the buffered batch and the moved reference as this component loads them. Each refusal
+is one line (`CheckpointError`, `CorruptCheckpointError`) naming the file or the setting and the fix, instead of an
+error deep in torch or safetensors, or in generation, or at the first step.
 
 Ctrl-C: a ``KeyboardInterrupt`` during ``train()`` propagates unchanged, after one line on stderr with the step
 reached and the last complete checkpoint (``interrupt_notice = False`` turns the line off for callers that print
@@ -51,6 +51,8 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..config.generation_buffer import inside_generation_cycle
+from ..hooks.component import Component
+from ..hooks.trl_access import generation_buffer, generation_due, micro_step, run_output_dir, set_generation_buffer
 from ..run_files import torch_save
 from .checkpoint_integrity import (
     CheckpointError,
@@ -62,8 +64,6 @@ from .checkpoint_integrity import (
     missing_rng_state,
 )
 from .checkpoint_settings import check_same_settings, layout_settings
-from .component import Component
-from .trl_access import generation_buffer, generation_due, micro_step, run_output_dir, set_generation_buffer
 
 STATE_FILE = "trl_zoo_state.pt"
 BUFFER_FILE = "trl_zoo_buffer_{process}.pt"

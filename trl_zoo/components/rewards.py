@@ -49,11 +49,11 @@ import torch
 from torch import nn
 from trl.trainer.utils import is_async_callable
 
+from ..hooks.component import Component
+from ..hooks.trl_access import log_metric, pad_token_id, swapped
 from ..numerics import short_repr
 from ..reward_shaping import truncation_penalized, with_soft_overlong_punishment
-from .component import Component
 from .reward_watchdog import watched
-from .trl_access import log_metric, pad_token_id, swapped
 
 _FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 MAX_ABS_REWARD = 1e15  # (G·R)² stays far below float32's 3.4e38 in the group mean and std
