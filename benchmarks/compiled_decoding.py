@@ -164,7 +164,7 @@ def measure(name: str, args) -> dict:
     )
     graphed = compile_kwargs == CUDA_GRAPH
     if graphed:
-        from trl_zoo.hooks import decode_graph
+        from trl_zoo.components import decode_graph
 
         step = decode_graph.install(model)
         compile_kwargs = {}

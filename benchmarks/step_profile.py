@@ -160,7 +160,7 @@ class Seams:
 
         from transformers import TrainerCallback
 
-        from trl_zoo.hooks import decode_graph, decode_precision, generation_speed
+        from trl_zoo.components import decode_graph, decode_precision, generation_speed
 
         self.trainer = trainer
         seams = self

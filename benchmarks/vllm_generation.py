@@ -16,8 +16,8 @@ sampler repeats it. Variants (`VARIANTS`), interleaved round by round after one 
     n_per_prompt    each prompt once with `n=8` (what TRL's server mode asks for), no text
 
 Each record: seconds of TRL's `generate` call, of vLLM's `LLM.generate` inside it, and the floor of the decoding:
-the bf16 weights read once per decode step plus the KV cache of the real tokens, at `BANDWIDTH` (the rate
-`step_profile.py` names). `--summarize FILE.jsonl` prints the medians as a Markdown table.
+the bf16 weights read once per decode step plus the KV cache of the real tokens, at lib/harness.py's `BANDWIDTH` (the
+rate `step_profile.py` names). `--summarize FILE.jsonl` prints the medians as a Markdown table.
 """
 
 from __future__ import annotations
@@ -31,30 +31,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-BANDWIDTH = 4.3e12  # bytes/s, as benchmarks/step_profile.py
 VARIANTS = ("trl", "no_detokenize", "no_logprobs", "bare", "prefill", "n_per_prompt")
-
-
-def decode_floor_s(shape: str, rows: int, prompt_length: int, completion_length: int) -> float:
-    """Seconds to read the bf16 weights once per decode step and each row's KV cache (bytes / BANDWIDTH)."""
-    from benchmarks.lib.harness import SHAPES
-
-    s = SHAPES[shape]
-    head_dim = s.get("head_dim", s["hidden_size"] // s["num_attention_heads"])
-    layers, hidden, inter, vocab = s["num_hidden_layers"], s["hidden_size"], s["intermediate_size"], s["vocab_size"]
-    kv = 2 * s["num_key_value_heads"] * head_dim
-    per_layer = hidden * (s["num_attention_heads"] * head_dim) * 2 + hidden * kv + 3 * hidden * inter
-    weights = 2 * (layers * per_layer + vocab * hidden)  # bytes (bf16), the LM head read once
-    kv_bytes_per_token = 2 * layers * kv
-    mean_context = prompt_length + completion_length / 2
-    per_step = weights + rows * mean_context * kv_bytes_per_token
-    return completion_length * per_step / BANDWIDTH
 
 
 def run(options) -> list[dict]:
     import torch
 
     from benchmarks.lib import ladder_run
+    from benchmarks.lib.harness import decode_floor_s
 
     ladder = ladder_run.parse_args([
         "--contender", "trl_vllm", "--shape", options.shape, "--prompts", str(options.prompts),

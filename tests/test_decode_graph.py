@@ -14,7 +14,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from tests import tiny
 from trl_zoo import GRPOConfig, GRPOTrainer
-from trl_zoo.hooks import decode_graph
+from trl_zoo.components import decode_graph
 
 NEW_TOKENS = 12
 

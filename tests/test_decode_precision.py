@@ -17,8 +17,8 @@ from tests import tiny
 from tests.test_merged_generation import lora, nonzero_adapter
 from tests.trl_internals import generate_and_score, replace_decoding
 from trl_zoo import GRPOConfig, GRPOTrainer
+from trl_zoo.components import decode_precision
 from trl_zoo.components.generation_speed import adapted_layers, delta_weight
-from trl_zoo.hooks import decode_precision
 
 
 def zoo_trainer(**overrides):

@@ -15,8 +15,8 @@ import pytest
 from datasets import Dataset
 
 from trl_zoo.cli.train import heldout_accuracy
+from trl_zoo.components import reward_watchdog
 from trl_zoo.components.rewards import RewardOutputError
-from trl_zoo.hooks import reward_watchdog
 from trl_zoo.tasks.evaluation import greedy_evaluation
 from trl_zoo.tasks.pass_at_k import sampled_right_counts
 

@@ -205,7 +205,7 @@ def test_reference_reset_with_a_reference_model_copies_the_weights():
 def test_reference_adapter_reset_is_refused_under_zero3_with_what_to_use(monkeypatch):
     from types import SimpleNamespace
 
-    from trl_zoo.hooks import kl_control
+    from trl_zoo.components import kl_control
 
     zero3 = SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=3))
     monkeypatch.setattr(kl_control, "AcceleratorState", lambda: zero3)

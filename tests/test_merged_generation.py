@@ -13,13 +13,13 @@ from peft import LoraConfig, get_peft_model
 from tests import tiny
 from tests.trl_internals import generate_and_score
 from trl_zoo import GRPOConfig, GRPOTrainer
+from trl_zoo.components import merge_residue
 from trl_zoo.components.generation_speed import (
     compile_refusal,
     fields_a_quantized_base_drops,
     merge_refusal,
     merged_adapter,
 )
-from trl_zoo.hooks import merge_residue
 from trl_zoo.tasks.tiny import build_tiny_causal_lm
 
 

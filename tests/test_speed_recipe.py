@@ -124,7 +124,7 @@ def test_without_an_adapter_the_trainer_names_the_recipe_and_its_fix():
 
 
 def test_a_lora_run_under_the_recipe_generates_once_per_two_optimizer_steps_merged(monkeypatch):
-    from trl_zoo.hooks import generation_speed
+    from trl_zoo.components import generation_speed
 
     merges = []
     real = generation_speed.merged_adapter

@@ -83,7 +83,7 @@ def test_the_tables_name_every_row_and_the_step_against_its_floor():
 
 
 def test_the_seams_see_every_generation_decode_step_and_pass_of_training_on_a_cpu(monkeypatch):
-    from trl_zoo.hooks import decode_graph, decode_precision, generation_speed
+    from trl_zoo.components import decode_graph, decode_precision, generation_speed
 
     for owner, name in ((generation_speed, "merged_adapter"), (decode_precision, "decoding_copy"),
                         (decode_graph.GraphedDecodeStep, "__call__")):

@@ -121,3 +121,20 @@ def trainer_classes(implementation: str):
     import trl_zoo
 
     return trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig
+
+
+BANDWIDTH = 4.3e12  # bytes/s: device-to-device copy on an H200, as benchmarks/step_profile.py
+
+
+def decode_floor_s(shape: str, rows: int, prompt_length: int, completion_length: int) -> float:
+    """Seconds to read the bf16 weights once per decode step and each row's KV cache (bytes / BANDWIDTH)."""
+    s = SHAPES[shape]
+    head_dim = s.get("head_dim", s["hidden_size"] // s["num_attention_heads"])
+    layers, hidden, inter, vocab = s["num_hidden_layers"], s["hidden_size"], s["intermediate_size"], s["vocab_size"]
+    kv = 2 * s["num_key_value_heads"] * head_dim
+    per_layer = hidden * (s["num_attention_heads"] * head_dim) * 2 + hidden * kv + 3 * hidden * inter
+    weights = 2 * (layers * per_layer + vocab * hidden)  # bytes (bf16), the LM head read once
+    kv_bytes_per_token = 2 * layers * kv
+    mean_context = prompt_length + completion_length / 2
+    per_step = weights + rows * mean_context * kv_bytes_per_token
+    return completion_length * per_step / BANDWIDTH

@@ -18,7 +18,7 @@ Measured:
   blocks, `lib/block_times.py`, and `step_profile.Seams`' backward and optimizer clocks; each synchronises the
   device at its ends, so the profiled step is a little slower than an unprofiled one), and `floors`: the matmul
   FLOPs of the log-prob passes at `step_profile.MATMUL_FLOPS` (backward twice the forward, gradient checkpointing's
-  recompute not counted) and the decoding's bandwidth floor (`vllm_generation.decode_floor_s`);
+  recompute not counted) and the decoding's bandwidth floor (`lib/harness.py`'s `decode_floor_s`);
 
 Prints one `RESULT {json}` line. By hand:
 
@@ -255,8 +255,8 @@ def seam_seconds(blocks: dict, seams, steps: list[int], step_s: float) -> dict[s
 
 def seam_floors(trainer, seams, steps: list[int], options) -> dict[str, float]:
     """Per optimizer step: the matmul FLOPs floor of the log-prob passes and the decoding's bandwidth floor."""
+    from benchmarks.lib.harness import decode_floor_s
     from benchmarks.step_profile import MATMUL_FLOPS, model_facts
-    from benchmarks.vllm_generation import decode_floor_s
 
     facts = model_facts(trainer.accelerator.unwrap_model(trainer.model))
     body = facts["matmul_params"] - facts["head_params"]

@@ -49,9 +49,9 @@ from transformers import CompileConfig
 from transformers.utils import logging
 
 from ..config.speed_recipe import refusal_words, set_by_recipe
-from . import decode_graph, decode_precision, merge_residue
 from ..hooks.component import Component
 from ..hooks.trl_access import switch_on_compiled_decoding
+from . import decode_graph, decode_precision, merge_residue
 from .weight_layout import is_quantized, policy_base, sharding
 
 logger = logging.get_logger(__name__)
