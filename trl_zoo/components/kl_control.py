@@ -49,7 +49,7 @@ def reward_kl_penalty(trainer, output: dict, policy_logps: torch.Tensor) -> torc
     if trainer.args.kl_placement != "reward" or ref_logps is None:
         return None
     per_token_kl = trainer.plan.kl_estimator(policy_logps, ref_logps)
-    return trainer.pipeline.get("kl_control").beta * per_token_kl * loss_mask(output)
+    return trainer.kl_coefficient * per_token_kl * loss_mask(output)
 
 
 class KLControl(Component):
@@ -57,6 +57,7 @@ class KLControl(Component):
     `reward_kl_penalty`, which the advantages read."""
 
     name = "kl_control"
+    STATE_KEYS = ("kl_coef", "ref_resets")  # its saved state: the adaptive β and the reset count
 
     def __init__(self, trainer):
         super().__init__(trainer)
@@ -66,8 +67,6 @@ class KLControl(Component):
             check_reference_resets(trainer)
         if args.kl_target is not None:
             self.state["kl_coef"] = float(trainer.beta)
-
-    STATE_KEYS = ("kl_coef", "ref_resets")
 
     def owns_state(self, key: str) -> bool:
         return key in self.STATE_KEYS
