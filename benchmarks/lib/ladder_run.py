@@ -78,6 +78,8 @@ CONTENDERS: dict[str, tuple[str, dict]] = {
         "vllm_importance_sampling_correction": False, "skip_on_policy_old_logps": True,
     }),
     "zoo_default": ("zoo", {}),
+    # the transformers path with each distinct prompt forwarded once (needs --gradient_checkpointing false)
+    "zoo_prompt_once": ("zoo", {TWO_STEPS: True, "skip_on_policy_old_logps": True, "prompt_once": True}),
     "lora": ("zoo", {"speed_recipe": "lora"}),
     "lora_graphed": ("zoo", {"speed_recipe": "lora_graphed"}),
     "graphed_merged": ("zoo", {
