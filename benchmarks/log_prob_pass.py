@@ -7,13 +7,13 @@ the time.
 The model is the size ladder's (`lib/ladder_run.py`: random weights, bf16, LoRA r 16 on every linear layer). The
 batch is one optimizer step's rows: `--prompts` prompts × `--num_generations` completions, every prompt
 `--prompt_length` tokens and every completion `--completion_length` (no padding, as in the ladder), the rows of a
-prompt side by side (as `prompt_once` sorts them). Each configuration runs the step's micro-batches through a log-prob
-pass, TRL's own (`trl.GRPOTrainer._get_per_token_logps_and_entropies`) or trl_zoo's with `prompt_once` on, sums
-each micro-batch's log-probs and back-propagates them. Configurations: each micro-batch size × {TRL's pass with
-gradient checkpointing, TRL's pass without, `prompt_once` (which refuses gradient checkpointing)}, run in
-interleaved repeats; measured: the median seconds of the step's passes (device synchronised), the peak memory, the
-positions forwarded (`prompt_once`'s own count). With `--kernels`, one more repeat of each configuration under `torch.profiler` gives its
-`--top` kernels by device time. Prints one `RESULT {json}` line per configuration.
+prompt side by side (as `prompt_once` sorts them). Each configuration runs the step's micro-batches through a
+log-prob pass, TRL's own (`trl.GRPOTrainer._get_per_token_logps_and_entropies`) or trl_zoo's with `prompt_once`
+on, sums each micro-batch's log-probs and back-propagates them. Configurations: each micro-batch size × {TRL's pass
+with gradient checkpointing, TRL's pass without, `prompt_once` (which refuses gradient checkpointing)}, run in
+interleaved repeats. Measured: the median seconds of the step's passes (device synchronised), the peak memory, the
+positions forwarded (`prompt_once`'s own count). With `--kernels`, one more repeat of each configuration under
+`torch.profiler` gives its `--top` kernels by device time. Prints one `RESULT {json}` line per configuration.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.lib.ladder_run import build_trainer, parse_args as ladder_args  # noqa: E402
+from benchmarks.lib.ladder_run import build_trainer  # noqa: E402
+from benchmarks.lib.ladder_run import parse_args as ladder_args  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 TRL_GC, TRL, PROMPT_ONCE = "trl_gc", "trl", "prompt_once"
