@@ -121,7 +121,7 @@ STUDIES: dict[str, tuple[str, list[str]]] = {
     "2026-11-27-h100x4-time-to-target-lora-graphed": time_to_target_study(),
     "2026-11-28-h200-size-ladder": ("README.md", ["ladder.jsonl"]),
     "2026-12-02-h200-vllm": ("README.md", ["results.jsonl"]),
-    "2026-12-02-h200-vllm-levers": ("README.md", ["ladder.jsonl", "vllm_generation.jsonl"]),
+    "2026-12-02-h200-vllm-levers": ("README.md", ["ladder.jsonl", "vllm_generation.jsonl", "log_prob_pass.jsonl"]),
     "2026-11-29-h200-step-profile": ("README.md", ["profile.jsonl"]),
     "2026-12-02-h200-methods": ("README.md", ["runs.jsonl"]),
 }
@@ -422,6 +422,17 @@ def test_the_vllm_levers_page_states_its_records_step_times_and_generation_media
         assert f"| {seconds} | {inside} | {tokens} |" in page or f"| {seconds} | {inside} | |" in page, row
 
 
+def test_the_vllm_levers_page_states_each_log_prob_pass_records_seconds_positions_and_kernel_time():
+    folder = RESULTS / "2026-12-02-h200-vllm-levers"
+    page = (folder / "README.md").read_text()
+    records = [json.loads(line) for line in (folder / "log_prob_pass.jsonl").read_text().splitlines()]
+    assert {r["configuration"] for r in records} == {"trl_gc", "trl", "prompt_once"} and len(records) == 12
+    for r in records:
+        kernels = sum(k["ms"] for k in r["kernels"]) / 1e3
+        cells = f"| {r['positions']:,} | {r['seconds']:.2f} | {kernels:.2f} | {r['peak_gib']:.1f} |"
+        assert f"| {r['micro_batch']} {cells}" in page, (r["shape"], r["configuration"], r["micro_batch"])
+
+
 def test_the_methods_page_states_each_runs_curve_its_gains_over_the_control_and_its_paired_verdict():
     from trl_zoo.cli.report.verdict import PairedDifference
 
@@ -434,8 +445,10 @@ def test_the_methods_page_states_each_runs_curve_its_gains_over_the_control_and_
     assert seeds == [0, 1, 2] and all(sorted(by_seed) == seeds for by_seed in runs.values())
     control = runs.pop("control")
     for name, by_seed in runs.items():
-        curves = " | ".join(
-            " / ".join(f"{100 * by_seed[s]['heldout_by_step'][step]:.1f}" for step in ("0", "20", "40")) + " %"
+        curves = " | ".join(  # every evaluation: steps 0, 20, 40 (and 60 for the four-update runs)
+            " / ".join(f"{100 * accuracy:.1f}" for _, accuracy in sorted(
+                (int(step), accuracy) for step, accuracy in by_seed[s]["heldout_by_step"].items()
+            )) + " %"
             for s in seeds
         )
         gains = " / ".join(
