@@ -1,6 +1,6 @@
 """One optimizer step's loss passes, forward and backward, at a size-ladder shape: TRL's log-prob pass against
-`prompt_once`'s, per micro-batch size and gradient checkpointing; with `--kernels`, the device kernels that take
-the time.
+`prompt_once`'s, per micro-batch size, gradient checkpointing and autocast; with `--kernels`, the device kernels
+that take the time.
 
     python benchmarks/log_prob_pass.py --shape qwen2.5-1.5b [--micro_batches 16,32] [--repeats 5] [--kernels]
 
@@ -9,16 +9,23 @@ batch is one optimizer step's rows: `--prompts` prompts × `--num_generations` c
 `--prompt_length` tokens and every completion `--completion_length` (no padding, as in the ladder), the rows of a
 prompt side by side (as `prompt_once` sorts them). Each configuration runs the step's micro-batches through a
 log-prob pass, TRL's own (`trl.GRPOTrainer._get_per_token_logps_and_entropies`) or trl_zoo's with `prompt_once`
-on, sums each micro-batch's log-probs and back-propagates them. Configurations: each micro-batch size × {TRL's pass
-with gradient checkpointing, TRL's pass without, `prompt_once` (which refuses gradient checkpointing)}, run in
-interleaved repeats. Measured: the median seconds of the step's passes (device synchronised), the peak memory, the
-positions forwarded (`prompt_once`'s own count). With `--kernels`, one more repeat of each configuration under
-`torch.profiler` gives its `--top` kernels by device time. Prints one `RESULT {json}` line per configuration.
+on, sums each micro-batch's log-probs and back-propagates them. Configurations, for each micro-batch size:
+
+    trl_gc, trl                      TRL's pass with and without gradient checkpointing, called bare
+    prompt_once                      trl_zoo's pass with `prompt_once` (it refuses gradient checkpointing)
+    trl_gc_autocast, trl_autocast    TRL's two under the trainer's mixed-precision autocast, as its training step
+                                     runs them (`accelerator.autocast()`)
+
+run in interleaved repeats. Measured: the median seconds of the step's passes (device synchronised), the peak
+memory, the positions forwarded (`prompt_once`'s own count). With `--kernels`, one more repeat of each
+configuration under `torch.profiler` (`lib/kernel_time.py`) gives its device time in all kernels, their launches
+and its `--top` kernels. One `RESULT {json}` line per configuration.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -29,11 +36,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.lib.kernel_time import KernelTime  # noqa: E402
 from benchmarks.lib.ladder_run import build_trainer  # noqa: E402
 from benchmarks.lib.ladder_run import parse_args as ladder_args  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 TRL_GC, TRL, PROMPT_ONCE = "trl_gc", "trl", "prompt_once"
+TRL_GC_AUTOCAST, TRL_AUTOCAST = "trl_gc_autocast", "trl_autocast"  # under the trainer's autocast
+CONFIGURATIONS = (TRL_GC, TRL, PROMPT_ONCE, TRL_GC_AUTOCAST, TRL_AUTOCAST)
 
 
 def parse_args(argv=None):
@@ -69,7 +79,8 @@ def run_step(trainer, configuration: str, micro_batch: int, ids, mask, completio
     import trl
 
     model = trainer.model
-    checkpointing = configuration == TRL_GC
+    checkpointing = configuration in (TRL_GC, TRL_GC_AUTOCAST)
+    autocast = trainer.accelerator.autocast() if configuration.endswith("_autocast") else contextlib.nullcontext()
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.zero_grad(set_to_none=True)
@@ -77,15 +88,17 @@ def run_step(trainer, configuration: str, micro_batch: int, ids, mask, completio
     start = time.perf_counter()
     for at in range(0, ids.size(0), micro_batch):
         rows, rows_mask = ids[at : at + micro_batch], mask[at : at + micro_batch]
-        if configuration == PROMPT_ONCE:
-            logps = trainer._get_per_token_logps_and_entropies(
-                model, rows, rows_mask, completion_length, compute_entropy=True
-            )[0]
-        else:
-            logps = trl.GRPOTrainer._get_per_token_logps_and_entropies(
-                trainer, model, rows, rows_mask, completion_length, compute_entropy=True
-            )[0]
-        (logps.float().mean() * rows.size(0) / ids.size(0)).backward()
+        with autocast:
+            if configuration == PROMPT_ONCE:
+                logps = trainer._get_per_token_logps_and_entropies(
+                    model, rows, rows_mask, completion_length, compute_entropy=True
+                )[0]
+            else:
+                logps = trl.GRPOTrainer._get_per_token_logps_and_entropies(
+                    trainer, model, rows, rows_mask, completion_length, compute_entropy=True
+                )[0]
+            loss = logps.float().mean() * rows.size(0) / ids.size(0)
+        loss.backward()
     synchronize()
     seconds = time.perf_counter() - start
     if checkpointing:
@@ -93,23 +106,10 @@ def run_step(trainer, configuration: str, micro_batch: int, ids, mask, completio
     return seconds
 
 
-def kernel_table(trainer, configuration, micro_batch, ids, mask, completion_length, top: int) -> list[dict]:
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CUDA] if CUDA else [ProfilerActivity.CPU]
-    with profile(activities=activities) as profiler:
+def kernel_table(trainer, configuration, micro_batch, ids, mask, completion_length, top: int) -> dict:
+    with KernelTime() as kernels:
         run_step(trainer, configuration, micro_batch, ids, mask, completion_length)
-    events = profiler.key_averages()
-
-    def device_ms(event) -> float:
-        total = getattr(event, "device_time_total", None)
-        if total is None:
-            total = getattr(event, "cuda_time_total", 0.0)
-        return (total if CUDA else event.cpu_time_total) / 1e3
-
-    kernels = [e for e in events if not CUDA or getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
-    kernels.sort(key=device_ms, reverse=True)
-    return [{"kernel": e.key[:120], "ms": round(device_ms(e), 2), "calls": e.count} for e in kernels[:top]]
+    return kernels.summary(top)
 
 
 def main(argv=None):
@@ -126,7 +126,7 @@ def main(argv=None):
     vocab_size = trainer.model.config.vocab_size
     device = next(trainer.model.parameters()).device
     ids, mask = step_batch(options, vocab_size, device)
-    configurations = [(c, m) for m in micro_batches for c in (TRL_GC, TRL, PROMPT_ONCE)]
+    configurations = [(c, m) for m in micro_batches for c in CONFIGURATIONS]
     run_step(trainer, TRL, micro_batches[0], ids, mask, options.completion_length)  # warm-up
     seconds: dict[tuple, list[float]] = {key: [] for key in configurations}
     peaks: dict[tuple, float] = {}
@@ -149,9 +149,8 @@ def main(argv=None):
             "positions": forwarded, "device": torch.cuda.get_device_name() if CUDA else "cpu",
         }
         if options.kernels:
-            result["kernels"] = kernel_table(
-                trainer, configuration, micro, ids, mask, options.completion_length, options.top
-            )
+            summary = kernel_table(trainer, configuration, micro, ids, mask, options.completion_length, options.top)
+            result.update(kernels=summary.pop("top"), **summary)
         print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -19,6 +19,10 @@ Measured:
   device at its ends, so the profiled step is a little slower than an unprofiled one), and `floors`: the matmul
   FLOPs of the log-prob passes at `step_profile.MATMUL_FLOPS` (backward twice the forward, gradient checkpointing's
   recompute not counted) and the decoding's bandwidth floor (`lib/harness.py`'s `decode_floor_s`);
+- with `--kernels N`, `kernels`: optimizer step N (from 1) under `torch.profiler` (`lib/kernel_time.py`): its
+  seconds, the device time in all its kernels and their launches, its 12 largest kernels (with two optimizer steps
+  per generation batch an even N decodes nothing: the loss passes and the optimizer alone, as
+  `benchmarks/log_prob_pass.py` times them bare);
 
 Prints one `RESULT {json}` line. By hand:
 
@@ -36,6 +40,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import TrainerCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -50,6 +55,7 @@ from benchmarks.lib.harness import (  # noqa: E402
     short_run_args,
     trainer_classes,
 )
+from benchmarks.lib.kernel_time import KernelTime  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 
@@ -108,6 +114,7 @@ def parse_args(argv=None):
     parser.add_argument("--gradient_checkpointing", choices=("true", "false"), default=None,
                         help="override the contender's (TRL's default: on)")
     parser.add_argument("--profile", action="store_true", help="time each seam of the step (module docstring)")
+    parser.add_argument("--kernels", type=int, default=None, metavar="N", help="profile optimizer step N's kernels")
     return parser.parse_args(argv)
 
 
@@ -179,6 +186,23 @@ class SyncMeter:
                 self.seconds.append(time.perf_counter() - start)
 
         generation.sync_weights = timed
+
+
+class StepKernels(TrainerCallback):
+    """Optimizer step `step` (from 1) under `lib/kernel_time.py`'s profiler: its seconds and kernels."""
+
+    def __init__(self, step: int):
+        self.step, self.result, self._kernels = step, None, None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == self.step - 1:
+            self._kernels = KernelTime().__enter__()
+            self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._kernels is not None and self.result is None:
+            self._kernels.__exit__(None, None, None)
+            self.result = {"step": self.step, "seconds": time.perf_counter() - self._start, **self._kernels.summary()}
 
 
 def build_trainer(options):
@@ -294,6 +318,9 @@ def main(argv=None):
         seams.install(trainer)
     meter = DecodingMeter(trainer)
     syncs = SyncMeter(trainer)
+    kernels = StepKernels(options.kernels) if options.kernels else None
+    if kernels is not None:
+        trainer.add_callback(kernels)
     if CUDA:
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
@@ -330,6 +357,8 @@ def main(argv=None):
         "micro_batch": options.micro_batch,
         "device": torch.cuda.get_device_name() if CUDA else "cpu",
     }
+    if kernels is not None:
+        result["kernels"] = kernels.result
     if seams is not None:
         measured = list(range(2, len(step_times))) or list(range(len(step_times)))
         result["seams"] = seam_seconds(blocks.seconds, seams, measured, step_s)
