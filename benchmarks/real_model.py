@@ -90,9 +90,10 @@ def method_runs() -> dict[str, list[str]]:
         "luffy": ["--loss_type", "luffy", "--expert_traces", "true", "--expert_column", "expert_answer"],
         "chord": [*grpo, "--expert_traces", "true", "--expert_column", "expert_answer"],
         # A*-PO: V*(x) from 8 samples of every training prompt by the starting policy, scored before training
-        # (--reference_reward_samples: their count and seconds in reference_rewards.json); β₂ 1e-3, the paper's
+        # (--reference_reward_samples: their count and seconds in reference_rewards.json); β₂ 1e-3, the paper's;
+        # the 640 prompts 40 steps of 16 draw (all 6,000: 9 times the completions the training generates)
         "a2po": ["--loss_type", "a2po", "--advantage_estimator", "a2po", "--beta", "0.001",
-                 "--reference_reward_samples", "8"],
+                 "--reference_reward_samples", "8", "--train_prompts", "640"],
         "grpo_teacher": TEACHER_PAIR["grpo_teacher"],
         # DLER's paper: a completion not ended within L = max_completion_length tokens gets reward 0
         "dler": [*grpo, "--truncation_penalty", "0.0"],

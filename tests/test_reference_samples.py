@@ -65,3 +65,20 @@ def test_a_count_the_run_cannot_use_is_refused_in_one_line(tmp_path, samples, ov
 def test_none_asked_is_no_setting_to_refuse(tmp_path):
     check_reference_samples(0, training_args(tmp_path, advantage_estimator=None, world_size=4))
     check_reference_samples(8, training_args(tmp_path))
+
+
+def test_train_prompts_keeps_the_first_n_so_the_samples_cover_only_what_the_run_draws():
+    from datasets import IterableDataset
+
+    from trl_zoo.cli.train.training_setup import first_prompts
+
+    train = Dataset.from_dict({"prompt": [f"{i}+1=" for i in range(6)], "answer": [str(i + 1) for i in range(6)]})
+    lines = []
+    kept = first_prompts(train, 4, lines.append)
+    assert kept["prompt"] == train["prompt"][:4] and lines == ["train_prompts: training on the first 4 of 6 prompts."]
+    assert first_prompts(train, 0) is train
+    streamed = IterableDataset.from_generator(lambda: ({"prompt": f"{i}+1="} for i in range(6)))
+    assert [row["prompt"] for row in first_prompts(streamed, 2)] == ["0+1=", "1+1="]
+    for count, named in ((7, "more than the training set's 6 prompts"), (-1, "must be ≥ 0")):
+        with pytest.raises(ConfigError, match=f"^train_prompts: .*{named}"):
+            first_prompts(train, count)

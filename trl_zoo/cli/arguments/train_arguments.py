@@ -157,6 +157,13 @@ class TaskArguments(GRPOScriptArguments, DatasetMixtureConfig):
             "expert_answer: CHORD, LUFFY). Not with a dataset or another task."
         },
     )
+    train_prompts: int = field(
+        default=0,
+        metadata={
+            "help": "Train on the first N prompts of the training set (a built-in task's or a dataset's), e.g. the "
+            "prompts a short run draws, so that --reference_reward_samples samples only those. 0: all of them."
+        },
+    )
     reference_reward_samples: int = field(
         default=0,
         metadata={

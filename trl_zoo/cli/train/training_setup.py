@@ -156,7 +156,22 @@ def _training_splits(task, task_args, training_args, model_args, reads: dict[str
             raise ConfigError("max_steps: a streamed dataset has no length to count epochs in; give --max_steps N.")
     if heldout is None and training_args.eval_strategy != "no":
         raise ConfigError("eval_strategy: TRL's evaluation needs an evaluation set, and num_heldout 0 keeps none.")
-    return train, heldout, source
+    return first_prompts(train, task_args.train_prompts, log), heldout, source
+
+
+def first_prompts(train, count: int, log=print):
+    """The training set's first `count` rows (`--train_prompts`; 0: all of it)."""
+    if count == 0:
+        return train
+    if count < 0:
+        raise ConfigError(f"train_prompts: must be ≥ 0 (0: the whole training set), got {count}.")
+    if isinstance(train, IterableDataset):
+        return train.take(count)
+    if count > len(train):
+        raise ConfigError(f"train_prompts: {count} is more than the training set's {len(train)} prompts; lower it "
+                          f"or give 0 (all).")
+    log(f"train_prompts: training on the first {count} of {len(train)} prompts.")
+    return train.select(range(count))
 
 
 def _open_run_log(training_args, checkpoint: str | None) -> RunLog:
