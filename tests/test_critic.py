@@ -19,7 +19,7 @@ from tests.trl_internals import buffered_micro_batches, generate_and_score, metr
 from trl_zoo.advantages import AdvantageInputs
 from trl_zoo.advantages.gae import gae, length_adaptive_lambda, policy_gae, token_rewards
 from trl_zoo.components.value_model import CRITIC_FILE, VALUE_ADAPTER, check_critic_distribution
-from trl_zoo.critic import clipped_value_loss, explained_variance, positive_example_nll, value_targets
+from trl_zoo.value_function import clipped_value_loss, explained_variance, positive_example_nll, value_targets
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 ARGS = SimpleNamespace(

@@ -1,4 +1,4 @@
-"""CHORD's SFT term on expert demonstrations inside the RL step (trl_zoo/expert_sft.py,
+"""CHORD's SFT term on expert demonstrations inside the RL step (trl_zoo/sft_term.py,
 trl_zoo/components/expert_sft.py, trl_zoo/config/expert_sft.py): μ's schedule and the (φ-weighted) SFT loss against
 transcriptions of the authors' code, the combined loss's value and gradient on a tiny model against closed forms, the
 demonstrations' path through the batch, the refusals, and training runs.
@@ -24,7 +24,7 @@ from tests.test_advantages import generate, one_thread  # noqa: F401  (autouse f
 from tests.tiny import make_trainer
 from trl_zoo.cli import main
 from trl_zoo.dataset_values import DatasetValueError
-from trl_zoo.expert_sft import mu_schedule, sft_loss
+from trl_zoo.sft_term import mu_schedule, sft_loss
 
 
 # ---------------------------------------------------------------------------------------------------- the reference

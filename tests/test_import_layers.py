@@ -14,8 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trl_zoo"
 
 LAYERS = (
     ("kernel", ("numerics", "specs", "registry", "dataset_values", "run_files")),
-    ("tables", ("losses", "aggregation", "advantages", "kl", "samplers", "reward_shaping", "critic", "expert_sft",
-                "sampling_correction")),
+    ("tables", ("losses", "aggregation", "advantages", "kl", "samplers", "reward_shaping", "value_function",
+                "sft_term", "sampling_correction")),
     ("config", ("config",)),
     ("hooks", ("hooks",)),
     ("components", ("components",)),

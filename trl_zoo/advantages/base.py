@@ -56,7 +56,7 @@ class AdvantageInputs:
     mask: Tensor | None = None  # (N, T) completion tokens
     token_penalty: Tensor | None = None  # (N, T) β·KL_t per token, masked, when kl_placement="reward"
     score_sq_norms: Tensor | None = None  # (N,) ‖s_i‖² in logit space (needs="score_sq_norms")
-    values: Tensor | None = None  # (N, T) critic V(s_t) at generation time (needs="values"; trl_zoo.critic)
+    values: Tensor | None = None  # (N, T) critic V(s_t) at generation time (needs="values"; trl_zoo.value_function)
     group_sizes: Tensor | None = None  # (P,) long n_p ≥ 1, Σ n_p = N: groups of unequal size; None = all G
     reference_rewards: Tensor | None = None  # (N, K) rewards of K reference samples of each row's prompt (a column)
     turns: Turns | None = None  # the rollouts' model turns (needs="turns"); None: every completion is one turn

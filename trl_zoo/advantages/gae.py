@@ -14,7 +14,7 @@ V is the critic at generation time (``AdvantageInputs.values``, declared with ``
 outside the mask inside a completion (tool outputs) are not actions: the recursion passes over them,
 bootstrapping from the next action's value. The token advantages are optionally whitened over the batch (mean 0,
 std 1 over completion tokens, NaN rows left out), as PPO implementations do. VAPO's options: λ_critic for the
-value targets (``gae_lambda_critic``; the targets themselves are `trl_zoo/critic.py`'s), λ_policy,i =
+value targets (``gae_lambda_critic``; the targets themselves are `trl_zoo/value_function.py`'s), λ_policy,i =
 1 − 1/(α·ℓ_i) clamped to [0, 1] (``vapo_length_alpha``), value pre-training and the positive-example LM loss
 (declared here as gae's fields, run by the critic, `trl_zoo/components/value_model.py`).
 

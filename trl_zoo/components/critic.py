@@ -3,7 +3,7 @@
 Active when the advantage estimator declares ``needs=("values",)`` (``advantage_estimator="gae"``): it then builds the
 critic, `trl_zoo.components.value_model.ValueModel` (its own LoRA adapter and head, or a head, on the policy's shared
 frozen base; its weights, passes, loss and optimizer group are described there), as ``self.critic`` (the trainer's
-``critic``); off otherwise. The formulas are in `trl_zoo/critic.py`. The hook points:
+``critic``); off otherwise. The formulas are in `trl_zoo/value_function.py`. The hook points:
 
 Generation side, around the advantages component's `replace_advantages`: before it (`before_advantages`), a no-grad
 value pass (`extra_pass("critic_values")`) stores ``old_values`` (B, T) in the batch; the advantages component

@@ -1,5 +1,5 @@
 """Component: CHORD's SFT term on expert demonstrations inside the RL step (arXiv:2508.11408; the formulas and μ's
-schedule: `trl_zoo/expert_sft.py`).
+schedule: `trl_zoo/sft_term.py`).
 
 With `expert_column` set, every training micro-batch's loss becomes
 
@@ -43,12 +43,12 @@ from __future__ import annotations
 import torch
 
 from ..dataset_values import EXPERT_FIX, DatasetValueError, expert_answer, expert_answer_problem
-from ..expert_sft import mu_schedule, sft_loss
 from ..hooks.batch_layout import kept_width
 from ..hooks.component import Component
 from ..hooks.generation import ScoredRound
 from ..hooks.model_inputs import is_multimodal
 from ..hooks.trl_access import log_metric, pad_token_id, per_token_logps
+from ..sft_term import mu_schedule, sft_loss
 
 EXPERT_IDS, EXPERT_MASK = "expert_ids", "expert_mask"
 

@@ -1,5 +1,6 @@
 """The critic of PPO with GAE and VAPO: a value function V(s_t) sharing the policy's frozen base (formulas in
-`trl_zoo/critic.py`), as one object, `ValueModel`, that the trainer hook `components/critic.py` creates and calls.
+`trl_zoo/value_function.py`), as one object, `ValueModel`, that the component `components/critic.py` creates and
+calls.
 
 The critic takes one of two forms (``critic_model``):
 
@@ -51,12 +52,12 @@ from accelerate.utils import DistributedType, is_peft_model
 from trl.models.utils import disable_gradient_checkpointing
 
 from ..advantages.gae import policy_gae
-from ..critic import ValueHead, clipped_value_loss, explained_variance, positive_example_nll, value_targets
 from ..hooks.generation import ScoredRound, row_chunks
 from ..hooks.loss_step import PolicyForward
 from ..hooks.model_inputs import forward_inputs, is_multimodal, loss_mask
 from ..hooks.trl_access import ignored_by_ddp
 from ..run_files import torch_save
+from ..value_function import ValueHead, clipped_value_loss, explained_variance, positive_example_nll, value_targets
 
 VALUE_ADAPTER = "value"
 VALUE_HEAD = "trl_zoo_value_head"
@@ -302,7 +303,7 @@ class ValueModel:
         return hidden_states
 
     def value_loss(self, inputs: dict, hidden_states: torch.Tensor | None = None, mode: str = "train") -> torch.Tensor:
-        """The clipped value loss of a micro-batch (trl_zoo.critic.clipped_value_loss), with its metrics logged."""
+        """The clipped value loss of a micro-batch (`clipped_value_loss`), with its metrics logged."""
         values = self.values(inputs, grad=True, hidden_states=hidden_states)
         result = clipped_value_loss(
             values, inputs["old_values"], inputs["value_targets"], loss_mask(inputs), self.args.value_clip
@@ -313,7 +314,7 @@ class ValueModel:
         return result.loss
 
     def positive_nll(self, inputs: dict, logps: torch.Tensor, mode: str) -> torch.Tensor:
-        """VAPO's positive-example NLL of a micro-batch (trl_zoo.critic.positive_example_nll), with its metrics."""
+        """VAPO's positive-example NLL of a micro-batch (`positive_example_nll`), with its metrics."""
         positive = inputs["positive_example"]
         nll = positive_example_nll(logps, loss_mask(inputs), positive)
         self.log_metric("vapo/positive_nll", nll.item(), mode)

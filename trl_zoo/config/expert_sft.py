@@ -1,5 +1,5 @@
 """The expert-demonstration axis: CHORD's SFT term on a dataset column of expert answers inside the RL step (the
-maths: `trl_zoo/expert_sft.py`; the component: `components/expert_sft.py`), its fields and their checks.
+maths: `trl_zoo/sft_term.py`; the component: `components/expert_sft.py`), its fields and their checks.
 
 With `loss_type="luffy"` the same column holds LUFFY's expert traces (`components/luffy.py`), and CHORD's fields are
 refused: LUFFY adds no SFT term.

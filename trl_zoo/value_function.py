@@ -19,6 +19,8 @@ VAPO (Yue et al. 2025, arXiv:2504.05118) adds, each an option of gae (its fields
 
 The critic itself (its weights, value passes, loss, optimizer group) is `trl_zoo/components/value_model.py`; the
 trainer calls it from `trl_zoo/components/critic.py`.
+
+Tests: tests/test_critic.py.
 """
 
 from __future__ import annotations
