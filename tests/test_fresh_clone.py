@@ -48,8 +48,8 @@ def test_the_cpu_smokes_skip_without_the_packaged_model(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "OMP_NUM_THREADS": "1"}
     env.pop("CI", None)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/test_time_to_target.py",
-         "-k", "cpu_smoke_pipeline or cpu_smoke_of_the_generation_levers"],
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-rs",
+         "tests/test_time_to_target.py", "-k", "cpu_smoke_pipeline or cpu_smoke_of_the_generation_levers"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stdout[-2000:]

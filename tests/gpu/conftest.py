@@ -11,7 +11,7 @@ small) start a process of their own.
 `TRL_ZOO_VLLM_STAND_IN=1` runs the same battery's logic on a CPU, vLLM replaced by tests/vllm_stand_in.py and the
 policy by the tiny model, which is how the battery itself is checked without a GPU.
 
-On the GPU: `python -m pytest tests/gpu -q` (docs/vllm.md gives the setup and the last results).
+On the GPU: `python -m pytest tests/gpu -q -n 0` (one process; docs/vllm.md gives the setup and the last results).
 """
 
 from __future__ import annotations
