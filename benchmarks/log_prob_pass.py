@@ -49,7 +49,7 @@ CONFIGURATIONS = (TRL_GC, TRL, PROMPT_ONCE, TRL_GC_AUTOCAST, TRL_AUTOCAST)
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="qwen2.5-1.5b")
-    parser.add_argument("--prompts", type=int, default=8, help="one optimizer step's prompts")
+    parser.add_argument("--prompts", type=int, default=16, help="one optimizer step's prompts (the ladder's 16)")
     parser.add_argument("--num_generations", type=int, default=8)
     parser.add_argument("--prompt_length", type=int, default=200)
     parser.add_argument("--completion_length", type=int, default=256)

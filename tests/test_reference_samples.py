@@ -10,13 +10,19 @@ from datasets import Dataset
 
 from tests import tiny
 from trl_zoo.cli.errors import ConfigError
-from trl_zoo.cli.train.reference_samples import COST_FILE, add_reference_rewards, check_reference_samples
+from trl_zoo.cli.train.reference_samples import (
+    COST_FILE,
+    add_reference_rewards,
+    check_reference_samples,
+    prompts_drawn,
+)
 from trl_zoo.dataset_values import REFERENCE_REWARDS
 
 
 def training_args(tmp_path, **overrides):
     values = dict(seed=0, max_completion_length=4, temperature=1.0, reward_weights=None, nan_rewards="raise",
-                  advantage_estimator="a2po", world_size=1, output_dir=str(tmp_path / "run"), trust_remote_code=False)
+                  advantage_estimator="a2po", world_size=1, output_dir=str(tmp_path / "run"), trust_remote_code=False,
+                  max_steps=-1)
     return SimpleNamespace(**{**values, **overrides})
 
 
@@ -82,3 +88,20 @@ def test_train_prompts_keeps_the_first_n_so_the_samples_cover_only_what_the_run_
     for count, named in ((7, "more than the training set's 6 prompts"), (-1, "must be ≥ 0")):
         with pytest.raises(ConfigError, match=f"^train_prompts: .*{named}"):
             first_prompts(train, count)
+
+
+def test_a_run_that_draws_fewer_prompts_than_its_set_says_so_and_how_to_sample_only_those(tmp_path):
+    """The preset's batch (128 rows a step, 8 a prompt): 40 steps draw 640 prompts; four updates a batch over 60
+    steps draw 15 batches, 240; the line names --train_prompts with that count."""
+    preset = dict(gradient_accumulation_steps=4, steps_per_generation=4, generation_batch_size=128, num_generations=8)
+    assert prompts_drawn(SimpleNamespace(**preset, max_steps=40, num_iterations=1)) == 640
+    assert prompts_drawn(SimpleNamespace(**preset, max_steps=60, num_iterations=4)) == 240
+    assert prompts_drawn(SimpleNamespace(**preset, max_steps=-1, num_iterations=1)) is None
+    train = Dataset.from_dict({"prompt": ["12+3=", "4+5=", "11+1="], "answer": ["15", "9", "12"]})
+    args = training_args(tmp_path, max_steps=1, gradient_accumulation_steps=1, steps_per_generation=1,
+                         num_iterations=1, generation_batch_size=4, num_generations=2)
+    lines = []
+    add_reference_rewards(train, tiny.model_dir(0), tiny.tokenizer(), [tiny.digit_reward], 2, args,
+                          SimpleNamespace(model_revision="main"), lines.append)
+    assert lines[0] == ("reference_reward_samples: sampling all 3 training prompts; max_steps 1 draws about 2 of "
+                        "them, and --train_prompts 2 samples only those.")

@@ -9,7 +9,8 @@ The reference is the policy before training, loaded from its path (with LoRA, th
 the prompts are those the trainer will render (after `policy_prompts`), the rewards the run's own, unshuffled
 (the null-reward control shuffles only what training sees), weighted by `reward_weights`, at the run's
 temperature and completion length. The cost is the sampling's: K × prompts completions and their seconds, logged in
-one line and written to `<output_dir>/reference_rewards.json`, so a comparison with a run that samples nothing can
+one line and written to `<output_dir>/reference_rewards.json` (a line first where `max_steps` draws fewer prompts
+than the set holds: `--train_prompts` samples only those), so a comparison with a run that samples nothing can
 count it. The column is kept there too (with a CRC32 of the prompts it belongs to), and a run that resumes from a
 checkpoint reads it back rather than sampling again, when it holds the same prompts and K (a line says so). One
 process: a launch would sample a different column in each, so it is refused (sample once and give the dataset's
@@ -21,6 +22,7 @@ Tests: tests/test_reference_samples.py.
 from __future__ import annotations
 
 import json
+import math
 import time
 import zlib
 from pathlib import Path
@@ -52,8 +54,22 @@ def check_reference_samples(samples: int, training_args) -> None:
         )
 
 
+def prompts_drawn(training_args) -> int | None:
+    """How many prompts a run of `max_steps` draws (None without max_steps): one generation batch every
+    steps_per_generation × num_iterations micro-steps, generation_batch_size / num_generations prompts each."""
+    if training_args.max_steps <= 0:
+        return None
+    micro_steps = training_args.max_steps * training_args.gradient_accumulation_steps
+    batches = math.ceil(micro_steps / (training_args.steps_per_generation * training_args.num_iterations))
+    return batches * training_args.generation_batch_size // training_args.num_generations
+
+
 def with_reference_rewards(train, model, tokenizer, functions, samples: int, training_args, log=print):
     """(`train` with the column `reference_rewards`, the cost record); `model` is the reference."""
+    drawn = prompts_drawn(training_args)
+    if drawn is not None and drawn < len(train):
+        log(f"reference_reward_samples: sampling all {len(train)} training prompts; max_steps "
+            f"{training_args.max_steps} draws about {drawn} of them, and --train_prompts {drawn} samples only those.")
     started = time.perf_counter()
     torch.manual_seed(training_args.seed)
     train = sample_reference_rewards(
