@@ -80,7 +80,7 @@ def run_step(trainer, configuration: str, micro_batch: int, ids, mask, completio
 
     model = trainer.model
     checkpointing = configuration in (TRL_GC, TRL_GC_AUTOCAST)
-    autocast = trainer.accelerator.autocast() if configuration.endswith("_autocast") else contextlib.nullcontext()
+    under_autocast = configuration.endswith("_autocast")
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.zero_grad(set_to_none=True)
@@ -88,7 +88,7 @@ def run_step(trainer, configuration: str, micro_batch: int, ids, mask, completio
     start = time.perf_counter()
     for at in range(0, ids.size(0), micro_batch):
         rows, rows_mask = ids[at : at + micro_batch], mask[at : at + micro_batch]
-        with autocast:
+        with trainer.accelerator.autocast() if under_autocast else contextlib.nullcontext():  # one per micro-batch
             if configuration == PROMPT_ONCE:
                 logps = trainer._get_per_token_logps_and_entropies(
                     model, rows, rows_mask, completion_length, compute_entropy=True
@@ -138,9 +138,11 @@ def main(argv=None):
             peaks[key] = torch.cuda.max_memory_allocated() / 2**30 if CUDA else 0.0
     slots = trainer._metrics["train"]["prompt_once/token_slots"]  # prompt_once's own count of each pass
     for configuration, micro in configurations:
-        slots.clear()
-        run_step(trainer, configuration, micro, ids, mask, options.completion_length)
-        forwarded = int(sum(slots)) if configuration == PROMPT_ONCE else ids.numel()
+        forwarded = ids.numel()  # TRL's pass forwards every row whole
+        if configuration == PROMPT_ONCE:
+            slots.clear()
+            run_step(trainer, configuration, micro, ids, mask, options.completion_length)
+            forwarded = int(sum(slots))
         result = {
             "shape": options.shape, "configuration": configuration, "micro_batch": micro, "rows": ids.size(0),
             "prompt_length": options.prompt_length, "completion_length": options.completion_length,
