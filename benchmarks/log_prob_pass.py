@@ -15,8 +15,9 @@ on, sums each micro-batch's log-probs and back-propagates them. Configurations, 
     prompt_once                      trl_zoo's pass with `prompt_once` (it refuses gradient checkpointing)
     trl_gc_autocast, trl_autocast    TRL's two under the trainer's mixed-precision autocast, as its training step
                                      runs them (`accelerator.autocast()`)
+    fused_gc_autocast, fused_autocast  the same with the LoRA layers fused (`fused_lora`, components/fused_lora.py)
 
-run in interleaved repeats. Measured: the median seconds of the step's passes (device synchronised), the peak
+run in interleaved repeats (`--configurations` picks some). Measured: the median seconds of the step's passes (device synchronised), the peak
 memory, the positions forwarded (`prompt_once`'s own count). With `--kernels`, one more repeat of each
 configuration under `torch.profiler` (`lib/kernel_time.py`) gives its device time in all kernels, their launches
 and its `--top` kernels. One `RESULT {json}` line per configuration.
@@ -39,11 +40,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.lib.kernel_time import KernelTime  # noqa: E402
 from benchmarks.lib.ladder_run import build_trainer  # noqa: E402
 from benchmarks.lib.ladder_run import parse_args as ladder_args  # noqa: E402
+from trl_zoo.components.fused_lora import fuse, lora_layers  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 TRL_GC, TRL, PROMPT_ONCE = "trl_gc", "trl", "prompt_once"
 TRL_GC_AUTOCAST, TRL_AUTOCAST = "trl_gc_autocast", "trl_autocast"  # under the trainer's autocast
-CONFIGURATIONS = (TRL_GC, TRL, PROMPT_ONCE, TRL_GC_AUTOCAST, TRL_AUTOCAST)
+FUSED_GC_AUTOCAST, FUSED_AUTOCAST = "fused_gc_autocast", "fused_autocast"  # and the LoRA layers fused
+CONFIGURATIONS = (TRL_GC, TRL, PROMPT_ONCE, TRL_GC_AUTOCAST, TRL_AUTOCAST, FUSED_GC_AUTOCAST, FUSED_AUTOCAST)
 
 
 def parse_args(argv=None):
@@ -54,6 +57,7 @@ def parse_args(argv=None):
     parser.add_argument("--prompt_length", type=int, default=200)
     parser.add_argument("--completion_length", type=int, default=256)
     parser.add_argument("--micro_batches", default="16,32")
+    parser.add_argument("--configurations", default=",".join(CONFIGURATIONS))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--kernels", action="store_true")
     parser.add_argument("--top", type=int, default=12)
@@ -79,8 +83,9 @@ def run_step(trainer, configuration: str, micro_batch: int, ids, mask, completio
     import trl
 
     model = trainer.model
-    checkpointing = configuration in (TRL_GC, TRL_GC_AUTOCAST)
+    checkpointing = "_gc" in configuration
     under_autocast = configuration.endswith("_autocast")
+    fused_layers(model, configuration.startswith("fused"))
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.zero_grad(set_to_none=True)
@@ -106,6 +111,15 @@ def run_step(trainer, configuration: str, micro_batch: int, ids, mask, completio
     return seconds
 
 
+def fused_layers(model, on: bool) -> None:
+    """The model's LoRA layers fused (`fused_lora`) or back to peft's forward."""
+    if on:
+        fuse(model)
+        return
+    for layer in lora_layers(model):
+        layer.__dict__.pop("forward", None)
+
+
 def kernel_table(trainer, configuration, micro_batch, ids, mask, completion_length, top: int) -> dict:
     with KernelTime() as kernels:
         run_step(trainer, configuration, micro_batch, ids, mask, completion_length)
@@ -126,7 +140,11 @@ def main(argv=None):
     vocab_size = trainer.model.config.vocab_size
     device = next(trainer.model.parameters()).device
     ids, mask = step_batch(options, vocab_size, device)
-    configurations = [(c, m) for m in micro_batches for c in CONFIGURATIONS]
+    chosen = options.configurations.split(",")
+    unknown = sorted(set(chosen) - set(CONFIGURATIONS))
+    if unknown:
+        raise SystemExit(f"--configurations: unknown {', '.join(unknown)}; choose from {', '.join(CONFIGURATIONS)}")
+    configurations = [(c, m) for m in micro_batches for c in CONFIGURATIONS if c in chosen]
     run_step(trainer, TRL, micro_batches[0], ids, mask, options.completion_length)  # warm-up
     seconds: dict[tuple, list[float]] = {key: [] for key in configurations}
     peaks: dict[tuple, float] = {}

@@ -77,6 +77,8 @@ CONTENDERS: dict[str, tuple[str, dict]] = {
     }),
     # the recipe of those levers (TRL's correction kept, the first step's computed in its loss forward)
     "zoo_vllm_recipe": ("zoo", {**VLLM, "speed_recipe": "vllm"}),
+    # and the LoRA layers fused (`fused_lora`: two matrix products a layer, no elementwise pass over activations)
+    "zoo_vllm_recipe_fused": ("zoo", {**VLLM, "speed_recipe": "vllm", "fused_lora": True}),
     # and each distinct prompt of a log-prob pass forwarded once (needs --gradient_checkpointing false)
     "zoo_vllm_prompt_once": ("zoo", {**VLLM, "speed_recipe": "vllm", "prompt_once": True}),
     "zoo_vllm_levers": ("zoo", {
@@ -88,6 +90,7 @@ CONTENDERS: dict[str, tuple[str, dict]] = {
     "zoo_prompt_once": ("zoo", {TWO_STEPS: True, "skip_on_policy_old_logps": True, "prompt_once": True}),
     "lora": ("zoo", {"speed_recipe": "lora"}),
     "lora_graphed": ("zoo", {"speed_recipe": "lora_graphed"}),
+    "lora_graphed_fused": ("zoo", {"speed_recipe": "lora_graphed", "fused_lora": True}),
     "graphed_merged": ("zoo", {
         TWO_STEPS: True, "merge_adapter_for_generation": True, "compile_generation": True,
         "compile_generation_backend": "cuda_graph", "skip_on_policy_old_logps": True,

@@ -12,6 +12,7 @@ from .advantages import Advantages
 from .critic import Critic
 from .dynamic_sampling import DynamicSampling
 from .expert_sft import ExpertSFT
+from .fused_lora import FusedLora
 from .generation_speed import GenerationSpeed
 from .kl_control import KLControl
 from .length_bucketing import LengthBucketing
@@ -27,6 +28,7 @@ from .teacher import Teacher
 
 COMPONENTS: tuple[type[Component], ...] = (
     GenerationSpeed,  # merged, autocast, compiled decoding (generation_speed.py)
+    FusedLora,  # LoRA layers in two matrix products (fused_lora.py)
     Rewards,  # reward shaping and NaN/±inf checks of the reward call (rewards.py)
     KLControl,  # KL in the reward, adaptive β, reference resets (kl_control.py)
     Advantages,  # the estimator table's Â (advantages.py)

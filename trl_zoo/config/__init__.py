@@ -15,7 +15,7 @@ One file a concern, each a dataclass of its fields with the checks of those fiel
     critic.py             critic_model, value_coef, value_clip, value_learning_rate
     sampling.py           dynamic_sampling; overlong_buffer_length, overlong_max_length, overlong_penalty_factor;
                           truncation_penalty, truncation_length (DLER)
-    compute.py            skip_zero_advantage, length_bucketing, prompt_once (probes.py: the loss probes they run)
+    compute.py            skip_zero_advantage, length_bucketing, prompt_once, fused_lora (probes.py: the loss probes)
     generation_speed.py   speed_recipe (speed_recipe.py), merge_adapter_for_generation, generation_autocast,
                           compile_generation, compile_generation_backend, skip_on_policy_old_logps
     run.py                nan_rewards, nonfinite_policy, reward_timeout_warning, plugin_args; the checks of TRL's

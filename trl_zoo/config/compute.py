@@ -1,9 +1,10 @@
-"""The compute switches `skip_zero_advantage`, `length_bucketing` and `prompt_once`: same loss and gradients, less
-compute. Their fields and the config-time checks of when that holds (what the trainer's components do:
-`components/skip_zero_advantage.py`, `components/length_bucketing.py`, `components/prompt_once.py`, whose docstrings
-derive the conditions).
+"""The compute switches `skip_zero_advantage`, `length_bucketing`, `prompt_once` and `fused_lora`: same loss and
+gradients, less compute. Their fields and the config-time checks of when that holds (what the trainer's components
+do: `components/skip_zero_advantage.py`, `components/length_bucketing.py`, `components/prompt_once.py`,
+`components/fused_lora.py`, whose docstrings derive the conditions).
 
-Tests: tests/test_skip_zero_advantage.py, tests/test_length_bucketing.py, tests/test_prompt_once.py.
+Tests: tests/test_skip_zero_advantage.py, tests/test_length_bucketing.py, tests/test_prompt_once.py,
+tests/test_fused_lora.py.
 """
 
 from __future__ import annotations
@@ -41,6 +42,13 @@ class ComputeFields:
         "instead of the prompt once per completion; inside every optimizer step rows are sorted by prompt where "
         "that keeps the loss. Same log-probs up to rounding; forwarded positions logged as "
         "prompt_once/token_slots. Needs gradient_checkpointing=False.",
+        False,
+    )
+    fused_lora: bool = help_field(
+        "Compute each plain LoRA layer (no DoRA, lora_bias or dropout) in two matrix products, the add and the "
+        "scale in the second's epilogue, in the compute dtype: none of peft's elementwise passes and float32 copies "
+        "of the activations (trl_zoo/components/fused_lora.py). Same loss and gradients up to rounding; needs a PEFT "
+        "adapter; not with DeepSpeed ZeRO-3 or FSDP.",
         False,
     )
 
