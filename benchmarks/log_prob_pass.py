@@ -17,10 +17,10 @@ on, sums each micro-batch's log-probs and back-propagates them. Configurations, 
                                      runs them (`accelerator.autocast()`)
     fused_gc_autocast, fused_autocast  the same with the LoRA layers fused (`fused_lora`, components/fused_lora.py)
 
-run in interleaved repeats (`--configurations` picks some). Measured: the median seconds of the step's passes (device synchronised), the peak
-memory, the positions forwarded (`prompt_once`'s own count). With `--kernels`, one more repeat of each
-configuration under `torch.profiler` (`lib/kernel_time.py`) gives its device time in all kernels, their launches
-and its `--top` kernels. One `RESULT {json}` line per configuration.
+run in interleaved repeats (`--configurations` picks some). Measured: the median seconds of the step's passes
+(device synchronised), the peak memory, the positions forwarded (`prompt_once`'s own count). With `--kernels`, one
+more repeat of each configuration under `torch.profiler` (`lib/kernel_time.py`) gives its device time in all
+kernels, their launches and its `--top` kernels. One `RESULT {json}` line per configuration.
 """
 
 from __future__ import annotations

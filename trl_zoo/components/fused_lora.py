@@ -76,7 +76,8 @@ class LoraAdd(torch.autograd.Function):
 def fused_forward(layer, x, *args, **kwargs):
     """The forward a fused layer gets: peft's own while its adapter is off, merged or mixed, else `LoraAdd`."""
     adapters = layer.active_adapters
-    if layer.disable_adapters or layer.merged or args or kwargs or len(adapters) != 1 or adapters[0] not in layer.lora_A:
+    plain = not (layer.disable_adapters or layer.merged or args or kwargs)
+    if not plain or len(adapters) != 1 or adapters[0] not in layer.lora_A:
         return type(layer).forward(layer, x, *args, **kwargs)
     name = adapters[0]
     return LoraAdd.apply(layer.base_layer(x), x, layer.lora_A[name].weight, layer.lora_B[name].weight,
