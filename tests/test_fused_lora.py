@@ -132,9 +132,10 @@ def test_a_disabled_or_merged_adapter_runs_pefts_own_forward(state):
         assert relative_error(measured, fused(input_ids=IDS).logits) > 1e-3
 
 
-def _trainer(**overrides):
+def _trainer(peft_config="q_proj and v_proj", **overrides):
     return make_trainer(
-        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora(), per_device_train_batch_size=4,
+        trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, peft_config=lora() if peft_config == "q_proj and v_proj" else
+        peft_config, per_device_train_batch_size=4,
         num_generations=4, steps_per_generation=4, gradient_accumulation_steps=2, max_completion_length=12,
         loss_type="dapo", beta=0.04, dataset=Dataset.from_dict({"prompt": PROMPTS}), **overrides,
     )
@@ -165,10 +166,10 @@ def test_a_trainer_with_fused_lora_keeps_every_steps_loss_and_gradient():
     [
         (dict(peft_config=None), "fused_lora: the policy has no PEFT adapter (pass a peft_config); set it False."),
         (dict(peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], lora_dropout=0.1)),
-         "fused_lora: the LoRA layer of Linear has lora_dropout=0.1 (set lora_dropout=0 in the LoraConfig); set it "
+         "fused_lora: a LoRA layer has lora_dropout=0.1 (set lora_dropout=0 in the LoraConfig); set it "
          "False."),
         (dict(peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"], use_dora=True)),
-         "fused_lora: the LoRA layer of Linear has a LoRA variant (DoRA); set it False."),
+         "fused_lora: a LoRA layer has a LoRA variant (DoRA); set it False."),
     ],
     ids=["no-peft", "dropout", "dora"],
 )
@@ -176,3 +177,16 @@ def test_refused_in_one_line(settings, words):
     with pytest.raises(ValueError) as error:
         make_trainer(trl_zoo.GRPOTrainer, trl_zoo.GRPOConfig, fused_lora=True, **settings)
     assert str(error.value) == words
+
+
+def test_set_by_a_recipe_it_fuses_what_it_can_and_leaves_the_rest(monkeypatch):
+    from tests import vllm_stand_in
+
+    graphed = _trainer(speed_recipe="lora_graphed")
+    assert graphed.pipeline.get("fused_lora").fused == 4
+    dropout = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.1)
+    left = _trainer(speed_recipe="lora_graphed", peft_config=dropout)  # not refused: peft computes every layer
+    assert left.pipeline.get("fused_lora").fused == 0 and "fused_lora" not in left.pipeline.active()
+    vllm_stand_in.install(monkeypatch)
+    full = _trainer(speed_recipe="vllm", use_vllm=True, vllm_mode="colocate", peft_config=None)
+    assert full.args.fused_lora and full.pipeline.get("fused_lora").fused == 0

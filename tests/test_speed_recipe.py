@@ -19,11 +19,14 @@ from trl_zoo.config import generation_speed
 from trl_zoo.config.speed_recipe import SPEED_RECIPES
 
 RECIPE_FIELDS = ("merge_adapter_for_generation", "compile_generation", "compile_generation_backend",
-                 "generation_autocast", "skip_on_policy_old_logps", "steps_per_generation", "generation_batch_size")
-# the recipe and the flags of the contenders of docs/benchmarks.md's table it stands for
+                 "generation_autocast", "skip_on_policy_old_logps", "fused_lora", "steps_per_generation",
+                 "generation_batch_size")
+# the recipe and the flags of the contenders of docs/benchmarks.md's table it stands for (fused_lora joined
+# lora_graphed after that table; the size ladder measured it: docs/benchmarks.md)
 MEASURED_AS = {
     "lora": CONTENDERS["merged_two_steps"],
-    "lora_graphed": [*CONTENDERS["merged_cuda_graph_two_steps"], "--skip_on_policy_old_logps", "true"],
+    "lora_graphed": [*CONTENDERS["merged_cuda_graph_two_steps"], "--skip_on_policy_old_logps", "true",
+                     "--fused_lora", "true"],
     "lora_compiled": CONTENDERS["merged_autocast_compiled_two_steps"],
 }
 needs_mixed_dtype_static_cache = pytest.mark.skipif(
@@ -174,7 +177,7 @@ def test_the_compiled_recipe_on_a_cpu_says_in_one_line_that_compiling_does_not_p
 def test_the_vllm_recipe_sets_two_steps_the_skip_and_no_text(given, expected):
     config = GRPOConfig(**tiny.config_kwargs(gradient_accumulation_steps=2, speed_recipe="vllm", use_vllm=True,
                                              generation_kwargs=given))
-    assert config.steps_per_generation == 4 and config.skip_on_policy_old_logps
+    assert config.steps_per_generation == 4 and config.skip_on_policy_old_logps and config.fused_lora
     assert config.vllm_importance_sampling_correction  # TRL's correction stays on
     assert config.generation_kwargs == expected
     assert not config.merge_adapter_for_generation and not config.compile_generation

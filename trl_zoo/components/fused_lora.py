@@ -13,15 +13,15 @@ and its backward, with dy the gradient of y and g = s · (dy B) (rows × r, smal
 
 one product each, the branch's ∂L/∂x added to the base layer's by autograd. Everything runs in the compute dtype
 (autocast's when autocast is on, else x's), as autocast runs peft's products; the adapter's gradients are cast to
-its weights' dtype. Saved for the backward: x itself and xa (rows × r), not peft's copies of x. The base layer is
-called as it is (bf16, float32 or quantized), so the fusion covers QLoRA too.
+its weights' dtype. Saved for the backward: x itself and xa (rows × r), not peft's copies of x.
 
-A layer is fused when its active adapter is plain LoRA: no DoRA or other variant, no `lora_bias`, no dropout (p = 0,
-peft's default) and one active adapter. While the adapter is disabled (TRL's reference pass), merged
+A layer is fused when it is peft's LoRA `Linear` over a `torch.nn.Linear` (not a quantized base: QLoRA keeps peft's
+forward) and its active adapter is plain LoRA: no DoRA or other variant, no `lora_bias`, no dropout (p = 0, peft's
+default) and one active adapter. While the adapter is disabled (TRL's reference pass), merged
 (`merge_adapter_for_generation`) or called with `adapter_names`, the layer runs peft's own forward. Set by the user,
 `fused_lora` refuses in one line a policy without a PEFT adapter, sharded weights (DeepSpeed ZeRO-3, FSDP) and any
-LoRA layer that cannot be fused (naming why); set by `speed_recipe`, it fuses the layers that can be and leaves the
-others to peft.
+LoRA layer that cannot be fused (naming why); set by `speed_recipe`, it fuses the layers that can be, leaves the
+others to peft and does nothing where no layer can be (no adapter, sharded weights).
 
 Tests: tests/test_fused_lora.py.
 """
@@ -86,6 +86,10 @@ def fused_forward(layer, x, *args, **kwargs):
 
 def unfusable(layer) -> str | None:
     """Why this LoRA layer cannot be fused, or None."""
+    from peft.tuners.lora.layer import Linear
+
+    if type(layer) is not Linear or not isinstance(layer.base_layer, torch.nn.Linear):
+        return f"a {type(layer.base_layer).__name__} base (only torch.nn.Linear layers are fused)"
     adapters = list(layer.active_adapters)
     if len(adapters) != 1:
         return f"{len(adapters)} active adapters"
@@ -112,7 +116,7 @@ def fuse(peft_model, refuse=None) -> int:
     layers = [(layer, unfusable(layer)) for layer in lora_layers(peft_model)]
     for layer, why in layers:
         if why is not None and refuse is not None:
-            refuse(f"the LoRA layer of {type(layer.base_layer).__name__} has {why}")
+            refuse(f"a LoRA layer has {why}")
     fusable = [layer for layer, why in layers if why is None]
     for layer in fusable:
         layer.forward = types.MethodType(fused_forward, layer)
@@ -132,6 +136,7 @@ class FusedLora(Component):
         if not getattr(args, "fused_lora", False):
             return
         field, fix = refusal_words(args, "fused_lora")
+        by_recipe = set_by_recipe(args, "fused_lora")
 
         def refuse(why: str):
             raise ValueError(f"{field}: {why}; {fix}.")
@@ -141,9 +146,12 @@ class FusedLora(Component):
             from peft import PeftModel
         except ImportError:  # pragma: no cover - peft is a dependency of the LoRA path
             PeftModel = None
-        if PeftModel is None or not isinstance(model, PeftModel):
-            refuse("the policy has no PEFT adapter (pass a peft_config)")
         sharded_by = sharding(trainer.accelerator)
-        if sharded_by is not None:
-            refuse(f"not with {sharded_by} (sharded weights)")
-        self.fused = fuse(model, None if set_by_recipe(args, "fused_lora") else refuse)
+        why = ("the policy has no PEFT adapter (pass a peft_config)" if PeftModel is None or not isinstance(
+            model, PeftModel) else None if sharded_by is None else f"not with {sharded_by} (sharded weights)")
+        if why is not None:
+            if by_recipe:
+                return
+            refuse(why)
+        self.fused = fuse(model, None if by_recipe else refuse)
+        self.active = self.fused > 0

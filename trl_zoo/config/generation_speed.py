@@ -66,13 +66,13 @@ class GenerationSpeedFields:
     speed_recipe: str | None = help_field(
         "Set the measured single-GPU LoRA speed-ups together (trl_zoo/config/speed_recipe.py). 'lora': "
         "merge_adapter_for_generation and steps_per_generation = 2 x gradient_accumulation_steps. 'lora_graphed' "
-        "(recommended): also compile_generation with compile_generation_backend='cuda_graph' (no torch.compile) and "
-        "skip_on_policy_old_logps. 'lora_compiled': 'lora' with compile_generation and generation_autocast (fast "
-        "only once torch's compile cache is warm; transformers >= 5.24). 'vllm' (with use_vllm=True): "
-        "steps_per_generation = 2 x gradient_accumulation_steps, skip_on_policy_old_logps and, colocated, vLLM's "
-        "tokens without their text (generation_kwargs detokenize=False). Each one's time against TRL's: "
-        "docs/benchmarks.md, 'Time to a target' (the lora recipes) and docs/vllm.md (vllm). A steps_per_generation "
-        "or generation_batch_size you give wins.",
+        "(recommended): also compile_generation with compile_generation_backend='cuda_graph' (no torch.compile), "
+        "skip_on_policy_old_logps and fused_lora. 'lora_compiled': 'lora' with compile_generation and "
+        "generation_autocast (fast only once torch's compile cache is warm; transformers >= 5.24). 'vllm' (with "
+        "use_vllm=True): steps_per_generation = 2 x gradient_accumulation_steps, skip_on_policy_old_logps, "
+        "fused_lora and, colocated, vLLM's tokens without their text (generation_kwargs detokenize=False). Each "
+        "one's time against TRL's: docs/benchmarks.md, 'Time to a target' (the lora recipes) and docs/vllm.md "
+        "(vllm). A steps_per_generation or generation_batch_size you give wins.",
         None,
         choices=list(SPEED_RECIPES),
     )

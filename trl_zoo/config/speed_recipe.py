@@ -9,17 +9,20 @@ sizes (`GRPOConfig.__post_init__`), so the config a run prints and saves shows t
     "lora_graphed"    the same, and compile_generation = True, compile_generation_backend = "cuda_graph"
                       (the decode step recorded as a CUDA graph once per generation batch, components/decode_graph.py),
                       skip_on_policy_old_logps = True (the first step's old log-probs are the policy's own; where
-                      it cannot apply, e.g. num_iterations > 1, it silently does not)
+                      it cannot apply, e.g. num_iterations > 1, it silently does not),
+                      fused_lora = True (each plain LoRA layer in two matrix products; layers it cannot fuse are
+                      left to peft)
     "lora_compiled"   "lora", and compile_generation = True, generation_autocast = True
     "vllm"            the vLLM path (use_vllm=True): steps_per_generation = 2 · gradient_accumulation_steps,
                       skip_on_policy_old_logps = True (vLLM's importance-sampling correction kept: the first step's
                       computed in its loss forward), and in colocate mode generation_kwargs["detokenize"] = False
-                      (vLLM returns token ids alone, all TRL reads; a value the user gives wins)
+                      (vLLM returns token ids alone, all TRL reads; a value the user gives wins), fused_lora = True
+                      (where the policy has a PEFT adapter)
 
-"vllm" takes two optimizer steps per generation batch like "lora" (the second off-policy); its other two fields
-change no sampled token and no importance-sampling ratio: only the text nobody reads and the old-log-prob forward of
-the rows trained before any update are not computed. Without use_vllm it is refused (the transformers path has the
-"lora" recipes).
+"vllm" takes two optimizer steps per generation batch like "lora" (the second off-policy); its other fields change
+no sampled token and no importance-sampling ratio: only the text nobody reads and the old-log-prob forward of the
+rows trained before any update are not computed, and the LoRA layers' products run without elementwise passes.
+Without use_vllm it is refused (the transformers path has the "lora" recipes).
 
 The second optimizer step of a "lora" batch is off-policy (TRL's clipped importance ratio); "lora_compiled" pays
 torch's compile on a first run (for long or repeated runs; transformers >= 5.24 and bf16 or fp16). What each costs
@@ -49,10 +52,10 @@ SPEED_RECIPES: dict[str, dict[str, bool | str]] = {
     "lora": {"merge_adapter_for_generation": True},
     "lora_graphed": {
         "merge_adapter_for_generation": True, "compile_generation": True, "compile_generation_backend": "cuda_graph",
-        "skip_on_policy_old_logps": True,
+        "skip_on_policy_old_logps": True, "fused_lora": True,
     },
     "lora_compiled": {"merge_adapter_for_generation": True, "compile_generation": True, "generation_autocast": True},
-    "vllm": {"skip_on_policy_old_logps": True},
+    "vllm": {"skip_on_policy_old_logps": True, "fused_lora": True},
 }
 VLLM_GENERATION_KWARGS = {"detokenize": False}  # what "vllm" adds to generation_kwargs (the user's keys win)
 OPTIMIZER_STEPS_PER_GENERATION = 2  # steps_per_generation = 2 · gradient_accumulation_steps
