@@ -413,9 +413,15 @@ def test_the_vllm_levers_page_states_its_records_step_times_and_generation_media
     folder = RESULTS / "2026-12-02-h200-vllm-levers"
     page = (folder / "README.md").read_text()
     records = [json.loads(line) for line in (folder / "ladder.jsonl").read_text().splitlines()]
-    assert len(records) == 17  # 12 of the first batch, 5 of the recipe-and-prompt_once batch
+    assert len(records) == 24  # 12 of the first batch, 5 of the recipe-and-prompt_once batch, 7 of fused_lora's
     for record in records:
         assert f"| {record['step_s']:.2f} | {record['seams']['generation']:.2f} |" in page, record["contender"]
+    for record in (r for r in records if r.get("batch") == "fused_lora"):
+        seams = record["seams"]
+        five = sum(seams[k] for k in ("generation", "weight_sync", "old_logps", "loss_forward", "backward"))
+        quiet = " / ".join(f"{t:.2f}" for t in record["step_times"][3::2])  # the steps after 2 that decode nothing
+        cells = f"| {record['step_s'] - five:.2f} | {record['train_peak_gib']:.1f} | {quiet} |"
+        assert f"| {record['run']} | " in page and cells in page, record["run"]
     generation = [json.loads(line) for line in (folder / "vllm_generation.jsonl").read_text().splitlines()]
     for row in summarize(generation)[2:]:
         seconds, inside, tokens = row.split(" | ")[2:5]
@@ -426,7 +432,13 @@ def test_the_vllm_levers_page_states_each_log_prob_pass_records_seconds_position
     folder = RESULTS / "2026-12-02-h200-vllm-levers"
     page = (folder / "README.md").read_text()
     records = [json.loads(line) for line in (folder / "log_prob_pass.jsonl").read_text().splitlines()]
+    fused = [r for r in records if r.get("batch") == "fused_lora"]
+    records = [r for r in records if r.get("batch") != "fused_lora"]
     assert {r["configuration"] for r in records} == {"trl_gc", "trl", "prompt_once"} and len(records) == 12
+    assert len(fused) == 11 and all(r["rows"] == 128 and r["configuration"].endswith("_autocast") for r in fused)
+    for r in fused:
+        cells = f"| {r['seconds']:.2f} | {r['device_s']:.2f} | {r['launches']:,} | {r['peak_gib']:.1f} |"
+        assert f"| {r['micro_batch']} {cells}" in page, (r["shape"], r["configuration"], r["micro_batch"])
     for r in records:
         kernels = sum(k["ms"] for k in r["kernels"]) / 1e3
         cells = f"| {r['positions']:,} | {r['seconds']:.2f} | {kernels:.2f} | {r['peak_gib']:.1f} |"

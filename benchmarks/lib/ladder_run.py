@@ -75,10 +75,13 @@ CONTENDERS: dict[str, tuple[str, dict]] = {
     "zoo_vllm_skip_old": ("zoo", {
         TWO_STEPS: True, **VLLM, "vllm_importance_sampling_correction": False, "skip_on_policy_old_logps": True,
     }),
-    # the recipe of those levers (TRL's correction kept, the first step's computed in its loss forward)
+    # the recipe of those levers (TRL's correction kept, the first step's computed in its loss forward) and the LoRA
+    # layers fused (`fused_lora`: two matrix products a layer, no elementwise pass over the activations); without
+    # the fusion (the recipe before fused_lora joined it)
     "zoo_vllm_recipe": ("zoo", {**VLLM, "speed_recipe": "vllm"}),
-    # and the LoRA layers fused (`fused_lora`: two matrix products a layer, no elementwise pass over activations)
-    "zoo_vllm_recipe_fused": ("zoo", {**VLLM, "speed_recipe": "vllm", "fused_lora": True}),
+    "zoo_vllm_recipe_unfused": ("zoo", {
+        TWO_STEPS: True, **VLLM, "generation_kwargs": {"detokenize": False}, "skip_on_policy_old_logps": True,
+    }),
     # and each distinct prompt of a log-prob pass forwarded once (needs --gradient_checkpointing false)
     "zoo_vllm_prompt_once": ("zoo", {**VLLM, "speed_recipe": "vllm", "prompt_once": True}),
     "zoo_vllm_levers": ("zoo", {
@@ -90,7 +93,7 @@ CONTENDERS: dict[str, tuple[str, dict]] = {
     "zoo_prompt_once": ("zoo", {TWO_STEPS: True, "skip_on_policy_old_logps": True, "prompt_once": True}),
     "lora": ("zoo", {"speed_recipe": "lora"}),
     "lora_graphed": ("zoo", {"speed_recipe": "lora_graphed"}),
-    "lora_graphed_fused": ("zoo", {"speed_recipe": "lora_graphed", "fused_lora": True}),
+    # lora_graphed without fused_lora (the recipe before it joined)
     "graphed_merged": ("zoo", {
         TWO_STEPS: True, "merge_adapter_for_generation": True, "compile_generation": True,
         "compile_generation_backend": "cuda_graph", "skip_on_policy_old_logps": True,
