@@ -6,6 +6,8 @@ SmolLM2-135M-Instruct with LoRA on chat_arithmetic, the task's preset batch shap
         [--budget_factor 2] [--resume [--retry_failed]] [--deadline_minutes M] [--list]
     python benchmarks/time_to_target.py --out DIR --seeds 0,1,2,3 ... --summarize
         # tables of what finished; runs nothing
+    python benchmarks/time_to_target.py --out DIR --contenders trl_vllm,vllm_recipe --best trl_vllm
+        # the vLLM path (GPU): every time also against TRL + vLLM's
     python benchmarks/time_to_target.py --out DIR --seeds 0,1,2,3 --devices 0,1 ...
         # one run per GPU at a time, GPUs in parallel
     python benchmarks/time_to_target.py --out DIR ... --plan_minutes M [--piece_minutes 9] [--step_seconds 4.6]
@@ -79,7 +81,8 @@ REFERENCE = "trl"
 # stay apart
 TRL_BEST = "trl_two_steps"
 # contenders run by TRL's own GRPOTrainer (their flags are TRL fields only)
-TRL_TRAINER = {TRL_BEST}
+TRL_VLLM = "trl_vllm"  # TRL's trainer with its colocated vLLM: the path TRL users take for speed
+TRL_TRAINER = {TRL_BEST, TRL_VLLM, TRL_VLLM + "_two_steps"}
 # A bounded paged KV cache for continuous batching: 128 pages of 256 tokens (32,768 token slots; SmolLM2-135M in
 # bf16 keeps 30 layers × 2 × 3 KV heads × 64 × 2 bytes ≈ 23 KiB a token, ≈ 0.75 GiB) instead of TRL's default,
 # half of the free GPU memory (`max_memory_percent` 0.5, set in trl.GRPOTrainer.__init__), which one real-model run
@@ -118,6 +121,7 @@ BF16 = ["--dtype", "bfloat16"]
 # (bf16 is the GPU default already; said here because the field refuses to run without mixed precision). With
 # compile_generation it needs transformers >= 5.24 (the config refuses the static cache under older versions)
 AUTOCAST = ["--bf16", "true", "--generation_autocast", "true"]
+VLLM_COLOCATE = ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_gpu_memory_utilization", "0.3"]
 
 # a contender named NAME + WARM runs NAME's flags with the compile cache NAME's run of the same seed left
 WARM = "_warm_cache"
@@ -195,6 +199,12 @@ CONTENDERS: dict[str, list[str]] = {
     # the recipe itself, as it now is: merged_cuda_graph_two_steps and skip_on_policy_old_logps (the first optimizer
     # step's old log-probs are the policy's own; only the second step's are computed). Not yet run on a GPU
     "lora_graphed": ["--speed_recipe", "lora_graphed"],
+    # the vLLM path (GPU only): TRL's trainer with its colocated vLLM at 0.3 of the card, at its default and with two
+    # optimizer steps per generation batch, against speed_recipe="vllm" (the same two steps, skip_on_policy_old_logps,
+    # vLLM's tokens without text, fused_lora); `--best trl_vllm` states every time against TRL + vLLM
+    TRL_VLLM: VLLM_COLOCATE,
+    TRL_VLLM + "_two_steps": VLLM_COLOCATE + TWO_STEPS,
+    "vllm_recipe": VLLM_COLOCATE + ["--speed_recipe", "vllm"],
 }
 # the recommended switch (0.62× in the fourth and fifth studies) and the fastest recipe so far (sixth study: compiled
 # decoding under the step's bf16 autocast, 0.87× cold, 0.54× with a warm compile cache)
@@ -208,6 +218,7 @@ CPU_SMOKE_FLAGS = [
 ]
 # contenders --cpu_smoke leaves out, and why (one line each)
 CPU_SMOKE_SKIP = {
+    **{name: "vLLM runs on a GPU only" for name in (TRL_VLLM, TRL_VLLM + "_two_steps", "vllm_recipe")},
     "continuous_batching_compiled": "CUDA graphs and torch.compile of continuous batching are GPU levers; "
     "on the CPU there is no graph backend and inductor would compile for minutes",
 }
@@ -305,18 +316,19 @@ def training_peak(run: dict) -> float | None:
     return value if value is not None else run.get("peak_memory_gib")
 
 
-def summary_table(records: list[dict]) -> str:
+def summary_table(records: list[dict], best_name: str = TRL_BEST) -> str:
     """Markdown: one row per run name (TRL first), over the seeds that have a TRL reference with a target; runs
     that failed (exit ≠ 0 by themselves) are listed under the table, not counted in it. Each time is also stated
-    as × TRL at its own best setting (TRL_BEST) on the same seed, where that run reached the target."""
+    as × TRL at its own best setting (`best_name`: TRL_BEST, or TRL_VLLM on the vLLM path) on the same seed, where
+    that run reached the target."""
     failed = [r for r in records if r.get("failed")]
     records = [r for r in records if not r.get("failed")]
     reference = {r["seed"]: r for r in records if r["name"] == REFERENCE and r.get("target") is not None}
-    best = {r["seed"]: r for r in records if r["name"] == TRL_BEST and r.get("time_to_target")}
+    best = {r["seed"]: r for r in records if r["name"] == best_name and r.get("time_to_target")}
     names = [REFERENCE] + sorted({r["name"] for r in records} - {REFERENCE})
     lines = [
         "| run | seeds reached | time to target, median (range) s | × TRL, median (range) "
-        f"| × TRL best ({TRL_BEST}), median (range) | accuracy at stop, median "
+        f"| × TRL best ({best_name}), median (range) | accuracy at stop, median "
         "| step time × TRL, median (range) | first step s, median | completions, median | completion slots, median "
         "| training peak GiB, max | evaluation peak GiB, max |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -697,6 +709,8 @@ def main(argv=None) -> int:
     parser.add_argument("--profile_blocks", action="store_true",
                         help="Every run also records TRL's profiled blocks per step (lib/block_times.py; adds syncs).")
     parser.add_argument("--contenders", default=DEFAULT_CONTENDERS)
+    parser.add_argument("--best", default=TRL_BEST, choices=sorted(TRL_TRAINER),
+                        help="TRL's run the summary's second ratio is against (trl_vllm on the vLLM path)")
     parser.add_argument("--define", action="append", default=[], metavar="NAME='FLAGS'",
                         help="Add a contender for this invocation (repeatable), e.g. a combination of levers.")
     parser.add_argument("--cpu_smoke", action="store_true", help="Tiny settings on the CPU: tests the pipeline only.")
@@ -777,7 +791,7 @@ def main(argv=None) -> int:
         print(interrupted, flush=True)
         complete = False
     records = study.ordered_records()
-    table = summary_table(records)
+    table = summary_table(records, args.best)
     (out / "summary.md").write_text(table + "\n")
     print(table)
     if not complete:
