@@ -536,7 +536,9 @@ def test_define_adds_a_contender():
 
 # a contender named by its speed recipe: the explicit flags of the fields the recipe sets
 RECIPE_CONTENDER_FLAGS = {
-    "lora_graphed": [*ttt.CONTENDERS["merged_cuda_graph_two_steps"], "--skip_on_policy_old_logps", "true"],
+    "lora_graphed": [*ttt.CONTENDERS["merged_cuda_graph_two_steps"], "--skip_on_policy_old_logps", "true",
+                     "--fused_lora", "true"],
+    "vllm": ["--steps_per_generation", "8", "--skip_on_policy_old_logps", "true", "--fused_lora", "true"],
 }
 
 
@@ -549,8 +551,9 @@ def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
     cpu = ["--use_cpu", "true"] if "--bf16" in flags else []  # bf16 without a GPU: TrainingArguments asks for it
     _, training, model = parse_train_args(["--task", "chat_arithmetic", "--output_dir", str(tmp_path / "out"),
                                            *ttt.contender_flags(name), *cpu], log=lambda *a: None)
-    if flags[:1] == ["--speed_recipe"]:  # a recipe contender: the fields it sets, spelled out
-        flags = RECIPE_CONTENDER_FLAGS[flags[1]]
+    if "--speed_recipe" in flags:  # a recipe contender: the fields it sets, spelled out
+        at = flags.index("--speed_recipe")
+        flags = [*flags[:at], *flags[at + 2:], *RECIPE_CONTENDER_FLAGS[flags[at + 1]]]
     assert model.dtype == ("bfloat16" if "--dtype" in flags else "float32")  # TRL's ModelConfig default: float32
     assert training.merge_adapter_for_generation == ("--merge_adapter_for_generation" in flags)
     assert training.use_transformers_continuous_batching == ("--use_transformers_continuous_batching" in flags)
@@ -567,6 +570,8 @@ def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
     backend = flags[flags.index("--compile_generation_backend") + 1] if given else "inductor"
     assert training.compile_generation_backend == backend
     assert training.skip_on_policy_old_logps == ("--skip_on_policy_old_logps" in flags)
+    assert training.fused_lora == ("--fused_lora" in flags)
+    assert training.use_vllm == ("--use_vllm" in flags)
     if "--transformers_continuous_batching_config" in flags:
         assert training.transformers_continuous_batching_config["num_blocks"] == 128
 
