@@ -17,6 +17,7 @@ from tests.test_advantages import lora
 from tests.test_length_bucketing import _per_step_losses_and_gradients
 from tests.test_prompt_once import PROMPTS, _generation_batch
 from tests.tiny import make_trainer, model, perturb, relative_error
+from tests.tiny import tokenizer as tiny_tokenizer
 from trl_zoo.components.fused_lora import LoraAdd, fuse, lora_layers
 
 IDS = torch.tensor([[5, 9, 12, 7, 3, 14, 6, 11], [8, 4, 10, 13, 9, 5, 7, 12]])
@@ -190,3 +191,26 @@ def test_set_by_a_recipe_it_fuses_what_it_can_and_leaves_the_rest(monkeypatch):
     vllm_stand_in.install(monkeypatch)
     full = _trainer(speed_recipe="vllm", use_vllm=True, vllm_mode="colocate", peft_config=None)
     assert full.args.fused_lora and full.pipeline.get("fused_lora").fused == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA device")
+def test_on_cuda_under_bf16_autocast_it_is_peft_within_rounding_at_no_more_memory():
+    plain = _peft_model(torch.bfloat16).cuda()
+    fused = copy.deepcopy(plain)
+    fuse(fused)
+    ids = torch.randint(3, len(tiny_tokenizer()), (16, 64), generator=torch.Generator().manual_seed(0)).cuda()
+
+    def run(peft_model):
+        peft_model.zero_grad()
+        torch.cuda.reset_peak_memory_stats()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = peft_model(input_ids=ids).logits
+        (logits.float() * torch.linspace(-1.0, 1.0, logits.numel(), device="cuda").view_as(logits)).sum().backward()
+        grads = {n: p.grad.float().cpu() for n, p in peft_model.named_parameters() if p.grad is not None}
+        return logits.detach().float().cpu(), grads, torch.cuda.max_memory_allocated()
+
+    expected_logits, expected_grads, expected_peak = run(plain)
+    logits, grads, peak = run(fused)
+    assert relative_error(logits, expected_logits) < 2e-2 and peak <= expected_peak
+    for name, grad in grads.items():
+        assert relative_error(grad, expected_grads[name]) < 5e-2, name
