@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.lib.kernel_time import KernelTime  # noqa: E402
 from benchmarks.lib.ladder_run import build_trainer  # noqa: E402
 from benchmarks.lib.ladder_run import parse_args as ladder_args  # noqa: E402
-from trl_zoo.components.fused_lora import fuse, lora_layers  # noqa: E402
+from trl_zoo.components.fused_lora import fuse, unfuse  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 TRL_GC, TRL, PROMPT_ONCE = "trl_gc", "trl", "prompt_once"
@@ -85,7 +85,10 @@ def run_step(trainer, configuration: str, micro_batch: int, ids, mask, completio
     model = trainer.model
     checkpointing = "_gc" in configuration
     under_autocast = configuration.endswith("_autocast")
-    fused_layers(model, configuration.startswith("fused"))
+    if configuration.startswith("fused"):
+        fuse(model)
+    else:
+        unfuse(model)
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.zero_grad(set_to_none=True)
@@ -109,15 +112,6 @@ def run_step(trainer, configuration: str, micro_batch: int, ids, mask, completio
     if checkpointing:
         model.gradient_checkpointing_disable()
     return seconds
-
-
-def fused_layers(model, on: bool) -> None:
-    """The model's LoRA layers fused (`fused_lora`) or back to peft's forward."""
-    if on:
-        fuse(model)
-        return
-    for layer in lora_layers(model):
-        layer.__dict__.pop("forward", None)
 
 
 def kernel_table(trainer, configuration, micro_batch, ids, mask, completion_length, top: int) -> dict:

@@ -18,7 +18,8 @@ from tests.test_merged_generation import lora, nonzero_adapter
 from tests.trl_internals import generate_and_score, replace_decoding
 from trl_zoo import GRPOConfig, GRPOTrainer
 from trl_zoo.components import decode_precision
-from trl_zoo.components.generation_speed import adapted_layers, delta_weight
+from trl_zoo.components.generation_speed import delta_weight
+from trl_zoo.components.weight_layout import adapted_layers
 
 
 def zoo_trainer(**overrides):

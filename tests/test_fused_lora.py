@@ -18,7 +18,8 @@ from tests.test_length_bucketing import _per_step_losses_and_gradients
 from tests.test_prompt_once import PROMPTS, _generation_batch
 from tests.tiny import make_trainer, model, perturb, relative_error
 from tests.tiny import tokenizer as tiny_tokenizer
-from trl_zoo.components.fused_lora import LoraAdd, fuse, lora_layers
+from trl_zoo.components.fused_lora import LoraAdd, fuse, unfuse
+from trl_zoo.components.weight_layout import adapted_layers
 
 IDS = torch.tensor([[5, 9, 12, 7, 3, 14, 6, 11], [8, 4, 10, 13, 9, 5, 7, 12]])
 
@@ -59,7 +60,7 @@ def _logits_and_gradients(peft_model, autocast=False):
 def test_a_fused_model_gives_peft_logits_and_gradients_in_float32():
     plain = _peft_model()
     fused = copy.deepcopy(plain)
-    assert fuse(fused) == len(lora_layers(fused)) > 0
+    assert fuse(fused) == len(adapted_layers(fused)) > 0
     expected_logits, expected_grads = _logits_and_gradients(plain)
     logits, grads = _logits_and_gradients(fused)
     torch.testing.assert_close(logits, expected_logits, rtol=1e-5, atol=1e-5)
@@ -102,7 +103,7 @@ class _ActivationPasses(TorchDispatchMode):
 @pytest.mark.parametrize("autocast", [False, True], ids=["bf16", "bf16-autocast"])
 def test_a_fused_layer_makes_no_elementwise_pass_over_its_activations(autocast):
     plain = _peft_model(torch.bfloat16)
-    layer = lora_layers(plain)[0]
+    layer = adapted_layers(plain)[0]
     x = torch.randn(64, layer.in_features, dtype=torch.bfloat16)
     size = x.size(0) * min(layer.in_features, layer.out_features)
 
@@ -145,13 +146,12 @@ def _trainer(peft_config="q_proj and v_proj", **overrides):
 def test_a_trainer_with_fused_lora_keeps_every_steps_loss_and_gradient():
     trainer = _trainer(fused_lora=True)
     component = trainer.pipeline.get("fused_lora")
-    assert component.fused == len(lora_layers(trainer.model)) == 4  # q_proj and v_proj of 2 layers
+    assert component.fused == len(adapted_layers(trainer.model)) == 4  # q_proj and v_proj of 2 layers
     batch = _generation_batch(trainer)
     perturb(trainer.model, scale=0.02)
     micro_batches = split_tensor_dict(batch, trainer.args.steps_per_generation)
     measured = _per_step_losses_and_gradients(trainer, micro_batches)
-    for layer in lora_layers(trainer.model):
-        del layer.forward  # back to peft's
+    unfuse(trainer.model)
     expected = _per_step_losses_and_gradients(trainer, micro_batches)
     assert len(measured) == len(expected) == 2
     for (loss, gradients), (expected_loss, expected_gradients) in zip(measured, expected):

@@ -34,7 +34,7 @@ import torch
 
 from ..config.speed_recipe import refusal_words, set_by_recipe
 from ..hooks.component import Component
-from .weight_layout import sharding
+from .weight_layout import adapted_layers, peft_policy, sharding
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -104,16 +104,10 @@ def unfusable(layer) -> str | None:
     return None
 
 
-def lora_layers(peft_model) -> list:
-    from peft.tuners.lora import LoraLayer
-
-    return [m for m in peft_model.modules() if isinstance(m, LoraLayer) and hasattr(m, "base_layer") and m.lora_A]
-
-
 def fuse(peft_model, refuse=None) -> int:
     """Give every LoRA layer of `peft_model` that can be fused `fused_forward`; how many got it. With `refuse` (a
     function of the reason), a layer that cannot be fused calls it first, before any layer is changed."""
-    layers = [(layer, unfusable(layer)) for layer in lora_layers(peft_model)]
+    layers = [(layer, unfusable(layer)) for layer in adapted_layers(peft_model)]
     for layer, why in layers:
         if why is not None and refuse is not None:
             refuse(f"a LoRA layer has {why}")
@@ -121,6 +115,12 @@ def fuse(peft_model, refuse=None) -> int:
     for layer in fusable:
         layer.forward = types.MethodType(fused_forward, layer)
     return len(fusable)
+
+
+def unfuse(peft_model) -> None:
+    """Every LoRA layer of `peft_model` back to peft's own forward (`fuse` undone)."""
+    for layer in adapted_layers(peft_model):
+        layer.__dict__.pop("forward", None)
 
 
 class FusedLora(Component):
@@ -141,17 +141,12 @@ class FusedLora(Component):
         def refuse(why: str):
             raise ValueError(f"{field}: {why}; {fix}.")
 
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        try:
-            from peft import PeftModel
-        except ImportError:  # pragma: no cover - peft is a dependency of the LoRA path
-            PeftModel = None
+        model = peft_policy(trainer.model, trainer.accelerator)
         sharded_by = sharding(trainer.accelerator)
-        why = ("the policy has no PEFT adapter (pass a peft_config)" if PeftModel is None or not isinstance(
-            model, PeftModel) else None if sharded_by is None else f"not with {sharded_by} (sharded weights)")
-        if why is not None:
+        if model is None or sharded_by is not None:
             if by_recipe:
                 return
-            refuse(why)
+            refuse("the policy has no PEFT adapter (pass a peft_config)" if model is None
+                   else f"not with {sharded_by} (sharded weights)")
         self.fused = fuse(model, None if by_recipe else refuse)
         self.active = self.fused > 0

@@ -52,7 +52,7 @@ from ..config.speed_recipe import refusal_words, set_by_recipe
 from ..hooks.component import Component
 from ..hooks.trl_access import switch_on_compiled_decoding
 from . import decode_graph, decode_precision, merge_residue
-from .weight_layout import is_quantized, policy_base, sharding
+from .weight_layout import adapted_layers, is_quantized, peft_policy, policy_base, sharding
 
 logger = logging.get_logger(__name__)
 
@@ -63,12 +63,8 @@ def merge_refusal(model, args, accelerator) -> str | None:
     field, fix = refusal_words(args, "merge_adapter_for_generation")
     if args.use_vllm:
         return f"{field}: not with use_vllm=True (TRL already syncs merged weights to vLLM); {fix}."
-    try:
-        from peft import PeftModel
-    except ImportError:  # pragma: no cover - peft is a dependency of the LoRA path
-        PeftModel = None
-    unwrapped = accelerator.unwrap_model(model) if accelerator is not None else model
-    if PeftModel is None or not isinstance(unwrapped, PeftModel):
+    unwrapped = peft_policy(model, accelerator)
+    if unwrapped is None:
         return f"{field}: the policy has no PEFT adapter to merge; pass a peft_config or {fix}."
     base = unwrapped.get_base_model()
     if is_quantized(base):
@@ -114,16 +110,6 @@ def compile_refusal(model, args, accelerator) -> str | None:
         return ("compile_generation: transformers does not compile the decoding of this quantized model (its "
                 "quantizer is not compileable), so a static cache would only cost; set it False.")
     return None
-
-
-def adapted_layers(peft_model) -> list:
-    """Every LoRA layer with an active adapter (the layers a merge writes into)."""
-    from peft.tuners.lora import LoraLayer
-
-    return [
-        module for module in peft_model.modules()
-        if isinstance(module, LoraLayer) and any(name in module.lora_A for name in module.active_adapters)
-    ]
 
 
 def delta_weight(layer) -> torch.Tensor:

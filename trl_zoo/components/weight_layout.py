@@ -1,11 +1,32 @@
-"""What a policy's weights are, for the generation switches that write or copy them (the merge, the bf16 copy): a
-quantized base (bitsandbytes 4/8-bit, or any `quantization_config`) or weights sharded across processes (DeepSpeed
-ZeRO-3, FSDP).
+"""What a policy's weights are, for the switches that write, copy or re-route them (the merge, the bf16 copy, the
+fused LoRA layers): a PEFT adapter and its LoRA layers, a quantized base (bitsandbytes 4/8-bit, or any
+`quantization_config`) or weights sharded across processes (DeepSpeed ZeRO-3, FSDP).
 
-Tests: tests/test_merged_generation.py (the merge's refusals), tests/test_decode_precision.py (the copy's).
+Tests: tests/test_merged_generation.py (the merge's refusals), tests/test_decode_precision.py (the copy's),
+tests/test_fused_lora.py (the fusion's).
 """
 
 from __future__ import annotations
+
+
+def peft_policy(model, accelerator):
+    """The (unwrapped) policy when it is a PEFT model, else None."""
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency of the LoRA path
+        return None
+    unwrapped = accelerator.unwrap_model(model) if accelerator is not None else model
+    return unwrapped if isinstance(unwrapped, PeftModel) else None
+
+
+def adapted_layers(peft_model) -> list:
+    """Every LoRA layer with an active adapter (the layers a merge writes into)."""
+    from peft.tuners.lora import LoraLayer
+
+    return [
+        module for module in peft_model.modules()
+        if isinstance(module, LoraLayer) and any(name in module.lora_A for name in module.active_adapters)
+    ]
 
 
 def policy_base(model, accelerator):
