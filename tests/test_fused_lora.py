@@ -14,7 +14,7 @@ from trl.trainer.utils import split_tensor_dict
 
 import trl_zoo
 from tests.test_advantages import lora
-from tests.test_length_bucketing import _per_step_losses_and_gradients
+from tests.test_length_bucketing import _assert_steps_close, _per_step_losses_and_gradients
 from tests.test_prompt_once import PROMPTS, _generation_batch
 from tests.tiny import make_trainer, model, perturb, relative_error
 from tests.tiny import tokenizer as tiny_tokenizer
@@ -153,13 +153,7 @@ def test_a_trainer_with_fused_lora_keeps_every_steps_loss_and_gradient():
     measured = _per_step_losses_and_gradients(trainer, micro_batches)
     unfuse(trainer.model)
     expected = _per_step_losses_and_gradients(trainer, micro_batches)
-    assert len(measured) == len(expected) == 2
-    for (loss, gradients), (expected_loss, expected_gradients) in zip(measured, expected):
-        assert expected_loss != 0
-        torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-7)
-        assert gradients.keys() == expected_gradients.keys() and gradients
-        for name, gradient in gradients.items():
-            torch.testing.assert_close(gradient, expected_gradients[name], rtol=1e-4, atol=1e-6, msg=name)
+    _assert_steps_close(measured, expected, 2, loss_tolerance=(1e-5, 1e-7))
 
 
 @pytest.mark.parametrize(

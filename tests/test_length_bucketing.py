@@ -84,16 +84,23 @@ def _per_step_losses_and_gradients(trainer, micro_batches):
     return results
 
 
+def _assert_steps_close(measured, expected, steps: int, loss_tolerance=(1e-4, 1e-6), gradient_tolerance=(1e-4, 1e-6)):
+    """`steps` optimizer steps of (loss, gradients), each `measured` one `expected`'s within (rtol, atol); the
+    expected loss not 0 and some gradient there."""
+    assert len(expected) == len(measured) == steps
+    for (loss, gradients), (expected_loss, expected_gradients) in zip(measured, expected):
+        assert expected_loss != 0
+        torch.testing.assert_close(loss, expected_loss, rtol=loss_tolerance[0], atol=loss_tolerance[1])
+        assert gradients.keys() == expected_gradients.keys() and gradients
+        for name, gradient in gradients.items():
+            rtol, atol = gradient_tolerance
+            torch.testing.assert_close(gradient, expected_gradients[name], rtol=rtol, atol=atol, msg=name)
+
+
 def _assert_same_steps(trainer, plain, bucketed):
     expected = _per_step_losses_and_gradients(trainer, plain)
     measured = _per_step_losses_and_gradients(trainer, bucketed)
-    assert len(expected) == len(measured) == len(plain) // trainer.args.gradient_accumulation_steps
-    for (loss, gradients), (expected_loss, expected_gradients) in zip(measured, expected):
-        assert expected_loss != 0
-        torch.testing.assert_close(loss, expected_loss, rtol=1e-4, atol=1e-6)
-        assert gradients.keys() == expected_gradients.keys() and gradients
-        for name, gradient in gradients.items():
-            torch.testing.assert_close(gradient, expected_gradients[name], rtol=1e-4, atol=1e-6, msg=name)
+    _assert_steps_close(measured, expected, len(plain) // trainer.args.gradient_accumulation_steps)
 
 
 def _lengths(micro_batch) -> list[tuple[int, int]]:

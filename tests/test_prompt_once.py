@@ -10,7 +10,7 @@ from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
 import trl_zoo
 from tests.test_advantages import lora
-from tests.test_length_bucketing import _per_step_losses_and_gradients
+from tests.test_length_bucketing import _assert_steps_close, _per_step_losses_and_gradients
 from tests.tiny import config_kwargs, make_trainer, perturb
 from tests.trl_internals import (
     generate_and_score,
@@ -116,13 +116,7 @@ def test_each_optimizer_step_keeps_trls_loss_and_gradient(loss_type):
     expected = _per_step_losses_and_gradients(trainer, plain)
     component.active = True
     measured = _per_step_losses_and_gradients(trainer, regrouped)
-    assert len(expected) == len(measured) == 2
-    for (loss, gradients), (expected_loss, expected_gradients) in zip(measured, expected):
-        assert expected_loss != 0
-        torch.testing.assert_close(loss, expected_loss, rtol=1e-4, atol=1e-6)
-        assert gradients.keys() == expected_gradients.keys() and gradients
-        for name, gradient in gradients.items():
-            torch.testing.assert_close(gradient, expected_gradients[name], rtol=1e-4, atol=1e-5, msg=name)
+    _assert_steps_close(measured, expected, 2, gradient_tolerance=(1e-4, 1e-5))
 
 
 def _distinct(micro_batch) -> int:
