@@ -82,7 +82,9 @@ REFERENCE = "trl"
 TRL_BEST = "trl_two_steps"
 # contenders run by TRL's own GRPOTrainer (their flags are TRL fields only)
 TRL_VLLM = "trl_vllm"  # TRL's trainer with its colocated vLLM: the path TRL users take for speed
-TRL_TRAINER = {TRL_BEST, TRL_VLLM, TRL_VLLM + "_two_steps"}
+TRL_VLLM_TWO_STEPS = "trl_vllm_two_steps"
+VLLM_RECIPE = "vllm_recipe"
+TRL_TRAINER = {TRL_BEST, TRL_VLLM, TRL_VLLM_TWO_STEPS}
 # A bounded paged KV cache for continuous batching: 128 pages of 256 tokens (32,768 token slots; SmolLM2-135M in
 # bf16 keeps 30 layers × 2 × 3 KV heads × 64 × 2 bytes ≈ 23 KiB a token, ≈ 0.75 GiB) instead of TRL's default,
 # half of the free GPU memory (`max_memory_percent` 0.5, set in trl.GRPOTrainer.__init__), which one real-model run
@@ -203,8 +205,8 @@ CONTENDERS: dict[str, list[str]] = {
     # optimizer steps per generation batch, against speed_recipe="vllm" (the same two steps, skip_on_policy_old_logps,
     # vLLM's tokens without text, fused_lora); `--best trl_vllm` states every time against TRL + vLLM
     TRL_VLLM: VLLM_COLOCATE,
-    TRL_VLLM + "_two_steps": VLLM_COLOCATE + TWO_STEPS,
-    "vllm_recipe": VLLM_COLOCATE + ["--speed_recipe", "vllm"],
+    TRL_VLLM_TWO_STEPS: VLLM_COLOCATE + TWO_STEPS,
+    VLLM_RECIPE: VLLM_COLOCATE + ["--speed_recipe", "vllm"],
 }
 # the recommended switch (0.62× in the fourth and fifth studies) and the fastest recipe so far (sixth study: compiled
 # decoding under the step's bf16 autocast, 0.87× cold, 0.54× with a warm compile cache)
@@ -218,7 +220,7 @@ CPU_SMOKE_FLAGS = [
 ]
 # contenders --cpu_smoke leaves out, and why (one line each)
 CPU_SMOKE_SKIP = {
-    **{name: "vLLM runs on a GPU only" for name in (TRL_VLLM, TRL_VLLM + "_two_steps", "vllm_recipe")},
+    **{name: "vLLM runs on a GPU only" for name in (TRL_VLLM, TRL_VLLM_TWO_STEPS, VLLM_RECIPE)},
     "continuous_batching_compiled": "CUDA graphs and torch.compile of continuous batching are GPU levers; "
     "on the CPU there is no graph backend and inductor would compile for minutes",
 }

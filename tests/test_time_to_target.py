@@ -706,14 +706,14 @@ def test_the_vllm_path_runs_trl_and_the_recipe_with_trls_colocated_vllm_and_stat
                            eval_every=5, eval_batch_size=500, extra=[])
     command = ttt.run_command(ttt.TRL_VLLM, 0, tmp_path, args, 0.5, 100.0)
     assert command[command.index("--trainer") + 1] == "trl"
-    assert ttt.trainer_of("vllm_recipe") == "trl_zoo"
+    assert ttt.trainer_of(ttt.VLLM_RECIPE) == "trl_zoo"
     task = ["--task", "chat_arithmetic", "--output_dir", str(tmp_path / "run")]
-    for name in (ttt.TRL_VLLM, ttt.TRL_VLLM + "_two_steps", "vllm_recipe"):
+    for name in (ttt.TRL_VLLM, ttt.TRL_VLLM_TWO_STEPS, ttt.VLLM_RECIPE):
         assert name in ttt.CPU_SMOKE_SKIP
         _, config, _ = parse_train_args([*task, *ttt.CONTENDERS[name]])
         assert config.use_vllm and config.vllm_mode == "colocate" and config.vllm_gpu_memory_utilization == 0.3
     assert config.speed_recipe == "vllm" and config.fused_lora and config.skip_on_policy_old_logps
-    records = [record("trl", 0, 10.0, 0.7), record(ttt.TRL_VLLM, 0, 8.0, 0.7), record("vllm_recipe", 0, 4.0, 0.7)]
+    records = [record("trl", 0, 10.0, 0.7), record(ttt.TRL_VLLM, 0, 8.0, 0.7), record(ttt.VLLM_RECIPE, 0, 4.0, 0.7)]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
             for line in ttt.summary_table(records, ttt.TRL_VLLM).splitlines()[2:]}
-    assert rows["vllm_recipe"][2:4] == ["0.40 (0.40–0.40)", "0.50 (0.50–0.50)"]
+    assert rows[ttt.VLLM_RECIPE][2:4] == ["0.40 (0.40–0.40)", "0.50 (0.50–0.50)"]
