@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from ...config.generation_buffer import generation_cycle
 from ...dataset_values import REFERENCE_REWARDS
 from ...io.reference_rewards import sample_reference_rewards
 from ...trainer import reads_reference_rewards
@@ -60,7 +61,7 @@ def prompts_drawn(training_args) -> int | None:
     if training_args.max_steps <= 0:
         return None
     micro_steps = training_args.max_steps * training_args.gradient_accumulation_steps
-    batches = math.ceil(micro_steps / (training_args.steps_per_generation * training_args.num_iterations))
+    batches = math.ceil(micro_steps / generation_cycle(training_args))
     return batches * training_args.generation_batch_size // training_args.num_generations
 
 
