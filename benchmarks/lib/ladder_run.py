@@ -19,6 +19,9 @@ Measured:
   device at its ends, so the profiled step is a little slower than an unprofiled one), and `floors`: the matmul
   FLOPs of the log-prob passes at `step_profile.MATMUL_FLOPS` (backward twice the forward, gradient checkpointing's
   recompute not counted) and the decoding's bandwidth floor (`lib/harness.py`'s `decode_floor_s`);
+- with `--layers compiled`, each decoder layer runs compiled (`torch.compile` of the layer, one graph for every
+  layer: regional compilation; its first steps compile), with `--layers liger` with Liger-Kernel's RMSNorm, SwiGLU
+  and rotary kernels (`pip install liger-kernel`, CUDA only): the training passes' elementwise kernels fused;
 - with `--kernels N`, `kernels`: optimizer step N (from 1) under `torch.profiler` (`lib/kernel_time.py`): its
   seconds, the device time in all its kernels and their launches, its 12 largest kernels (with two optimizer steps
   per generation batch an even N decodes nothing: the loss passes and the optimizer alone, as
@@ -120,6 +123,7 @@ def parse_args(argv=None):
     parser.add_argument("--gradient_checkpointing", choices=("true", "false"), default=None,
                         help="override the contender's (TRL's default: on)")
     parser.add_argument("--profile", action="store_true", help="time each seam of the step (module docstring)")
+    parser.add_argument("--layers", choices=LAYERS, default="eager", help="how the decoder layers run (docstring)")
     parser.add_argument("--kernels", type=int, default=None, metavar="N", help="profile optimizer step N's kernels")
     return parser.parse_args(argv)
 
@@ -211,6 +215,29 @@ class StepKernels(TrainerCallback):
             self.result = {"step": self.step, "seconds": time.perf_counter() - self._start, **self._kernels.summary()}
 
 
+LAYERS = ("eager", "compiled", "liger")
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The policy's decoder layers (`model.model.layers` of a causal LM, under PEFT's wrapper when there is one)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(base, base.base_model_prefix).layers
+
+
+def set_layers(trainer, layers: str) -> None:
+    """The decoder layers compiled (`--layers compiled`) or patched with Liger's kernels (`--layers liger`)."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if layers == "compiled":
+        for layer in decoder_layers(model):
+            layer.compile()
+    elif layers == "liger":
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        _apply_liger_kernel_to_instance(model=base, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                        fused_linear_cross_entropy=False)
+
+
 def build_trainer(options):
     implementation, fields = CONTENDERS[options.contender]
     fields = {name: dict(value) if isinstance(value, dict) else value for name, value in fields.items()}
@@ -252,6 +279,7 @@ def build_trainer(options):
         processing_class=numbered_tokenizer(vocab_size),
         peft_config=all_linear_lora(options.lora_r),
     )
+    set_layers(trainer, options.layers)
     return trainer
 
 
@@ -361,6 +389,7 @@ def main(argv=None):
         if graphed is not None else None,
         "gradient_checkpointing": bool(trainer.args.gradient_checkpointing),
         "micro_batch": options.micro_batch,
+        "layers": options.layers,
         "device": torch.cuda.get_device_name() if CUDA else "cpu",
     }
     if kernels is not None:
