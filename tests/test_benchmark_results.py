@@ -413,10 +413,12 @@ def test_the_vllm_levers_page_states_its_records_step_times_and_generation_media
     folder = RESULTS / "2026-12-02-h200-vllm-levers"
     page = (folder / "README.md").read_text()
     records = [json.loads(line) for line in (folder / "ladder.jsonl").read_text().splitlines()]
-    assert len(records) == 24  # 12 of the first batch, 5 of the recipe-and-prompt_once batch, 7 of fused_lora's
+    assert len(records) == 35  # 12 of the first batch, 5 of the recipe-and-prompt_once batch, 7 of fused_lora's,
+    # 11 of compiled_layers'
+    assert sum(r.get("batch") == "compiled_layers" for r in records) == 11
     for record in records:
         assert f"| {record['step_s']:.2f} | {record['seams']['generation']:.2f} |" in page, record["contender"]
-    for record in (r for r in records if r.get("batch") == "fused_lora"):
+    for record in (r for r in records if r.get("batch") in ("fused_lora", "compiled_layers")):
         seams = record["seams"]
         five = sum(seams[k] for k in ("generation", "weight_sync", "old_logps", "loss_forward", "backward"))
         quiet = " / ".join(f"{t:.2f}" for t in record["step_times"][3::2])  # the steps after 2 that decode nothing

@@ -19,7 +19,8 @@ from trl_zoo.config import generation_speed
 from trl_zoo.config.speed_recipe import SPEED_RECIPES
 
 RECIPE_FIELDS = ("merge_adapter_for_generation", "compile_generation", "compile_generation_backend",
-                 "generation_autocast", "skip_on_policy_old_logps", "fused_lora", "steps_per_generation",
+                 "generation_autocast", "skip_on_policy_old_logps", "fused_lora", "compiled_layers",
+                 "steps_per_generation",
                  "generation_batch_size")
 # the recipe and the flags of the contenders of docs/benchmarks.md's table it stands for (fused_lora joined
 # lora_graphed after that table; the size ladder measured it: docs/benchmarks.md)
@@ -178,6 +179,7 @@ def test_the_vllm_recipe_sets_two_steps_the_skip_and_no_text(given, expected):
     config = GRPOConfig(**tiny.config_kwargs(gradient_accumulation_steps=2, speed_recipe="vllm", use_vllm=True,
                                              generation_kwargs=given))
     assert config.steps_per_generation == 4 and config.skip_on_policy_old_logps and config.fused_lora
+    assert config.compiled_layers
     assert config.vllm_importance_sampling_correction  # TRL's correction stays on
     assert config.generation_kwargs == expected
     assert not config.merge_adapter_for_generation and not config.compile_generation

@@ -538,7 +538,8 @@ def test_define_adds_a_contender():
 RECIPE_CONTENDER_FLAGS = {
     "lora_graphed": [*ttt.CONTENDERS["merged_cuda_graph_two_steps"], "--skip_on_policy_old_logps", "true",
                      "--fused_lora", "true"],
-    "vllm": ["--steps_per_generation", "8", "--skip_on_policy_old_logps", "true", "--fused_lora", "true"],
+    "vllm": ["--steps_per_generation", "8", "--skip_on_policy_old_logps", "true", "--fused_lora", "true",
+             "--compiled_layers", "true"],
 }
 
 
@@ -571,6 +572,7 @@ def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
     assert training.compile_generation_backend == backend
     assert training.skip_on_policy_old_logps == ("--skip_on_policy_old_logps" in flags)
     assert training.fused_lora == ("--fused_lora" in flags)
+    assert training.compiled_layers == ("--compiled_layers" in flags)
     assert training.use_vllm == ("--use_vllm" in flags)
     if "--transformers_continuous_batching_config" in flags:
         assert training.transformers_continuous_batching_config["num_blocks"] == 128

@@ -19,9 +19,9 @@ Measured:
   device at its ends, so the profiled step is a little slower than an unprofiled one), and `floors`: the matmul
   FLOPs of the log-prob passes at `step_profile.MATMUL_FLOPS` (backward twice the forward, gradient checkpointing's
   recompute not counted) and the decoding's bandwidth floor (`lib/harness.py`'s `decode_floor_s`);
-- with `--layers compiled`, each decoder layer runs compiled (`torch.compile` of the layer, one graph for every
-  layer: regional compilation; its first steps compile), with `--layers liger` with Liger-Kernel's RMSNorm, SwiGLU
-  and rotary kernels (`pip install liger-kernel`, CUDA only): the training passes' elementwise kernels fused;
+- with `--layers liger`, the decoder layers run Liger-Kernel's RMSNorm, SwiGLU and rotary kernels (`pip install
+  liger-kernel`, CUDA only), another way than `compiled_layers` (the "vllm" recipe's) to fuse the training passes'
+  elementwise kernels;
 - with `--kernels N`, `kernels`: optimizer step N (from 1) under `torch.profiler` (`lib/kernel_time.py`): its
   seconds, the device time in all its kernels and their launches, its 12 largest kernels (with two optimizer steps
   per generation batch an even N decodes nothing: the loss passes and the optimizer alone, as
@@ -85,6 +85,11 @@ CONTENDERS: dict[str, tuple[str, dict]] = {
     "zoo_vllm_recipe_unfused": ("zoo", {
         TWO_STEPS: True, **VLLM, "generation_kwargs": {"detokenize": False}, "skip_on_policy_old_logps": True,
     }),
+    # the recipe with its decoder layers eager (before compiled_layers joined it)
+    "zoo_vllm_recipe_eager": ("zoo", {
+        TWO_STEPS: True, **VLLM, "generation_kwargs": {"detokenize": False}, "skip_on_policy_old_logps": True,
+        "fused_lora": True,
+    }),
     # and each distinct prompt of a log-prob pass forwarded once (needs --gradient_checkpointing false)
     "zoo_vllm_prompt_once": ("zoo", {**VLLM, "speed_recipe": "vllm", "prompt_once": True}),
     "zoo_vllm_levers": ("zoo", {
@@ -123,7 +128,8 @@ def parse_args(argv=None):
     parser.add_argument("--gradient_checkpointing", choices=("true", "false"), default=None,
                         help="override the contender's (TRL's default: on)")
     parser.add_argument("--profile", action="store_true", help="time each seam of the step (module docstring)")
-    parser.add_argument("--layers", choices=LAYERS, default="eager", help="how the decoder layers run (docstring)")
+    parser.add_argument("--layers", choices=LAYERS, default="as_configured",
+                        help="how the decoder layers run (docstring)")
     parser.add_argument("--kernels", type=int, default=None, metavar="N", help="profile optimizer step N's kernels")
     return parser.parse_args(argv)
 
@@ -215,26 +221,18 @@ class StepKernels(TrainerCallback):
             self.result = {"step": self.step, "seconds": time.perf_counter() - self._start, **self._kernels.summary()}
 
 
-LAYERS = ("eager", "compiled", "liger")
-
-
-def decoder_layers(model) -> torch.nn.ModuleList:
-    """The policy's decoder layers (`model.model.layers` of a causal LM, under PEFT's wrapper when there is one)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return getattr(base, base.base_model_prefix).layers
+LAYERS = ("as_configured", "liger")
 
 
 def set_layers(trainer, layers: str) -> None:
-    """The decoder layers compiled (`--layers compiled`) or patched with Liger's kernels (`--layers liger`)."""
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    if layers == "compiled":
-        for layer in decoder_layers(model):
-            layer.compile()
-    elif layers == "liger":
+    """With `--layers liger`, the policy's base patched with Liger-Kernel's RMSNorm, SwiGLU and rotary kernels."""
+    if layers == "liger":
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        _apply_liger_kernel_to_instance(model=base, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+        from trl_zoo.components.weight_layout import policy_base
+
+        _apply_liger_kernel_to_instance(model=policy_base(trainer.model, trainer.accelerator), rope=True,
+                                        rms_norm=True, swiglu=True, cross_entropy=False,
                                         fused_linear_cross_entropy=False)
 
 
@@ -364,6 +362,7 @@ def main(argv=None):
     decodings_timed = meter.seconds[1:] or meter.seconds  # the first decoding records (or compiles)
     generations_per_step = len(meter.seconds) / max(len(step_times), 1)
     speed = trainer.pipeline.get("generation_speed") if hasattr(trainer, "pipeline") else None
+    compiled = trainer.pipeline.get("compiled_layers") if hasattr(trainer, "pipeline") else None
     graphed = getattr(speed, "graphed_decoding", None)
     generation_s = statistics.mean(decodings_timed) * generations_per_step if meter.seconds else float("nan")
     step_s = statistics.mean(timed)
@@ -389,7 +388,8 @@ def main(argv=None):
         if graphed is not None else None,
         "gradient_checkpointing": bool(trainer.args.gradient_checkpointing),
         "micro_batch": options.micro_batch,
-        "layers": options.layers,
+        "layers": options.layers if options.layers == "liger" else
+        "compiled" if getattr(compiled, "compiled", 0) else "eager",
         "device": torch.cuda.get_device_name() if CUDA else "cpu",
     }
     if kernels is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..hooks.component import Component
 from .advantages import Advantages
+from .compiled_layers import CompiledLayers
 from .critic import Critic
 from .dynamic_sampling import DynamicSampling
 from .expert_sft import ExpertSFT
@@ -29,6 +30,7 @@ from .teacher import Teacher
 COMPONENTS: tuple[type[Component], ...] = (
     GenerationSpeed,  # merged, autocast, compiled decoding (generation_speed.py)
     FusedLora,  # LoRA layers in two matrix products (fused_lora.py)
+    CompiledLayers,  # decoder layers under torch.compile for the training passes (compiled_layers.py)
     Rewards,  # reward shaping and NaN/±inf checks of the reward call (rewards.py)
     KLControl,  # KL in the reward, adaptive β, reference resets (kl_control.py)
     Advantages,  # the estimator table's Â (advantages.py)

@@ -1,10 +1,11 @@
-"""The compute switches `skip_zero_advantage`, `length_bucketing`, `prompt_once` and `fused_lora`: same loss and
-gradients, less compute. Their fields and the config-time checks of when that holds (what the trainer's components
-do: `components/skip_zero_advantage.py`, `components/length_bucketing.py`, `components/prompt_once.py`,
-`components/fused_lora.py`, whose docstrings derive the conditions).
+"""The compute switches `skip_zero_advantage`, `length_bucketing`, `prompt_once`, `fused_lora` and `compiled_layers`:
+same loss and gradients, less compute. Their fields and the config-time checks of when that holds (what the
+trainer's components do: `components/skip_zero_advantage.py`, `components/length_bucketing.py`,
+`components/prompt_once.py`, `components/fused_lora.py`, `components/compiled_layers.py`, whose docstrings derive the
+conditions).
 
 Tests: tests/test_skip_zero_advantage.py, tests/test_length_bucketing.py, tests/test_prompt_once.py,
-tests/test_fused_lora.py.
+tests/test_fused_lora.py, tests/test_compiled_layers.py.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ class ComputeFields:
         "scale in the second's epilogue, in the compute dtype: none of peft's elementwise passes and float32 copies "
         "of the activations (trl_zoo/components/fused_lora.py). Same loss and gradients up to rounding; needs a PEFT "
         "adapter; not with DeepSpeed ZeRO-3 or FSDP.",
+        False,
+    )
+    compiled_layers: bool = help_field(
+        "Run the policy's decoder layers under torch.compile in the training passes (one graph for every layer; "
+        "the first steps compile), their elementwise operations fused; decoding with transformers runs them "
+        "eagerly (trl_zoo/components/compiled_layers.py). Same loss and gradients up to rounding; not with a "
+        "quantized base, DeepSpeed ZeRO-3 or FSDP.",
         False,
     )
 

@@ -17,11 +17,13 @@ sizes (`GRPOConfig.__post_init__`), so the config a run prints and saves shows t
                       skip_on_policy_old_logps = True (vLLM's importance-sampling correction kept: the first step's
                       computed in its loss forward), and in colocate mode generation_kwargs["detokenize"] = False
                       (vLLM returns token ids alone, all TRL reads; a value the user gives wins), fused_lora = True
-                      (where the policy has a PEFT adapter)
+                      (where the policy has a PEFT adapter), compiled_layers = True (the decoder layers under
+                      torch.compile in the training passes, where the base is not quantized nor sharded)
 
 "vllm" takes two optimizer steps per generation batch like "lora" (the second off-policy); its other fields change
 no sampled token and no importance-sampling ratio: only the text nobody reads and the old-log-prob forward of the
-rows trained before any update are not computed, and the LoRA layers' products run without elementwise passes.
+rows trained before any update are not computed, the LoRA layers' products run without elementwise passes and the
+decoder layers' elementwise operations run fused (its first steps pay the compile).
 Without use_vllm it is refused (the transformers path has the "lora" recipes).
 
 The second optimizer step of a "lora" batch is off-policy (TRL's clipped importance ratio); "lora_compiled" pays
@@ -55,7 +57,7 @@ SPEED_RECIPES: dict[str, dict[str, bool | str]] = {
         "skip_on_policy_old_logps": True, "fused_lora": True,
     },
     "lora_compiled": {"merge_adapter_for_generation": True, "compile_generation": True, "generation_autocast": True},
-    "vllm": {"skip_on_policy_old_logps": True, "fused_lora": True},
+    "vllm": {"skip_on_policy_old_logps": True, "fused_lora": True, "compiled_layers": True},
 }
 VLLM_GENERATION_KWARGS = {"detokenize": False}  # what "vllm" adds to generation_kwargs (the user's keys win)
 OPTIMIZER_STEPS_PER_GENERATION = 2  # steps_per_generation = 2 · gradient_accumulation_steps
