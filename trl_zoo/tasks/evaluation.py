@@ -76,20 +76,29 @@ def decoded_completions(
     return decoded_completions_and_ids(model, tokenizer, prompts, max_new_tokens, decoding, batch_size, synced)[0]
 
 
-@torch.no_grad()
 def decoded_completions_and_ids(
     model, tokenizer, prompts: list, max_new_tokens: int, decoding: dict, batch_size: int = 256,
     synced: bool = False, progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[str], list[list[int]]]:
     """`decoded_completions` and each completion's token ids as TRL passes them to rewards (`completion_ids`): up
     to and including the first end-of-sequence token, no padding. `progress(done, total)` after each batch."""
+    texts = [render_prompt(tokenizer, prompt) for prompt in prompts]
+    return decoded_texts_and_ids(model, tokenizer, texts, adds_special_tokens(prompts), max_new_tokens, decoding,
+                                 batch_size, synced, progress)
+
+
+@torch.no_grad()
+def decoded_texts_and_ids(
+    model, tokenizer, texts: list[str], special: bool, max_new_tokens: int, decoding: dict, batch_size: int = 256,
+    synced: bool = False, progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[str], list[list[int]]]:
+    """`decoded_completions_and_ids` of prompts already rendered as `texts`, tokenized with the special tokens when
+    `special`."""
     was_training = model.training
     model.eval()
     padding_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     device = next(model.parameters()).device
-    texts = [render_prompt(tokenizer, prompt) for prompt in prompts]
-    special = adds_special_tokens(prompts)
     completions, ids = [], []
     try:
         for start in range(0, len(texts), batch_size):
@@ -211,8 +220,10 @@ def greedy_evaluation(
     nan_rewards: str = "raise",
     reward_timeout_warning: float = REWARD_TIMEOUT_WARNING,
     reward_timeout: float | None = None,
+    environment_factory: Callable | None = None,
 ) -> HeldOutResult:
-    """Accuracy and mean reward of the prompts' greedy completions (module docstring). The reward's output is checked
+    """Accuracy and mean reward of the prompts' greedy completions (module docstring); with `environment_factory`
+    (chat prompts), greedy rollouts with one tool round (tool_evaluation.py). The reward's output is checked
     as in training (`call_reward`, with the config's `nan_rewards`, `reward_timeout_warning` and `reward_timeout`):
     an output that is not one number or None per prompt raises `RewardOutputError`, and so does NaN or ±inf unless
     `nan_rewards` is "drop" (then a warning, and the completion is not scored).
@@ -232,14 +243,14 @@ def greedy_evaluation(
     if processes == 1:
         rewards = _greedy_rewards(
             model, tokenizer, prompts, max_new_tokens, reward, reward_kwargs, batch_size, progress=progress,
-            reward_call=reward_call,
+            reward_call=reward_call, environment_factory=environment_factory,
         )
         return _result(_tally(rewards), len(prompts))
     rows, own = process_share(len(prompts), dist.get_rank(), processes)
     rewards = _greedy_rewards(
         model, tokenizer, [prompts[i] for i in rows], max_new_tokens, reward,
         {key: [column[i] for i in rows] for key, column in reward_kwargs.items()}, batch_size, synced=True,
-        progress=progress, reward_call=reward_call,
+        progress=progress, reward_call=reward_call, environment_factory=environment_factory,
     )
     totals = torch.tensor(_tally(rewards[:own]), dtype=torch.float64, device=next(model.parameters()).device)
     dist.all_reduce(totals)
@@ -269,13 +280,21 @@ def process_share(count: int, index: int, processes: int) -> tuple[list[int], in
 def _greedy_rewards(
     model, tokenizer, prompts: list, max_new_tokens: int, reward: Callable, reward_kwargs: dict, batch_size: int,
     synced: bool = False, progress: Callable[[int, int], None] | None = None, reward_call: dict | None = None,
+    environment_factory: Callable | None = None,
 ) -> list:
     """The reward of each prompt's greedy completion (None where the reward could not score it), checked
-    (`call_reward`, with the keywords `reward_call`)."""
-    texts, ids = decoded_completions_and_ids(
-        model, tokenizer, prompts, max_new_tokens, GREEDY, batch_size, synced, progress
-    )
-    return call_reward(reward, prompts, as_completions(prompts, texts), ids, reward_kwargs, **(reward_call or {}))
+    (`call_reward`, with the keywords `reward_call`); with `environment_factory`, of its rollout with a tool round."""
+    if environment_factory is not None:
+        from .tool_evaluation import greedy_tool_completions
+
+        completions, ids = greedy_tool_completions(model, tokenizer, prompts, max_new_tokens, environment_factory,
+                                                   reward_kwargs, batch_size, synced, progress)
+    else:
+        texts, ids = decoded_completions_and_ids(
+            model, tokenizer, prompts, max_new_tokens, GREEDY, batch_size, synced, progress
+        )
+        completions = as_completions(prompts, texts)
+    return call_reward(reward, prompts, completions, ids, reward_kwargs, **(reward_call or {}))
 
 
 def greedy_accuracy(*args, **kwargs) -> float:

@@ -24,9 +24,12 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 def completion_text(completion) -> str:
-    """A completion as text: TRL passes a string, or a list of chat messages for conversational prompts."""
+    """A completion as text: TRL passes a string, or a list of chat messages for conversational prompts, whose
+    tool replies (role "tool", in a rollout with tools) are the environment's words, not the model's, and are left
+    out; the model's turns are joined by a line break."""
     if isinstance(completion, list):
-        return "".join(message.get("content", "") for message in completion if isinstance(message, dict))
+        return "\n".join(message.get("content") or "" for message in completion
+                       if isinstance(message, dict) and message.get("role") != "tool")
     return str(completion)
 
 
