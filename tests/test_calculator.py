@@ -142,3 +142,32 @@ def test_a_two_turn_rollout_trains_with_mt_grpo_and_its_turn_advantage_credits_t
         assert advantages[:start][call].tolist() == pytest.approx([outcome[row] + turn[row]] * int(call.sum()))
         assert advantages[end:][answer].tolist() == pytest.approx([outcome[row]] * int(answer.sum()))
         assert answer.sum() == len(encoded(SECOND_TURNS[row]))
+
+
+@needs_packaged_model
+def test_the_calculator_task_builds_trls_tool_loop_and_evaluates_its_tool_round(tmp_path, monkeypatch):
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    import trl_zoo.cli.train.heldout_accuracy as heldout_accuracy
+    from trl_zoo.cli.arguments.train_arguments import parse_train_args
+    from trl_zoo.cli.train.training_setup import prepare_training
+    from trl_zoo.tasks.evaluation import HeldOutResult
+
+    argv = ["--task", "chat_arithmetic_calculator", "--output_dir", str(tmp_path / "run"), "--num_heldout", "2",
+            "--max_steps", "1"]
+    task_args, training_args, model_args = parse_train_args(argv, log=lambda *_: None)
+    assert training_args.max_tool_calling_iterations == 1 and training_args.max_completion_length == 160
+    setup = prepare_training(task_args, training_args, model_args, log=lambda *_: None)
+    trainer = setup.trainer
+    assert trainer.environment_factories == {None: Calculator}
+    assert trainer.processing_class.chat_template == qwen2_5_chat_template
+    assert [tool.__name__ for tool in trainer.tools] == ["calculate"]
+    seen = {}
+
+    def evaluation(*args, **kwargs):
+        seen.update(kwargs)
+        return HeldOutResult(0.5, 0.5, False)
+
+    monkeypatch.setattr(heldout_accuracy, "greedy_evaluation", evaluation)
+    assert setup.accuracy.measure(trainer.model, 0).accuracy == 0.5
+    assert seen["environment_factory"] is Calculator and seen["max_new_tokens"] == 160

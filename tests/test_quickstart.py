@@ -16,6 +16,7 @@ from trl_zoo.tasks import (
     ADDITION,
     ADDITION3,
     CHAT_ARITHMETIC,
+    CHAT_ARITHMETIC_CALCULATOR,
     CHAT_ARITHMETIC_HARD,
     CHAT_ARITHMETIC_MEDIUM,
     SCRATCHPAD,
@@ -60,7 +61,7 @@ def test_task_table_and_unknown_task():
     assert TASKS == {
         "addition": ADDITION, "addition3": ADDITION3, "scratchpad": SCRATCHPAD, "scratchpad_small": SCRATCHPAD_SMALL,
         "chat_arithmetic": CHAT_ARITHMETIC, "chat_arithmetic_hard": CHAT_ARITHMETIC_HARD,
-        "chat_arithmetic_medium": CHAT_ARITHMETIC_MEDIUM,
+        "chat_arithmetic_medium": CHAT_ARITHMETIC_MEDIUM, "chat_arithmetic_calculator": CHAT_ARITHMETIC_CALCULATOR,
     }
     with pytest.raises(ValueError, match="task: unknown built-in task 'mult'"):
         get_task("mult")

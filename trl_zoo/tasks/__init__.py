@@ -7,14 +7,20 @@ tests/test_testbed_task.py.
 """
 
 from .arithmetic import ADDITION, ADDITION3, AdditionTask
-from .chat_arithmetic import CHAT_ARITHMETIC, CHAT_ARITHMETIC_HARD, CHAT_ARITHMETIC_MEDIUM, ChatArithmeticTask
+from .chat_arithmetic import (
+    CHAT_ARITHMETIC,
+    CHAT_ARITHMETIC_CALCULATOR,
+    CHAT_ARITHMETIC_HARD,
+    CHAT_ARITHMETIC_MEDIUM,
+    ChatArithmeticTask,
+)
 from .scratchpad import SCRATCHPAD, SCRATCHPAD_SMALL, ScratchpadAdditionTask
 
 TASKS: dict[str, AdditionTask | ScratchpadAdditionTask | ChatArithmeticTask] = {
     task.name: task
     for task in (
         ADDITION, ADDITION3, SCRATCHPAD, SCRATCHPAD_SMALL, CHAT_ARITHMETIC, CHAT_ARITHMETIC_MEDIUM,
-        CHAT_ARITHMETIC_HARD,
+        CHAT_ARITHMETIC_HARD, CHAT_ARITHMETIC_CALCULATOR,
     )
 }
 
@@ -26,7 +32,8 @@ def get_task(name: str) -> AdditionTask | ScratchpadAdditionTask | ChatArithmeti
 
 
 __all__ = [
-    "ADDITION", "ADDITION3", "AdditionTask", "CHAT_ARITHMETIC", "CHAT_ARITHMETIC_HARD", "CHAT_ARITHMETIC_MEDIUM",
+    "ADDITION", "ADDITION3", "AdditionTask", "CHAT_ARITHMETIC", "CHAT_ARITHMETIC_CALCULATOR", "CHAT_ARITHMETIC_HARD",
+    "CHAT_ARITHMETIC_MEDIUM",
     "ChatArithmeticTask",
     "SCRATCHPAD", "SCRATCHPAD_SMALL", "ScratchpadAdditionTask", "TASKS", "get_task",
 ]

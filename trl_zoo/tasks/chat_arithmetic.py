@@ -34,6 +34,12 @@ column EXPERT_COLUMN, each question's worked line in the style of the few-shot a
 for the methods that read expert answers (CHORD's SFT term and LUFFY's off-policy traces, `expert_column`): the
 label as a trace, no information beyond `answer`. Off by default; the held-out split never has it.
 
+With a calculator (`chat_arithmetic_calculator`: the easy level's questions, `calculator=True`): each rollout runs
+in the environment of tasks/calculator.py (TRL's `environment_factory`), the model may call `calculate(expression)`
+once (`max_tool_calling_iterations` 1) and answers after its reply, the tokenizer renders the tool (TRL's Qwen2.5
+tool template, `use_tool_template`), the reward reads the model's turns only, and the held-out evaluation runs the
+tool round greedily (tool_evaluation.py); completions hold 160 tokens (the call, the reply and the answer).
+
 The default policy is the packaged SmolLM2-135M-Instruct (`smollm2-135m-instruct`, see gguf_checkpoint.py);
 `preset()` holds the hyperparameters chosen on one GPU. How the levels were chosen: docs/benchmarks.md, "The real
 model".
@@ -48,6 +54,7 @@ from functools import cached_property
 
 from datasets import Dataset
 
+from .calculator import Calculator, use_tool_template
 from .rewards import final_number_reward
 
 Question = tuple[int, ...]
@@ -57,6 +64,7 @@ BASE_FORMAT = "few_shot"  # the base-model format a tokenizer without a chat tem
 FEW_SHOT_EXAMPLES = 3
 ANSWER_CUE = "Answer:"
 EXPERT_COLUMN = "expert_answer"  # the worked-line traces of `train_dataset(expert_traces=True)`
+CALCULATOR_COMPLETION_LENGTH = 160
 
 
 @dataclass(frozen=True)
@@ -72,11 +80,24 @@ class ChatArithmeticTask:
     seed: int = 1234
     description: str = ""
     signs: tuple[str, ...] = ("+", "-")
+    calculator: bool = False  # the calculator tool in each rollout (module docstring)
 
     reward = staticmethod(final_number_reward)
     reward_name = "final_number"
     default_model = "smollm2-135m-instruct"
-    max_completion_length = 64
+
+    @property
+    def max_completion_length(self) -> int:
+        return CALCULATOR_COMPLETION_LENGTH if self.calculator else 64
+
+    @property
+    def environment_factory(self):
+        """TRL's `environment_factory` for this task's rollouts: the calculator, or None."""
+        return Calculator if self.calculator else None
+
+    def tokenizer_for_tools(self, tokenizer):
+        """The tokenizer with the tool template when the task has a calculator, else as it is."""
+        return use_tool_template(tokenizer) if self.calculator else tokenizer
 
     def __post_init__(self):
         if self.terms not in (2, 3):
@@ -202,12 +223,18 @@ class ChatArithmeticTask:
             "gradient_accumulation_steps": 4,  # one micro-batch of 128 rows peaks at 12 GiB (the logits), 32 at 3.7
             "logging_steps": 1,
             "eval_every_steps": 20,
+            **({"max_tool_calling_iterations": 1} if self.calculator else {}),
         }
 
 
 CHAT_ARITHMETIC = ChatArithmeticTask(
     "chat_arithmetic", terms=2, num_train=6000, num_heldout=500, level="easy", signs=("+",),
     description="chat model, 'What is a + b?' with two-digit operands, last-number reward (easy)",
+)
+CHAT_ARITHMETIC_CALCULATOR = ChatArithmeticTask(
+    "chat_arithmetic_calculator", terms=2, num_train=6000, num_heldout=500, level="easy", signs=("+",),
+    calculator=True,
+    description="chat_arithmetic's questions with a calculator tool in each rollout (one call, then the answer)",
 )
 CHAT_ARITHMETIC_MEDIUM = ChatArithmeticTask(
     "chat_arithmetic_medium", terms=2, num_train=3500, num_heldout=500, level="medium", signs=("-",),

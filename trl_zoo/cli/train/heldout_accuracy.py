@@ -13,10 +13,10 @@ from ...tasks.evaluation import format_mean_reward as mean_text
 
 
 def heldout_accuracy_callback(
-    heldout, tokenizer, scorer, run_log, task_args, training_args, log
+    heldout, tokenizer, scorer, run_log, task_args, training_args, log, environment_factory=None
 ) -> HeldOutAccuracyCallback:
     """The greedy held-out evaluation, every `eval_every_steps`, recorded in the run log (a resumed run's earlier
-    evaluations start its history)."""
+    evaluations start its history); with `environment_factory`, each rollout with its tool round."""
     heldout_columns = {name: heldout[name] for name in heldout.column_names if name != "prompt"}
 
     def evaluate(model) -> HeldOutResult:  # every process of a distributed run takes part and gets the same result
@@ -34,6 +34,7 @@ def heldout_accuracy_callback(
             nan_rewards=training_args.nan_rewards,  # training's reward checks and watchdog
             reward_timeout_warning=training_args.reward_timeout_warning,
             reward_timeout=training_args.reward_timeout,
+            environment_factory=environment_factory,
         )
 
     def record(step: int, result: HeldOutResult):

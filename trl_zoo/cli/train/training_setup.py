@@ -5,7 +5,7 @@
     1. what QLoRA needs; where the run starts: the checkpoint it resumes, or afresh     policy.py, resume_checkpoint.py
     2. its rewards                                                                      ../rewards/run_rewards.py
     3. its data: a built-in task's (with its expert traces), or a dataset's             here, training_data.py
-    4. its policy: the path, resolved once, and its tokenizer                           policy.py
+    4. its policy: the path, resolved once, and its tokenizer (a tool task's template)   policy.py
     5. its prompts, formatted and checked against the policy's positions                policy_prompts.py
        A*-PO's reference samples scored into the data (--reference_reward_samples)       reference_samples.py
     6. the rewards' columns checked; shuffled for the null-reward control               ../rewards/run_rewards.py
@@ -74,7 +74,7 @@ def prepare_training(task_args, training_args, model_args, log=print) -> Trainin
     with agreed_step(config_errors=(ValueError, TypeError)):  # the trainer's construction may hold collectives
         trainer = _build_trainer(inputs.model_path, rewards.for_trainer, inputs.train, heldout, inputs.tokenizer,
                                  inputs.peft_config, [*filter(None, [accuracy_callback]), *progress], training_args,
-                                 model_args)
+                                 model_args, inputs.environment_factory)
     return TrainingSetup(
         trainer=trainer,
         accuracy=accuracy_callback,
@@ -100,6 +100,7 @@ class _TrainerInputs(NamedTuple):
     peft_config: object
     run_log: RunLog
     accuracy: HeldOutAccuracyCallback | None
+    environment_factory: object  # TRL's, for a task whose rollouts use tools; None otherwise
 
 
 def _trainer_inputs(task_args, training_args, model_args, log) -> _TrainerInputs:
@@ -115,6 +116,9 @@ def _trainer_inputs(task_args, training_args, model_args, log) -> _TrainerInputs
     model_path = resolve_policy(task, task_args, training_args, model_args, log)
     positions = policy_positions(model_path, model_args, training_args)
     tokenizer = load_tokenizer(model_path, model_args, training_args)
+    environment_factory = getattr(task, "environment_factory", None)  # a task whose rollouts use tools
+    if environment_factory is not None:
+        tokenizer = task.tokenizer_for_tools(tokenizer)
     train, heldout = policy_prompts(task, train, heldout, source, tokenizer, positions, task_args, training_args, log)
     rewards.check_columns(column_names(train))
     if task_args.reference_reward_samples:  # the true rewards, before the null-reward control shuffles them
@@ -126,10 +130,10 @@ def _trainer_inputs(task_args, training_args, model_args, log) -> _TrainerInputs
     peft_config = prepare_policy_loading(training_args, model_args, model_path)
     run_log = _open_run_log(training_args, checkpoint)
     accuracy_callback = None if heldout is None else heldout_accuracy_callback(
-        heldout, tokenizer, rewards.scorer, run_log, task_args, training_args, log
+        heldout, tokenizer, rewards.scorer, run_log, task_args, training_args, log, environment_factory
     )
     return _TrainerInputs(checkpoint, rewards, train, heldout, source, model_path, tokenizer, peft_config, run_log,
-                         accuracy_callback)
+                         accuracy_callback, environment_factory)
 
 
 def _training_splits(task, task_args, training_args, model_args, reads: dict[str, str], log):
@@ -187,7 +191,7 @@ def _open_run_log(training_args, checkpoint: str | None) -> RunLog:
 
 
 def _build_trainer(model_path, rewards, train, heldout, tokenizer, peft_config, callbacks, training_args,
-                   model_args) -> GRPOTrainer:
+                   model_args, environment_factory=None) -> GRPOTrainer:
     """The trainer, printing the run's own progress lines in place of transformers' printer and progress bar."""
     try:
         trainer = GRPOTrainer(
@@ -201,6 +205,7 @@ def _build_trainer(model_path, rewards, train, heldout, tokenizer, peft_config, 
             peft_config=peft_config,
             quantization_config=get_quantization_config(model_args),
             callbacks=callbacks,
+            **({"environment_factory": environment_factory} if environment_factory is not None else {}),
         )
     except (OSError, ValueError, TypeError) as error:
         raise ConfigError(one_line(error)) from None
