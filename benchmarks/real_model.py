@@ -28,9 +28,14 @@ Plans (each run: `benchmarks/lib/real_model_run.py`, 3 seeds unless --seeds):
               before training (`--reference_reward_samples 8`; their cost in reference_rewards.json); DLER's
               truncation penalty (reward 0 past the completion length); TTRL trained on majority_vote alone (the
               labels score the held-out evaluation only); GDPO over final_number and exact_match (the number
-              alone). GiGPO and MT-GRPO are not in it: no two-turn tool environment on the task yet. Run with
+              alone). GiGPO and MT-GRPO: plan `tools`. Run with
               `--parallel 4` (four 135 M processes on the one card); pass@k of passk, grpo_passk and maxrl:
               benchmarks/pass_at_k.py
+    tools     chat_arithmetic_calculator (issue 60): one calculator call, then the answer (the held-out evaluation
+              runs the call greedily); the packaged model never calls the tool on its own, so every arm but
+              grpo_no_sft has CHORD's SFT term (μ 0.1) on the first turn's call (`--expert_traces true`: the call
+              on the question's own expression): grpo, GiGPO, MT-GRPO (turn reward: the call computed the answer),
+              the control (rewards shuffled, the same SFT term) and grpo without the term. Run with `--parallel 4`
     trl       chat_arithmetic: TRL's GRPOTrainer with grpo and dapo
     gemma     chat_arithmetic with the base model gemma3-270m (few-shot prompts) at the model's own preset
               (learning rate 5e-5, 24 new tokens: PackagedModel.preset; a --learning_rate flag overrides it): the
@@ -103,8 +108,20 @@ def method_runs() -> dict[str, list[str]]:
         # GDPO: two objectives normalised apart, the answer (the recording final_number) and the answer alone
         # (exact_match: the completion is the number and nothing else)
         "gdpo": [*grpo, "--reward_funcs", "exact_match", "--multi_objective_aggregation", "normalize_then_sum"],
-        # not here: GiGPO and MT-GRPO read turns and per-turn rewards, which need a two-turn tool environment on
-        # the task (a calculator call, then the answer) that trl_zoo does not have yet
+        # GiGPO and MT-GRPO read turns and per-turn rewards: plan `tools`, on the task with a calculator
+    }
+
+
+def tool_runs() -> dict[str, list[str]]:
+    """The `tools` plan: the multi-turn estimators beside grpo and the control, with the call taught by an SFT term."""
+    grpo = ["--loss_type", "grpo"]
+    taught = ["--expert_traces", "true", "--expert_column", "expert_answer"]
+    return {
+        "grpo": [*grpo, *taught],
+        "gigpo": [*grpo, *taught, "--advantage_estimator", "gigpo"],
+        "mt_grpo": [*grpo, *taught, "--advantage_estimator", "mt_grpo"],
+        "control": [*grpo, *taught, "--null_reward_control", "true"],
+        "grpo_no_sft": grpo,
     }
 
 
@@ -161,11 +178,13 @@ def plan(name: str) -> tuple[str, dict[str, list[str]]]:
         return "chat_arithmetic", runs
     if name == "methods":
         return "chat_arithmetic", method_runs()
+    if name == "tools":
+        return "chat_arithmetic_calculator", tool_runs()
     if name == "trl":
         return "chat_arithmetic", {
             f"trl_{loss}": ["--trainer", "trl", "--loss_type", loss] for loss in ["grpo", "dapo"]
         }
-    raise SystemExit(f"--plan: easy, medium, hard, offpolicy, methods, trl or gemma, got {name!r}")
+    raise SystemExit(f"--plan: easy, medium, hard, offpolicy, methods, tools, trl or gemma, got {name!r}")
 
 
 def command(task: str, flags: list[str], seed: int, out: Path, extra: list[str], resume: bool = False) -> list[str]:

@@ -6,7 +6,13 @@ import pytest
 from transformers.utils import get_json_schema
 
 from tests.packaged_model import needs_packaged_model
-from trl_zoo.tasks.calculator import MAX_EXPRESSION_CHARACTERS, Calculator, use_tool_template, value_of
+from trl_zoo.tasks.calculator import (
+    MAX_EXPRESSION_CHARACTERS,
+    Calculator,
+    tool_call_text,
+    use_tool_template,
+    value_of,
+)
 
 
 @pytest.mark.parametrize("expression, value", [
@@ -47,6 +53,17 @@ def test_trl_reads_the_tools_schema_from_its_docstring():
 
 
 @needs_packaged_model
+def test_the_calculator_tasks_expert_trace_is_the_call_on_its_questions_expression():
+    from trl_zoo.tasks import get_task
+
+    task = get_task("chat_arithmetic_calculator")
+    row = task.train_dataset(expert_traces=True)[0]
+    expression = row["prompt"].removeprefix("What is ").removesuffix("?")
+    assert value_of(expression) == int(row["answer"])
+    assert row["expert_answer"] == tool_call_text("calculate", {"expression": expression})
+    assert get_task("chat_arithmetic").train_dataset(expert_traces=True)[0]["expert_answer"].endswith(row["answer"])
+
+
 def test_the_packaged_tokenizer_renders_the_tool_and_reads_a_call_back():
     from transformers import AutoTokenizer
 
@@ -59,7 +76,7 @@ def test_the_packaged_tokenizer_renders_the_tool_and_reads_a_call_back():
         add_generation_prompt=True,
     )
     assert '"name": "calculate"' in rendered and rendered.endswith("<|im_start|>assistant\n")
-    call = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "47 + 38"}}\n</tool_call><|im_end|>'
+    call = tool_call_text("calculate", {"expression": "47 + 38"}) + "<|im_end|>"
     parsed = tokenizer.parse_response(call, prefix=rendered)
     assert parsed["tool_calls"] == [
         {"type": "function", "function": {"name": "calculate", "arguments": {"expression": "47 + 38"}}}

@@ -6,7 +6,7 @@ import pytest
 from benchmarks import real_model
 from trl_zoo.cli.arguments.train_arguments import parse_train_args
 
-PLANS = ["easy", "medium", "hard", "offpolicy", "methods", "trl", "gemma"]
+PLANS = ["easy", "medium", "hard", "offpolicy", "methods", "tools", "trl", "gemma"]
 
 
 @pytest.mark.parametrize("name", PLANS)
@@ -117,7 +117,7 @@ def test_the_label_free_run_is_scored_with_the_labels_and_trained_without_them()
 
 
 def test_an_unknown_plan_names_the_plans():
-    with pytest.raises(SystemExit, match="easy, medium, hard, offpolicy, methods, trl or gemma"):
+    with pytest.raises(SystemExit, match="easy, medium, hard, offpolicy, methods, tools, trl or gemma"):
         real_model.plan("hardest")
 
 
@@ -301,3 +301,16 @@ def test_the_report_asks_each_method_against_grpo_and_draws_them_beside_the_cont
     assert "| ttrl | 10.0% | 40.0% / 41.0% |" in text and "+20.0 / +20.0" in text  # over the control, by seed
     assert (tmp_path / "out" / "heldout_methods.png").stat().st_size > 0
     assert not (tmp_path / "out" / "heldout_offpolicy.png").exists()  # no offpolicy plan: its 8 updates not drawn
+
+
+def test_the_tools_plan_teaches_the_call_in_every_arm_but_one_and_runs_the_multi_turn_estimators(tmp_path):
+    task, runs = real_model.plan("tools")
+    assert task == "chat_arithmetic_calculator"
+    expected = {"grpo": None, "gigpo": "gigpo", "mt_grpo": "mt_grpo", "control": None, "grpo_no_sft": None}
+    assert set(runs) == set(expected)
+    for run, estimator in expected.items():
+        command = real_model.command(task, runs[run], 0, tmp_path / run, [])
+        task_args, training, _ = parse_train_args(command[command.index("--task"):], log=lambda *_: None)
+        assert training.advantage_estimator == estimator and training.max_tool_calling_iterations == 1, run
+        assert task_args.expert_traces == (run != "grpo_no_sft") and task_args.null_reward_control == (
+            run == "control"), run

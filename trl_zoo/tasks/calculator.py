@@ -28,6 +28,7 @@ Tests: tests/test_calculator.py.
 from __future__ import annotations
 
 import ast
+import json
 
 MAX_EXPRESSION_CHARACTERS = 64
 MAX_VALUE = 10**12
@@ -84,6 +85,11 @@ class Calculator:
             return f"error: {error}"
         self.turn_rewards.append(1.0 if value == self.answer else 0.0)
         return str(value)
+
+
+def tool_call_text(name: str, arguments: dict) -> str:
+    """A tool call as the Qwen2.5 tool template renders it in an assistant turn (and its parser reads it back)."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def use_tool_template(tokenizer):

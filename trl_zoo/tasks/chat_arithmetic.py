@@ -38,7 +38,10 @@ With a calculator (`chat_arithmetic_calculator`: the easy level's questions, `ca
 in the environment of tasks/calculator.py (TRL's `environment_factory`), the model may call `calculate(expression)`
 once (`max_tool_calling_iterations` 1) and answers after its reply, the tokenizer renders the tool (TRL's Qwen2.5
 tool template, `use_tool_template`), the reward reads the model's turns only, and the held-out evaluation runs the
-tool round greedily (tool_evaluation.py); completions hold 160 tokens (the call, the reply and the answer).
+tool round greedily (tool_evaluation.py); completions hold 160 tokens (the call, the reply and the answer). Its
+expert traces (`--expert_traces true`) are the first turn's call on the question's expression,
+'<tool_call>\n{"name": "calculate", "arguments": {"expression": "47 + 38"}}\n</tool_call>': the call's format and
+the question's own expression, for an SFT term (CHORD's) that teaches a model that never calls the tool to call it.
 
 The default policy is the packaged SmolLM2-135M-Instruct (`smollm2-135m-instruct`, see gguf_checkpoint.py);
 `preset()` holds the hyperparameters chosen on one GPU. How the levels were chosen: docs/benchmarks.md, "The real
@@ -54,7 +57,7 @@ from functools import cached_property
 
 from datasets import Dataset
 
-from .calculator import Calculator, use_tool_template
+from .calculator import Calculator, tool_call_text, use_tool_template
 from .rewards import final_number_reward
 
 Question = tuple[int, ...]
@@ -143,7 +146,11 @@ class ChatArithmeticTask:
         return questions[self.num_heldout :], questions[: self.num_heldout]
 
     def expert_answer(self, question: Question) -> str:
-        """The question's label as a worked line, "47 + 38 = 85" (the few-shot answers' style; module docstring)."""
+        """The question's label as a worked line, "47 + 38 = 85" (the few-shot answers' style; module docstring);
+        with a calculator, the first turn's call of it on the question's expression, as the tool template renders a
+        call (`tool_call_text`)."""
+        if self.calculator:
+            return tool_call_text("calculate", {"expression": self.expression(question, self.signs)})
         return f"{self.expression(question, self.signs)} = {self.answer(question, self.signs)}"
 
     def _dataset(self, questions: list[Question], expert_traces: bool = False) -> Dataset:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from .evaluation import GREEDY, decoded_texts_and_ids
+from .decoding import GREEDY, decoded_texts_and_ids
 
 _PLACEHOLDER = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
 
