@@ -56,8 +56,6 @@ def adds_special_tokens(prompts: list) -> bool:
     return not isinstance(prompts[0], list) if prompts else False
 
 
-
-
 def greedy_completions(
     model, tokenizer, prompts: list, max_new_tokens: int, batch_size: int = 256, synced: bool = False
 ) -> list[str]:
