@@ -53,8 +53,8 @@ def _ids(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def _run_calls(environment, message: dict) -> list[dict]:
-    tools = {tool.__name__: tool for tool in environment_tools(environment)}
+def _run_calls(row_tools: list, message: dict) -> list[dict]:
+    tools = {tool.__name__: tool for tool in row_tools}
     replies = []
     for call in message.get("tool_calls") or ():
         function = call.get("function", {})
@@ -76,21 +76,20 @@ def greedy_tool_completions(
     ids as TRL's `completion_ids`: turn 1 and, where the round was held, the replies' tokens and turn 2)."""
     from trl.chat_template_utils import parse_response
 
-    environments = []
+    tools = []  # each row's tools, bound to its own environment
     for row in range(len(prompts)):
         environment = environment_factory()
         environment.reset(**{name: values[row] for name, values in columns.items()})
-        environments.append(environment)
-    tools = [environment_tools(environment) for environment in environments]
+        tools.append(environment_tools(environment))
     rendered = [tokenizer.apply_chat_template(prompt, tools=row_tools, tokenize=False, add_generation_prompt=True)
                 for prompt, row_tools in zip(prompts, tools, strict=True)]
     _, first_ids = decoded_texts_and_ids(model, tokenizer, rendered, False, max_new_tokens, GREEDY, batch_size,
                                          synced, progress)
     completions, second_prompts, budgets, suffixes = [], [], [], []
-    for environment, row_tools, text, ids in zip(environments, tools, rendered, first_ids, strict=True):
+    for row_tools, text, ids in zip(tools, rendered, first_ids, strict=True):
         first = parse_response(tokenizer, ids, prefix=_ids(tokenizer, text), tools=row_tools)
         completions.append([first])
-        replies = _run_calls(environment, first)
+        replies = _run_calls(row_tools, first)
         suffix = tool_reply_suffix(tokenizer, replies, row_tools) if replies else ""
         suffixes.append(_ids(tokenizer, suffix))
         budget = max_new_tokens - len(ids) - len(suffixes[-1])

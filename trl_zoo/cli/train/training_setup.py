@@ -205,7 +205,7 @@ def _build_trainer(model_path, rewards, train, heldout, tokenizer, peft_config, 
             peft_config=peft_config,
             quantization_config=get_quantization_config(model_args),
             callbacks=callbacks,
-            **({"environment_factory": environment_factory} if environment_factory is not None else {}),
+            environment_factory=environment_factory,
         )
     except (OSError, ValueError, TypeError) as error:
         raise ConfigError(one_line(error)) from None
