@@ -52,14 +52,15 @@ def policy_path() -> str:
 
 
 class SharedEngines:
-    """`LLM(...)` built once per (model, context, sleep mode) and handed out again; counts what TRL asked."""
+    """`LLM(...)` built once per (model, context, sleep mode, quantization) and handed out again; counts what TRL
+    asked."""
 
     def __init__(self, build):
         self.build, self.engines, self.requests = build, {}, 0
 
     def __call__(self, **kwargs):
         self.requests += 1
-        key = (kwargs["model"], kwargs.get("max_model_len"), kwargs.get("enable_sleep_mode"))
+        key = tuple(kwargs.get(name) for name in ("model", "max_model_len", "enable_sleep_mode", "quantization"))
         if key not in self.engines:
             kwargs["max_num_seqs"] = max(kwargs.get("max_num_seqs") or 0, MAX_NUM_SEQS)
             if os.environ.get("TRL_ZOO_VLLM_EAGER", "1") == "1" and not STAND_IN:

@@ -6,7 +6,9 @@ the LoRA adapter reaching vLLM at each weight sync. tests/gpu/conftest.py says h
 
 from __future__ import annotations
 
+import copy
 import functools
+import importlib.util
 import math
 import os
 import tempfile
@@ -25,6 +27,7 @@ from tests.gpu.conftest import STAND_IN
 from tests.tiny import relative_error
 from tests.trl_internals import generate_and_score, mark_vllm_weights, metric_values
 from trl_zoo.registry import ADVANTAGES, LOSSES, SAMPLERS
+from trl_zoo.tasks.calculator import Calculator, use_tool_template
 
 GROUP = 4
 LORA = dict(r=8, lora_alpha=16, target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM")
@@ -87,16 +90,19 @@ def make(
     lora=True,
     dataset=None,
     reward_funcs=None,
+    processing_class=None,
     **overrides,
 ):
     torch.manual_seed(0)
+    extra = {"environment_factory": overrides.pop("environment_factory")} if "environment_factory" in overrides else {}
     return trainer_cls(
         model=path,
         reward_funcs=reward_funcs or tiny.digit_reward,
         args=config_cls(**config_kwargs(**overrides)),
         train_dataset=dataset if dataset is not None else prompts(answers="expert_column" in overrides),
-        processing_class=tokenizer(path),
+        processing_class=processing_class or tokenizer(path),
         peft_config=LoraConfig(**LORA) if lora else None,
+        **extra,
     )
 
 
@@ -108,14 +114,17 @@ def adapter(trainer) -> dict:
     return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
 
 
-def trains(trainer, steps: int = 2) -> list[float]:
-    """Train; assert `steps` finite losses, the trainable weights moved, and vLLM's log-probs close to the policy's."""
+def trains(trainer, steps: int = 2, sampled_by_policy: bool = True) -> list[float]:
+    """Train; assert `steps` finite losses, the trainable weights moved, and (`sampled_by_policy`) vLLM's log-probs
+    close to the policy's."""
     before = adapter(trainer)
     trainer.train()
     losses = logged(trainer, "loss")
     assert len(losses) == steps and all(math.isfinite(loss) for loss in losses), losses
     after = adapter(trainer)
     assert any(not torch.equal(after[name], before[name]) for name in before), "no trainable weight moved"
+    if not sampled_by_policy:
+        return losses
     differences = logged(trainer, "sampling/sampling_logp_difference/mean")
     assert differences and all(0 <= d < 0.1 for d in differences), differences  # vLLM samples the trained policy
     return losses
@@ -146,6 +155,74 @@ def test_every_loss_trains_under_vllm(policy_path, name):
 
 REFUSED_UNDER_VLLM = {"luffy": r"^use_vllm: not with loss_type='luffy'"}  # traces without vLLM log-probs
 MULTI_TURN = ("gigpo", "mt_grpo")  # tool environments: test_multi_turn_estimators_under_vllm
+# vLLM's structured outputs make every turn a call of the calculator on two numbers (TRL's
+# `vllm_structured_outputs_regex`), so each rollout has two turns whatever the model would have written
+CALL = r'<tool_call>\n\{"name": "calculate", "arguments": \{"expression": "[1-9][0-9]? \+ [1-9][0-9]?"\}\}\n</tool_call>'
+
+
+class ScriptedCalculator(Calculator):
+    """The calculator whose call earns a scripted turn reward, 1 on every other rollout (the environments are made
+    in row order), so every group has spread in its first turn whatever the model computes."""
+
+    made = 0
+
+    def reset(self, **row) -> None:
+        super().reset(**row)
+        self.scripted = float(ScriptedCalculator.made % 2)
+        ScriptedCalculator.made += 1
+
+    def calculate(self, expression: str) -> str:
+        reply = super().calculate(expression)
+        self.turn_rewards[-1] = self.scripted
+        return reply
+
+
+def reply_is_the_answer(completions, answer, **kwargs):
+    """1 when the calculator's reply in the rollout is the row's answer."""
+    return [float(any(m["role"] == "tool" and m["content"] == a for m in c)) for c, a in zip(completions, answer)]
+
+
+@pytest.mark.parametrize("name", MULTI_TURN)
+def test_multi_turn_estimators_under_vllm(policy_path, name):
+    """TRL's tool loop with vLLM generating both turns: the calculator called by every rollout, its reply rendered
+    into the second turn's prompt, the turn rewards read by the estimator, two optimizer steps."""
+    pairs = [(a, b) for a, b in zip(range(11, 27), range(30, 46))]
+    dataset = Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": f"What is {a} + {b}? Use the calculator."}] for a, b in pairs],
+        "answer": [str(a + b) for a, b in pairs],
+    })
+    if STAND_IN:
+        pytest.skip("the tool template's prompt (≈ 950 characters) exceeds the tiny model's 128 positions")
+    trainer = make(
+        policy_path,
+        advantage_estimator=name,
+        dataset=dataset,
+        reward_funcs=reply_is_the_answer,
+        processing_class=use_tool_template(copy.deepcopy(tokenizer(policy_path))),
+        environment_factory=ScriptedCalculator,
+        max_tool_calling_iterations=1,
+        max_completion_length=96,
+        vllm_structured_outputs_regex=CALL,
+    )
+    losses = trains(trainer, sampled_by_policy=False)  # vLLM's log-probs are those of the constrained sampler
+    assert logged(trainer, "tools/call_frequency") == [1.0, 1.0], logged(trainer, "tools/call_frequency")
+    assert logged(trainer, "tools/failure_frequency") == [0.0, 0.0]
+    assert all(math.isfinite(x) for x in losses)
+
+
+def test_the_value_head_critic_trains_under_vllm(policy_path):
+    trainer = make(policy_path, advantage_estimator="gae", critic_model="head")
+    trains(trainer)
+
+
+def test_qlora_trains_under_vllm(policy_path):
+    """A 4-bit base (bitsandbytes NF4) with LoRA: TRL has vLLM quantize its own copy in flight."""
+    if STAND_IN or importlib.util.find_spec("bitsandbytes") is None:
+        pytest.skip("QLoRA under vLLM needs bitsandbytes and a GPU")
+    from transformers import BitsAndBytesConfig
+
+    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+    trains(make(policy_path, model_init_kwargs={"dtype": "float32", "quantization_config": quantization}))
 
 
 @pytest.mark.parametrize("name", [n for n in ADVANTAGES.names() if n not in MULTI_TURN])
