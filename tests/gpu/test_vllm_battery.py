@@ -157,7 +157,10 @@ REFUSED_UNDER_VLLM = {"luffy": r"^use_vllm: not with loss_type='luffy'"}  # trac
 MULTI_TURN = ("gigpo", "mt_grpo")  # tool environments: test_multi_turn_estimators_under_vllm
 # vLLM's structured outputs make every turn a call of the calculator on two numbers (TRL's
 # `vllm_structured_outputs_regex`), so each rollout has two turns whatever the model would have written
-CALL = r'<tool_call>\n\{"name": "calculate", "arguments": \{"expression": "[1-9][0-9]? \+ [1-9][0-9]?"\}\}\n</tool_call>'
+CALL = (
+    r'<tool_call>\n\{"name": "calculate", "arguments": \{"expression": "[1-9][0-9]? \+ [1-9][0-9]?"\}\}\n'
+    r"</tool_call>"
+)
 
 
 class ScriptedCalculator(Calculator):
@@ -221,7 +224,9 @@ def test_qlora_trains_under_vllm(policy_path):
         pytest.skip("QLoRA under vLLM needs bitsandbytes and a GPU")
     from transformers import BitsAndBytesConfig
 
-    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+    quantization = BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
+    )
     trains(make(policy_path, model_init_kwargs={"dtype": "float32", "quantization_config": quantization}))
 
 
