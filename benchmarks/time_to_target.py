@@ -40,7 +40,7 @@ rerun unless `--retry_failed`. `--deadline_minutes M` starts no run whose estima
 flags, a contender's from TRL's measured run of its seed) would end past M minutes and exits 3, so a piece ends
 between runs; `--plan_minutes` prints the runs, their estimates, the pieces and what fits.
 
-Compiled decoding is measured cold: every run starts with an empty torch compile cache of its own
+Compilation is measured cold: every run starts with an empty torch compile cache of its own, vLLM's inside it
 (`compile_cache_dir`), except a contender named NAME + "_warm_cache", which runs NAME's flags right after NAME with
 the cache NAME's run of the same seed left (a user's second run on the same machine). `--profile_blocks` adds TRL's
 profiled blocks per step to every record (`lib/block_times.py`; it synchronises the device, so steps slow a little).
@@ -283,8 +283,10 @@ def cold_twin(name: str) -> str:
 
 def compile_cache_dir(run_dir: Path, name: str) -> Path:
     """The torch compile cache (TORCHINDUCTOR_CACHE_DIR) of a run in DIR/seed<s>/<name>: DIR/compile_cache/seed<s>/
-    <cold twin>. A run of any other contender empties it first, so compiled decoding is measured cold (what a first
-    run on a machine pays); a warm-cache contender reuses what its cold twin of the same seed left."""
+    <cold twin>, and vLLM's (VLLM_CACHE_ROOT) inside it: a colocated vLLM engine moves the whole process's inductor
+    and Triton caches under its own root, which by default is shared by every run of the machine. A run of any other
+    contender empties it first, so compilation is measured cold (what a first run on a machine pays); a warm-cache
+    contender reuses what its cold twin of the same seed left."""
     return run_dir.parent.parent / "compile_cache" / run_dir.parent.name / cold_twin(name)
 
 
@@ -499,6 +501,7 @@ def run_one(name: str, seed: int, out: Path, args, target, budget, device: str |
     if not name.endswith(WARM):
         shutil.rmtree(cache, ignore_errors=True)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache.resolve())
+    env["VLLM_CACHE_ROOT"] = str((cache / "vllm").resolve())  # vLLM points the process's inductor cache there
     started = time.perf_counter()
     with open(out / "log.txt", "w") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode

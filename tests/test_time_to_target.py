@@ -146,7 +146,8 @@ def test_a_warm_cache_contender_runs_right_after_its_cold_twin():
 
 
 def test_compiled_runs_start_cold_and_the_warm_twin_reuses_the_cache(tmp_path, monkeypatch):
-    """Every run's TORCHINDUCTOR_CACHE_DIR is DIR/compile_cache/seed<s>/<cold twin>; a cold run finds it empty
+    """Every run's TORCHINDUCTOR_CACHE_DIR is DIR/compile_cache/seed<s>/<cold twin> (and VLLM_CACHE_ROOT inside it:
+    a colocated vLLM moves the process's inductor cache under its root); a cold run finds it empty
     whatever an earlier run left, the warm contender finds what its twin of the same seed wrote."""
     cold, warm = "merged_compiled_two_steps", "merged_compiled_two_steps" + ttt.WARM
     seen = {}
@@ -154,6 +155,7 @@ def test_compiled_runs_start_cold_and_the_warm_twin_reuses_the_cache(tmp_path, m
     def run(command, env, **kwargs):
         name = Path(command[command.index("--output_dir") + 1]).name
         cache = Path(env["TORCHINDUCTOR_CACHE_DIR"])
+        assert Path(env["VLLM_CACHE_ROOT"]) == cache / "vllm"  # vLLM redirects the process's caches there
         seen[name] = (cache, sorted(p.name for p in cache.glob("*")) if cache.exists() else [])
         cache.mkdir(parents=True, exist_ok=True)
         (cache / f"written_by_{name}").touch()
