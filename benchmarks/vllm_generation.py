@@ -14,6 +14,12 @@ sampler repeats it. Variants (`VARIANTS`), interleaved round by round after one 
     bare            neither text nor log-probs
     prefill         one new token per completion: the prefill and the engine's per-call cost
     n_per_prompt    each prompt once with `n=8` (what TRL's server mode asks for), no text
+    flat_logprobs   no text, vLLM's log-probs in its flat container (`flat_logprobs=True`: a few lists per request
+                    instead of a dict and a Logprob object per token; TRL reads it as the list of dicts)
+    after_sync      no text, right after TRL's weight sync (`sync_weights`: the adapter merged into vLLM), untimed
+    after_backward  no text, right after a training pass, untimed: forward and backward of the policy over the
+                    optimizer step's micro-batches of prompt + completion length (what a training step leaves in the
+                    caching allocator, the CPU's caches and Python's heap), gradients then dropped
 
 Each record: seconds of TRL's `generate` call, of vLLM's `LLM.generate` inside it, and the floor of the decoding:
 the bf16 weights read once per decode step plus the KV cache of the real tokens, at lib/harness.py's `BANDWIDTH` (the
@@ -31,7 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-VARIANTS = ("trl", "no_detokenize", "no_logprobs", "bare", "prefill", "n_per_prompt")
+VARIANTS = ("trl", "no_detokenize", "no_logprobs", "bare", "prefill", "n_per_prompt", "flat_logprobs", "after_sync",
+            "after_backward")
 
 
 def run(options) -> list[dict]:
@@ -67,11 +74,28 @@ def run(options) -> list[dict]:
     base_kwargs = dict(generation.generation_kwargs)
     base_logprobs, base_length = generation.logprobs, generation.max_completion_length
 
+    def training_pass():
+        micro_batch = ladder.micro_batch
+        length = options.prompt_length + options.completion_length
+        for _ in range(rows // 2 // micro_batch):  # one optimizer step's micro-batches
+            ids = torch.randint(3, vocab, (micro_batch, length), generator=generator).to(trainer.model.device)
+            logits = trainer.model(input_ids=ids).logits
+            logits.float().logsumexp(-1).mean().backward()
+            del logits
+        trainer.model.zero_grad(set_to_none=True)
+
     def one(variant: str) -> dict:
         generation.generation_kwargs = dict(base_kwargs)
         generation.logprobs, generation.max_completion_length = base_logprobs, base_length
-        if variant in ("no_detokenize", "bare", "n_per_prompt", "prefill"):
+        if variant not in ("trl", "no_logprobs"):
             generation.generation_kwargs["detokenize"] = False
+        if variant == "flat_logprobs":
+            generation.generation_kwargs["flat_logprobs"] = True
+        if variant == "after_sync":
+            generation.sync_weights()
+        if variant == "after_backward":
+            trainer.model.train()
+            training_pass()
         if variant in ("no_logprobs", "bare"):
             generation.logprobs = None
         if variant == "prefill":
