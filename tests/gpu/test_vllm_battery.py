@@ -143,7 +143,7 @@ def loss_settings(name: str) -> dict:
 @pytest.mark.parametrize("name", LOSSES.names())
 def test_every_loss_trains_under_vllm(policy_path, name):
     if LOSSES.get(name).spec.requires_moe:
-        pytest.skip(f"{name} needs a mixture-of-experts model (requires_moe); SmolLM2 is dense")
+        pytest.skip(f"{name} needs a mixture-of-experts model: test_the_moe_losses_train_under_vllm")
     settings = loss_settings(name)
     if name in REFUSED_UNDER_VLLM:
         with pytest.raises(ValueError, match=REFUSED_UNDER_VLLM[name]):
@@ -151,6 +151,38 @@ def test_every_loss_trains_under_vllm(policy_path, name):
         return
     dataset = prompts(answers="expert_column" in settings, reference_rewards=name == "a2po")
     trains(make(policy_path, loss_type=name, dataset=dataset, steps_per_generation=2, **settings))
+
+
+@functools.cache
+def moe_policy_path(policy_path: str) -> str:
+    """A random Qwen3-MoE (2 layers, 4 experts, top-2) with the policy's tokenizer, saved for vLLM to load."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    tokens = tokenizer(policy_path)
+    hidden, heads = (32, 2) if STAND_IN else (256, 4)
+    config = Qwen3MoeConfig(
+        vocab_size=len(tokens), hidden_size=hidden, intermediate_size=2 * hidden, moe_intermediate_size=hidden,
+        num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=heads // 2, head_dim=hidden // heads,
+        num_experts=4, num_experts_per_tok=2, max_position_embeddings=128 if STAND_IN else 2048,
+        tie_word_embeddings=True, pad_token_id=tokens.pad_token_id, eos_token_id=tokens.eos_token_id,
+        bos_token_id=tokens.bos_token_id,
+    )
+    torch.manual_seed(0)
+    path = tempfile.mkdtemp(prefix="trl_zoo_gpu_moe_")
+    Qwen3MoeForCausalLM(config).save_pretrained(path)
+    tokens.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("name", [n for n in LOSSES.names() if LOSSES.get(n).spec.requires_moe])
+def test_the_moe_losses_train_under_vllm(policy_path, name):
+    """RSPO's router statistics on a mixture-of-experts policy that vLLM samples: the old routers recorded once per
+    generation batch, the current ones in the loss forward."""
+    path = moe_policy_path(policy_path)
+    trainer = make(path, loss_type=name, steps_per_generation=2, processing_class=tokenizer(policy_path),
+                   **loss_settings(name))
+    trains(trainer)
+    assert len(trainer.pipeline.get("router").routers) == 2  # both layers' routers hooked
 
 
 REFUSED_UNDER_VLLM = {"luffy": r"^use_vllm: not with loss_type='luffy'"}  # traces without vLLM log-probs
