@@ -207,6 +207,13 @@ CONTENDERS: dict[str, list[str]] = {
     TRL_VLLM: VLLM_COLOCATE,
     TRL_VLLM_TWO_STEPS: VLLM_COLOCATE + TWO_STEPS,
     VLLM_RECIPE: VLLM_COLOCATE + ["--speed_recipe", "vllm"],
+    # the recipe's fields but compiled_layers, set one by one: its compile (≈ 18 s of a first run at 135 M) left out
+    "vllm_recipe_eager": VLLM_COLOCATE + TWO_STEPS + [
+        "--skip_on_policy_old_logps", "true", "--fused_lora", "true", "--generation_kwargs", '{"detokenize": false}',
+    ],
+    # a user's second run: the compile caches (vLLM's, and the trainer's, which vLLM moves under its root) warm
+    TRL_VLLM + WARM: VLLM_COLOCATE,
+    VLLM_RECIPE + WARM: VLLM_COLOCATE + ["--speed_recipe", "vllm"],
 }
 # the recommended switch (0.62× in the fourth and fifth studies) and the fastest recipe so far (sixth study: compiled
 # decoding under the step's bf16 autocast, 0.87× cold, 0.54× with a warm compile cache)
@@ -220,7 +227,7 @@ CPU_SMOKE_FLAGS = [
 ]
 # contenders --cpu_smoke leaves out, and why (one line each)
 CPU_SMOKE_SKIP = {
-    **{name: "vLLM runs on a GPU only" for name in (TRL_VLLM, TRL_VLLM_TWO_STEPS, VLLM_RECIPE)},
+    **{name: "vLLM runs on a GPU only" for name in CONTENDERS if "--use_vllm" in CONTENDERS[name]},
     "continuous_batching_compiled": "CUDA graphs and torch.compile of continuous batching are GPU levers; "
     "on the CPU there is no graph backend and inductor would compile for minutes",
 }
@@ -398,8 +405,9 @@ def end_gaps(records: list[dict], reference: dict[int, dict]) -> dict[str, str]:
 
 
 def trainer_of(name: str) -> str:
-    """Which trainer runs `name`: TRL's for the reference and TRL_TRAINER, trl_zoo's for every other contender."""
-    return "trl" if name == REFERENCE or name in TRL_TRAINER else "trl_zoo"
+    """Which trainer runs `name`: TRL's for the reference and TRL_TRAINER (and their warm-cache twins), trl_zoo's for
+    every other contender."""
+    return "trl" if name == REFERENCE or cold_twin(name) in TRL_TRAINER else "trl_zoo"
 
 
 def run_command(name: str, seed: int, out: Path, args, target: float | None, budget: float | None) -> list[str]:

@@ -710,13 +710,21 @@ def test_the_vllm_path_runs_trl_and_the_recipe_with_trls_colocated_vllm_and_stat
                            eval_every=5, eval_batch_size=500, extra=[])
     command = ttt.run_command(ttt.TRL_VLLM, 0, tmp_path, args, 0.5, 100.0)
     assert command[command.index("--trainer") + 1] == "trl"
-    assert ttt.trainer_of(ttt.VLLM_RECIPE) == "trl_zoo"
+    assert ttt.trainer_of(ttt.VLLM_RECIPE) == "trl_zoo" and ttt.trainer_of(ttt.VLLM_RECIPE + ttt.WARM) == "trl_zoo"
+    assert ttt.trainer_of(ttt.TRL_VLLM + ttt.WARM) == "trl"  # TRL's second run is TRL's trainer too
     task = ["--task", "chat_arithmetic", "--output_dir", str(tmp_path / "run")]
-    for name in (ttt.TRL_VLLM, ttt.TRL_VLLM_TWO_STEPS, ttt.VLLM_RECIPE):
+    configs = {}
+    for name in (ttt.TRL_VLLM, ttt.TRL_VLLM_TWO_STEPS, ttt.VLLM_RECIPE, "vllm_recipe_eager", ttt.TRL_VLLM + ttt.WARM,
+                 ttt.VLLM_RECIPE + ttt.WARM):
         assert name in ttt.CPU_SMOKE_SKIP
-        _, config, _ = parse_train_args([*task, *ttt.CONTENDERS[name]])
+        _, configs[name], _ = parse_train_args([*task, *ttt.CONTENDERS[name]])
+        config = configs[name]
         assert config.use_vllm and config.vllm_mode == "colocate" and config.vllm_gpu_memory_utilization == 0.3
+    config, eager = configs[ttt.VLLM_RECIPE], configs["vllm_recipe_eager"]
     assert config.speed_recipe == "vllm" and config.fused_lora and config.skip_on_policy_old_logps
+    recipe_fields = ("fused_lora", "skip_on_policy_old_logps", "steps_per_generation", "generation_kwargs")
+    assert all(getattr(eager, field) == getattr(config, field) for field in recipe_fields)  # but the compile
+    assert config.compiled_layers and not eager.compiled_layers and eager.speed_recipe is None
     records = [record("trl", 0, 10.0, 0.7), record(ttt.TRL_VLLM, 0, 8.0, 0.7), record(ttt.VLLM_RECIPE, 0, 4.0, 0.7)]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
             for line in ttt.summary_table(records, ttt.TRL_VLLM).splitlines()[2:]}
