@@ -34,7 +34,7 @@ ACCUMULATION, STEPS_PER_GENERATION, ROWS_PER_MICRO_BATCH = 2, 4, 4
 BATCH_ROWS = STEPS_PER_GENERATION * ROWS_PER_MICRO_BATCH
 
 
-def _trainer(skip: bool, **overrides):
+def _trainer(skip: bool | None, **overrides):
     settings = dict(
         per_device_train_batch_size=ROWS_PER_MICRO_BATCH, num_generations=4, gradient_accumulation_steps=ACCUMULATION,
         steps_per_generation=STEPS_PER_GENERATION, skip_on_policy_old_logps=skip,
@@ -158,7 +158,7 @@ def test_a_setting_it_cannot_apply_under_is_refused_when_the_user_set_it(overrid
 
 def test_with_two_iterations_from_the_recipe_trls_pass_runs():
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
-    trainer = _trainer(False, num_iterations=2, speed_recipe="lora_graphed", peft_config=lora)
+    trainer = _trainer(None, num_iterations=2, speed_recipe="lora_graphed", peft_config=lora)  # the recipe's
     assert trainer.args.skip_on_policy_old_logps and not trainer.pipeline.get("old_logps").skip_on_policy
     buffer = _buffer(trainer)
     assert all(OLD_LOGPS in batch for batch in buffer)

@@ -16,7 +16,7 @@ from tests.trl_internals import buffered_micro_batches, replace_generate_and_sco
 from trl_zoo import GRPOConfig, GRPOTrainer
 from trl_zoo.cli.arguments.train_arguments import parse_train_args
 from trl_zoo.config import generation_speed
-from trl_zoo.config.speed_recipe import SPEED_RECIPES
+from trl_zoo.config.speed_recipe import RECIPE_FIELD_DEFAULTS, SPEED_RECIPES, set_by_recipe
 
 RECIPE_FIELDS = ("merge_adapter_for_generation", "compile_generation", "compile_generation_backend",
                  "generation_autocast", "skip_on_policy_old_logps", "fused_lora", "compiled_layers",
@@ -69,6 +69,18 @@ def test_recipes_set_only_their_listed_fields():
 def test_a_steps_per_generation_or_generation_batch_size_the_user_gives_wins(given, expected_steps):
     config = GRPOConfig(**tiny.config_kwargs(gradient_accumulation_steps=2, speed_recipe="lora", **given))
     assert config.steps_per_generation == expected_steps and config.merge_adapter_for_generation
+
+
+def test_a_field_the_user_gives_wins_over_the_recipe_and_unset_fields_are_off():
+    config = GRPOConfig(**tiny.config_kwargs(speed_recipe="lora_graphed", fused_lora=False,
+                                             compile_generation_backend="inductor"))
+    assert config.fused_lora is False and config.compile_generation_backend == "inductor"  # the user's
+    assert config.merge_adapter_for_generation and config.compile_generation and config.skip_on_policy_old_logps
+    assert not set_by_recipe(config, "fused_lora") and set_by_recipe(config, "skip_on_policy_old_logps")
+    plain = GRPOConfig(**tiny.config_kwargs())
+    assert {name: getattr(plain, name) for name in RECIPE_FIELD_DEFAULTS} == RECIPE_FIELD_DEFAULTS
+    _, parsed, _ = parse_train_args(["--task", "addition", "--speed_recipe", "lora_graphed", "--fused_lora", "false"])
+    assert parsed.fused_lora is False and parsed.skip_on_policy_old_logps is True
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -724,7 +724,7 @@ def test_the_vllm_path_runs_trl_and_the_recipe_with_trls_colocated_vllm_and_stat
     assert config.speed_recipe == "vllm" and config.fused_lora and config.skip_on_policy_old_logps
     recipe_fields = ("fused_lora", "skip_on_policy_old_logps", "steps_per_generation", "generation_kwargs")
     assert all(getattr(eager, field) == getattr(config, field) for field in recipe_fields)  # but the compile
-    assert config.compiled_layers and not eager.compiled_layers and eager.speed_recipe is None
+    assert config.compiled_layers and eager.compiled_layers is False
     records = [record("trl", 0, 10.0, 0.7), record(ttt.TRL_VLLM, 0, 8.0, 0.7), record(ttt.VLLM_RECIPE, 0, 4.0, 0.7)]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
             for line in ttt.summary_table(records, ttt.TRL_VLLM).splitlines()[2:]}

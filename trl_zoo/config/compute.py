@@ -45,19 +45,19 @@ class ComputeFields:
         "prompt_once/token_slots. Needs gradient_checkpointing=False.",
         False,
     )
-    fused_lora: bool = help_field(
+    fused_lora: bool | None = help_field(
         "Compute each plain LoRA layer (no DoRA, lora_bias or dropout) in two matrix products, the add and the "
         "scale in the second's epilogue, in the compute dtype: none of peft's elementwise passes and float32 copies "
         "of the activations (trl_zoo/components/fused_lora.py). Same loss and gradients up to rounding; needs a PEFT "
-        "adapter; not with DeepSpeed ZeRO-3 or FSDP.",
-        False,
+        "adapter; not with DeepSpeed ZeRO-3 or FSDP. None: off unless speed_recipe sets it; a value you give wins.",
+        None,
     )
-    compiled_layers: bool = help_field(
+    compiled_layers: bool | None = help_field(
         "Run the policy's decoder layers under torch.compile in the training passes (one graph for every layer; "
         "the first steps compile), their elementwise operations fused; decoding with transformers runs them "
         "eagerly (trl_zoo/components/compiled_layers.py). Same loss and gradients up to rounding; not with a "
-        "quantized base, DeepSpeed ZeRO-3 or FSDP.",
-        False,
+        "quantized base, DeepSpeed ZeRO-3 or FSDP. None: off unless speed_recipe sets it; a value you give wins.",
+        None,
     )
 
     def _check_compute_combinations(self, entry) -> None:

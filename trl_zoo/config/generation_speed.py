@@ -70,25 +70,26 @@ class GenerationSpeedFields:
         "skip_on_policy_old_logps and fused_lora. 'lora_compiled': 'lora' with compile_generation and "
         "generation_autocast (fast only once torch's compile cache is warm; transformers >= 5.24). 'vllm' (with "
         "use_vllm=True): steps_per_generation = 2 x gradient_accumulation_steps, skip_on_policy_old_logps, "
-        "fused_lora and, colocated, vLLM's tokens without their text (generation_kwargs detokenize=False). Each "
-        "one's time against TRL's: docs/benchmarks.md, 'Time to a target' (the lora recipes) and docs/vllm.md "
-        "(vllm). A steps_per_generation or generation_batch_size you give wins.",
+        "fused_lora, compiled_layers and, colocated, vLLM's tokens without their text (generation_kwargs "
+        "detokenize=False). Each one's time against TRL's: docs/benchmarks.md, 'Time to a target' (the lora "
+        "recipes) and docs/vllm.md (vllm). A value you give for any of these fields wins (compiled_layers=False: "
+        "the recipe without its compile).",
         None,
         choices=list(SPEED_RECIPES),
     )
-    merge_adapter_for_generation: bool = help_field(
+    merge_adapter_for_generation: bool | None = help_field(
         "Merge the LoRA adapter into the base weights while TRL generates with model.generate (W + s·BA, one matmul "
         "per layer instead of three), then restore the base weights exactly. Same completions up to float rounding; "
-        "needs a PEFT adapter, no vLLM, no quantized base, no ZeRO-3/FSDP.",
-        False,
+        "needs a PEFT adapter, no vLLM, no quantized base, no ZeRO-3/FSDP. None: off unless speed_recipe sets it; a value you give wins.",
+        None,
     )
-    generation_autocast: bool = help_field(
+    generation_autocast: bool | None = help_field(
         "Generate under the training forward's mixed precision (accelerate's autocast, bf16 or fp16). TRL generates "
         "outside autocast, so with float32 weights (TRL's default dtype) every decoding matmul runs in fp32 while the "
         "old log-probs and the loss run in bf16. Weights untouched; needs bf16 or fp16; not with vLLM or continuous "
         "batching. It pays off with compile_generation (measured: docs/benchmarks.md); that pair needs transformers "
-        ">= 5.24.",
-        False,
+        ">= 5.24. None: off unless speed_recipe sets it; a value you give wins.",
+        None,
     )
     generation_bf16_copy: bool = help_field(
         "Generate from a bf16 copy of the weights, made when TRL starts generating and freed when it returns (with "
@@ -98,23 +99,23 @@ class GenerationSpeedFields:
         "base, ZeRO-3 or FSDP (trl_zoo/components/decode_precision.py).",
         False,
     )
-    compile_generation: bool = help_field(
+    compile_generation: bool | None = help_field(
         "Compile the decoding of TRL's model.generate with a static KV cache (transformers' compiled decoding, CUDA "
         "graphs on a GPU), which TRL turns off (disable_compile=True). The first generation batch pays the compile "
         "(less once torch's compile cache holds it), then decoding runs faster (measured: docs/benchmarks.md); not "
-        "with vLLM or continuous batching; cache_implementation unset or 'static'.",
-        False,
+        "with vLLM or continuous batching; cache_implementation unset or 'static'. None: off unless speed_recipe sets it; a value you give wins.",
+        None,
     )
-    compile_generation_backend: str = help_field(
+    compile_generation_backend: str | None = help_field(
         "How compile_generation compiles: 'inductor' (transformers' default CompileConfig: generated kernels and CUDA "
         "graphs) or 'cudagraphs' (CUDA graphs of the traced decoding only, no kernel generation: a shorter compile, "
         "slower decoding than inductor's) or 'cuda_graph' (no torch.compile: trl_zoo records the decode step as a "
         "CUDA graph once per generation batch, one eager step and one recording, and replays it; eager on a CPU). "
-        "Measured: docs/benchmarks.md.",
-        "inductor",
+        "Measured: docs/benchmarks.md. None: 'inductor' unless speed_recipe sets it; a value you give wins.",
+        None,
         choices=["inductor", "cudagraphs", "cuda_graph"],
     )
-    skip_on_policy_old_logps: bool = help_field(
+    skip_on_policy_old_logps: bool | None = help_field(
         "Skip the half of TRL's old-log-prob pass that equals the policy's own log-probs. With steps_per_generation "
         "> gradient_accumulation_steps and num_iterations = 1, the micro-batches of the first optimizer step after "
         "a generation are trained with the weights that generated them, so their old log-probs are the policy's "
@@ -124,8 +125,8 @@ class GenerationSpeedFields:
         "old log-probs. Not with num_iterations > 1, a teacher_model, kl_placement='reward' or a MoE-router loss, "
         "which read every row's old log-probs, nor where TRL computes none (gradient_accumulation_steps a "
         "multiple of steps_per_generation): set by you, such a setting is refused in one line; set by a "
-        "speed_recipe, the field then does nothing.",
-        False,
+        "speed_recipe, the field then does nothing. None: off unless speed_recipe sets it; a value you give wins.",
+        None,
     )
 
     def _check_old_logps_skip(self, requires_moe: bool) -> None:

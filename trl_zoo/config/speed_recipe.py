@@ -33,7 +33,9 @@ and gives: docs/benchmarks.md, "Time to a target".
 On a CPU, "lora_compiled" warns in one line that torch's compile does not pay there, and names "lora";
 "lora_graphed" runs its decode step eagerly there.
 
-A value the user gives for `steps_per_generation` or `generation_batch_size` wins; the recipe's other fields are set.
+A value the user gives wins: for `steps_per_generation` or `generation_batch_size`, and for each field the recipe sets
+(they default to None, which a recipe fills in and which otherwise means off; `speed_recipe="vllm",
+compiled_layers=False` is the recipe without its compile).
 A recipe that cannot work stops at the refusals of the fields it set, and those name the recipe and say "unset
 speed_recipe" (`refusal_words`): the config's (vLLM; for the compiled fields continuous batching, no mixed
 precision, a cache other than "static", transformers < 5.24) and the trainer's (no PEFT adapter, DoRA, ZeRO-3,
@@ -59,12 +61,25 @@ SPEED_RECIPES: dict[str, dict[str, bool | str]] = {
     "lora_compiled": {"merge_adapter_for_generation": True, "compile_generation": True, "generation_autocast": True},
     "vllm": {"skip_on_policy_old_logps": True, "fused_lora": True, "compiled_layers": True},
 }
+# the fields recipes set, and what each is when neither the user nor the recipe gives it (they default to None)
+RECIPE_FIELD_DEFAULTS: dict[str, bool | str] = {
+    "merge_adapter_for_generation": False, "compile_generation": False, "compile_generation_backend": "inductor",
+    "skip_on_policy_old_logps": False, "fused_lora": False, "compiled_layers": False, "generation_autocast": False,
+}
 VLLM_GENERATION_KWARGS = {"detokenize": False}  # what "vllm" adds to generation_kwargs (the user's keys win)
 OPTIMIZER_STEPS_PER_GENERATION = 2  # steps_per_generation = 2 · gradient_accumulation_steps
 
 
 def apply_speed_recipe(config) -> None:
-    """Fill in the fields of `config.speed_recipe` (before TRL's `__post_init__` derives the batch sizes)."""
+    """Fill in the fields of `config.speed_recipe` the user left None (before TRL's `__post_init__` derives the
+    batch sizes), then every recipe field still None with its default (`RECIPE_FIELD_DEFAULTS`)."""
+    _apply(config)
+    for field, default in RECIPE_FIELD_DEFAULTS.items():
+        if getattr(config, field) is None:
+            setattr(config, field, default)
+
+
+def _apply(config) -> None:
     name = config.speed_recipe
     if name is None:
         return
@@ -77,7 +92,8 @@ def apply_speed_recipe(config) -> None:
         if config.vllm_mode == "colocate":  # the server's request path is vLLM's own: left as TRL sends it
             config.generation_kwargs = {**VLLM_GENERATION_KWARGS, **(config.generation_kwargs or {})}
     for field, value in SPEED_RECIPES[name].items():
-        setattr(config, field, value)
+        if getattr(config, field) is None:
+            setattr(config, field, value)
     if config.steps_per_generation is None and config.generation_batch_size is None:
         config.steps_per_generation = OPTIMIZER_STEPS_PER_GENERATION * config.gradient_accumulation_steps
     compiles = config.compile_generation and config.compile_generation_backend != "cuda_graph"
@@ -90,8 +106,10 @@ def apply_speed_recipe(config) -> None:
 
 
 def set_by_recipe(args, field: str) -> bool:
-    """Whether `args.speed_recipe` sets `field` (the one place that reads a recipe's fields after it was applied)."""
-    return bool(SPEED_RECIPES.get(getattr(args, "speed_recipe", None), {}).get(field))
+    """Whether `args.speed_recipe` sets `field` and it holds the recipe's value (the one place that reads a recipe's
+    fields after it was applied); a field the user turned off is theirs."""
+    wanted = SPEED_RECIPES.get(getattr(args, "speed_recipe", None), {}).get(field)
+    return bool(wanted) and getattr(args, field, None) == wanted
 
 
 def refusal_words(args, field: str, fix: str = "set it False") -> tuple[str, str]:
