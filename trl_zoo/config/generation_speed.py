@@ -80,7 +80,8 @@ class GenerationSpeedFields:
     merge_adapter_for_generation: bool | None = help_field(
         "Merge the LoRA adapter into the base weights while TRL generates with model.generate (W + s·BA, one matmul "
         "per layer instead of three), then restore the base weights exactly. Same completions up to float rounding; "
-        "needs a PEFT adapter, no vLLM, no quantized base, no ZeRO-3/FSDP. None: off unless speed_recipe sets it; a value you give wins.",
+        "needs a PEFT adapter, no vLLM, no quantized base, no ZeRO-3/FSDP. "
+        "None: off unless speed_recipe sets it; a value you give wins.",
         None,
     )
     generation_autocast: bool | None = help_field(
@@ -103,7 +104,8 @@ class GenerationSpeedFields:
         "Compile the decoding of TRL's model.generate with a static KV cache (transformers' compiled decoding, CUDA "
         "graphs on a GPU), which TRL turns off (disable_compile=True). The first generation batch pays the compile "
         "(less once torch's compile cache holds it), then decoding runs faster (measured: docs/benchmarks.md); not "
-        "with vLLM or continuous batching; cache_implementation unset or 'static'. None: off unless speed_recipe sets it; a value you give wins.",
+        "with vLLM or continuous batching; cache_implementation unset or 'static'. "
+        "None: off unless speed_recipe sets it; a value you give wins.",
         None,
     )
     compile_generation_backend: str | None = help_field(
