@@ -207,7 +207,7 @@ CONTENDERS: dict[str, list[str]] = {
     TRL_VLLM: VLLM_COLOCATE,
     TRL_VLLM_TWO_STEPS: VLLM_COLOCATE + TWO_STEPS,
     VLLM_RECIPE: VLLM_COLOCATE + ["--speed_recipe", "vllm"],
-    # the recipe without its compiled layers (≈ 18 s of compile in a first run at 135 M)
+    # the recipe without its compiled layers (≈ 21 s of compile in a first run at 135 M)
     "vllm_recipe_eager": VLLM_COLOCATE + ["--speed_recipe", "vllm", "--compiled_layers", "false"],
     # a user's second run: the compile caches (vLLM's, and the trainer's, which vLLM moves under its root) warm
     TRL_VLLM + WARM: VLLM_COLOCATE,

@@ -79,6 +79,7 @@ def test_a_field_the_user_gives_wins_over_the_recipe_and_unset_fields_are_off():
     assert not set_by_recipe(config, "fused_lora") and set_by_recipe(config, "skip_on_policy_old_logps")
     plain = GRPOConfig(**tiny.config_kwargs())
     assert {name: getattr(plain, name) for name in RECIPE_FIELD_DEFAULTS} == RECIPE_FIELD_DEFAULTS
+    assert {name for fields in SPEED_RECIPES.values() for name in fields} <= set(RECIPE_FIELD_DEFAULTS)
     _, parsed, _ = parse_train_args(["--task", "addition", "--speed_recipe", "lora_graphed", "--fused_lora", "false"])
     assert parsed.fused_lora is False and parsed.skip_on_policy_old_logps is True
 

@@ -556,7 +556,12 @@ def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
                                            *ttt.contender_flags(name), *cpu], log=lambda *a: None)
     if "--speed_recipe" in flags:  # a recipe contender: the fields it sets, spelled out
         at = flags.index("--speed_recipe")
-        flags = [*flags[:at], *flags[at + 2:], *RECIPE_CONTENDER_FLAGS[flags[at + 1]]]
+        flags = [*RECIPE_CONTENDER_FLAGS[flags[at + 1]], *flags[:at], *flags[at + 2:]]  # a field it gives wins
+
+    def on(flag: str) -> bool:  # the last value given for a boolean field's flag
+        values = [flags[i + 1] for i, f in enumerate(flags) if f == flag]
+        return bool(values) and values[-1] == "true"
+
     assert model.dtype == ("bfloat16" if "--dtype" in flags else "float32")  # TRL's ModelConfig default: float32
     assert training.merge_adapter_for_generation == ("--merge_adapter_for_generation" in flags)
     assert training.use_transformers_continuous_batching == ("--use_transformers_continuous_batching" in flags)
@@ -572,9 +577,9 @@ def test_every_contender_is_config_fields_trl_zoo_accepts(name, tmp_path):
     given = "--compile_generation_backend" in flags
     backend = flags[flags.index("--compile_generation_backend") + 1] if given else "inductor"
     assert training.compile_generation_backend == backend
-    assert training.skip_on_policy_old_logps == ("--skip_on_policy_old_logps" in flags)
-    assert training.fused_lora == ("--fused_lora" in flags)
-    assert training.compiled_layers == ("--compiled_layers" in flags)
+    assert training.skip_on_policy_old_logps == on("--skip_on_policy_old_logps")
+    assert training.fused_lora == on("--fused_lora")
+    assert training.compiled_layers == on("--compiled_layers")
     assert training.use_vllm == ("--use_vllm" in flags)
     if "--transformers_continuous_batching_config" in flags:
         assert training.transformers_continuous_batching_config["num_blocks"] == 128
