@@ -71,19 +71,10 @@ OPTIMIZER_STEPS_PER_GENERATION = 2  # steps_per_generation = 2 · gradient_accum
 
 
 def apply_speed_recipe(config) -> None:
-    """Fill in the fields of `config.speed_recipe` the user left None (before TRL's `__post_init__` derives the
-    batch sizes), then every recipe field still None with its default (`RECIPE_FIELD_DEFAULTS`)."""
-    _apply(config)
-    for field, default in RECIPE_FIELD_DEFAULTS.items():
-        if getattr(config, field) is None:
-            setattr(config, field, default)
-
-
-def _apply(config) -> None:
+    """Fill in the fields of `config.speed_recipe` the user left None, and every other recipe field still None with
+    its default (`RECIPE_FIELD_DEFAULTS`), before TRL's `__post_init__` derives the batch sizes."""
     name = config.speed_recipe
-    if name is None:
-        return
-    if name not in SPEED_RECIPES:
+    if name is not None and name not in SPEED_RECIPES:
         raise ValueError(f"speed_recipe: got {name!r}; choose one of {', '.join(map(repr, SPEED_RECIPES))} or None.")
     if name == "vllm":
         if not config.use_vllm:
@@ -91,9 +82,12 @@ def _apply(config) -> None:
                              "vLLM choose speed_recipe='lora_graphed'.")
         if config.vllm_mode == "colocate":  # the server's request path is vLLM's own: left as TRL sends it
             config.generation_kwargs = {**VLLM_GENERATION_KWARGS, **(config.generation_kwargs or {})}
-    for field, value in SPEED_RECIPES[name].items():
+    recipe = SPEED_RECIPES.get(name, {})
+    for field, default in RECIPE_FIELD_DEFAULTS.items():
         if getattr(config, field) is None:
-            setattr(config, field, value)
+            setattr(config, field, recipe.get(field, default))
+    if name is None:
+        return
     if config.steps_per_generation is None and config.generation_batch_size is None:
         config.steps_per_generation = OPTIMIZER_STEPS_PER_GENERATION * config.gradient_accumulation_steps
     compiles = config.compile_generation and config.compile_generation_backend != "cuda_graph"
